@@ -1,0 +1,5 @@
+"""`python -m agent_run`: the same CLI as the `agent-run` script."""
+
+from agent_run.cli import main
+
+main()

@@ -1,0 +1,199 @@
+"""The `agent-run` command line: one verb per tool of the table, plus admin verbs.
+
+Verbs are generated from `tools.TOOLS`; this module only maps pydantic fields to click
+parameters, talks to the daemon over the socket and prints one JSON object per line
+(`--format text` for people, see `cli_format`).
+"""
+
+import json
+import sys
+import time
+import types
+import typing
+from enum import Enum
+from typing import Any, Literal
+
+import click
+from pydantic import BaseModel
+
+from agent_run import cli_format
+from agent_run.domain.errors import DomainError
+from agent_run.home import Home
+from agent_run.tools import TOOLS, Tool
+
+# Exit codes of `wait` and `start --wait`.
+EXIT_SUCCEEDED, EXIT_ERROR, EXIT_FAILED, EXIT_CANCELLED, EXIT_RUNNING = 0, 1, 2, 3, 4
+_STATE_EXIT = {"succeeded": EXIT_SUCCEEDED, "failed": EXIT_FAILED, "lost": EXIT_FAILED,
+               "cancelled": EXIT_CANCELLED}
+
+
+class Session:
+    """What every verb needs: the home, the output format, and (lazily) a daemon client."""
+
+    def __init__(self, home: str | None, output: str) -> None:
+        self.home = Home.resolve(home)
+        self.output = output
+        self._client = None
+
+    def call(self, method: str, params: dict[str, Any]) -> Any:
+        if self._client is None:
+            from agent_run.rpc.client import connect
+
+            self._client = connect(self.home)
+        return self._client.call(method, params)
+
+    def emit(self, kind: str, data: Any) -> None:
+        if self.output == "json":
+            click.echo(json.dumps(data, ensure_ascii=False))
+        else:
+            click.echo(cli_format.render(kind, data))
+
+
+def _unwrap_optional(annotation: Any) -> Any:
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if len(args) == 1:
+            return args[0]
+    return annotation
+
+
+def click_type(annotation: Any) -> tuple[Any, bool]:
+    """(click type, multiple) for a pydantic field annotation."""
+    annotation = _unwrap_optional(annotation)
+    if typing.get_origin(annotation) is list:
+        inner, _ = click_type(typing.get_args(annotation)[0])
+        return inner, True
+    if typing.get_origin(annotation) is Literal:
+        return click.Choice([str(a) for a in typing.get_args(annotation)]), False
+    if isinstance(annotation, type) and issubclass(annotation, Enum):
+        return click.Choice([m.value for m in annotation]), False
+    return {int: click.INT, float: click.FLOAT, bool: click.BOOL}.get(annotation, click.STRING), False
+
+
+def option_names(field: str) -> list[str]:
+    names = [f"--{field.replace('_', '-')}"]
+    if field.endswith("_seconds"):
+        names.append(f"--{field.removesuffix('_seconds').replace('_', '-')}")
+    return names
+
+
+def click_params(model: type[BaseModel], positional: tuple[str, ...]) -> list[click.Parameter]:
+    params: list[click.Parameter] = []
+    for name, field in model.model_fields.items():
+        ctype, multiple = click_type(field.annotation)
+        if name in positional:
+            params.append(click.Argument([name], type=ctype, required=field.is_required()))
+        else:
+            params.append(click.Option(option_names(name) + [name], type=ctype, multiple=multiple,
+                                       required=field.is_required(), help=field.description,
+                                       show_default=not field.is_required()))
+    return params
+
+
+def _given(kwargs: dict[str, Any]) -> dict[str, Any]:
+    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in kwargs.items()
+            if v is not None and v != ()}
+
+
+def _run_tool(session: Session, tool: Tool, params: dict[str, Any]) -> Any:
+    result = session.call(tool.name, params)
+    session.emit(tool.name, result)
+    return result
+
+
+def _wait_until_done(session: Session, agent_id: str, timeout: float | None) -> int:
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        chunk = 60.0 if deadline is None else max(0.0, min(60.0, deadline - time.monotonic()))
+        result = session.call("wait", {"agent_id": agent_id, "timeout_seconds": chunk})
+        if not result["timed_out"] or (deadline is not None and time.monotonic() >= deadline):
+            session.emit("wait", result)
+            return EXIT_RUNNING if result["timed_out"] else _STATE_EXIT[result["agent"]["state"]]
+
+
+def _follow_transcript(session: Session, params: dict[str, Any]) -> None:
+    cursor = params.get("cursor", 0)
+    while True:
+        page = session.call("transcript", {**params, "cursor": cursor})
+        for item in page["items"]:
+            session.emit("transcript_item", item)
+        cursor = page["next_cursor"]
+        if page["finished"]:
+            return
+        if not page["items"]:
+            time.sleep(0.25)
+
+
+def _set_format(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    if value is not None:
+        ctx.find_object(Session).output = value
+
+
+def format_option() -> click.Option:
+    """`--format` accepted after the verb too (`agent-run agents --format text`)."""
+    return click.Option(["--format"], type=click.Choice(["json", "text"]), default=None,
+                        expose_value=False, callback=_set_format, is_eager=False,
+                        help="json (default): one object per line; text: for people")
+
+
+def make_command(tool: Tool) -> click.Command:
+    extra: list[click.Parameter] = [format_option()]
+    if tool.name == "start":
+        extra.append(click.Option(["--wait", "wait_for_it"], is_flag=True,
+                                  help="wait until the agent ends; exit 0/2/3 like `wait`"))
+    if tool.name == "transcript":
+        extra.append(click.Option(["--follow"], is_flag=True, help="keep printing until the agent ends"))
+
+    @click.pass_obj
+    def callback(session: Session, wait_for_it: bool = False, follow: bool = False, **kwargs: Any) -> None:
+        params = _given(kwargs)
+        if tool.name == "wait":
+            sys.exit(_wait_until_done(session, params["agent_id"], params.get("timeout_seconds", 30.0)))
+        if tool.name == "transcript" and follow:
+            _follow_transcript(session, params)
+            return
+        result = _run_tool(session, tool, params)
+        if tool.name == "start" and wait_for_it:
+            sys.exit(_wait_until_done(session, result["id"], None))
+
+    return click.Command(tool.cli_verb, callback=callback, help=tool.doc, short_help=tool.doc.split(". ")[0],
+                         params=click_params(tool.params, tool.positional) + extra)
+
+
+class AgentRunGroup(click.Group):
+    """Turns domain errors into one JSON error line (or a readable line) and exit code 1."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except DomainError as exc:
+            session = ctx.obj
+            if isinstance(session, Session) and session.output == "json":
+                click.echo(json.dumps({"error": exc.to_data()}))
+            else:
+                field = f" [{exc.field}]" if exc.field else ""
+                click.echo(f"error: {exc.code}{field}: {exc.message}", err=True)
+            sys.exit(EXIT_ERROR)
+
+
+@click.group(cls=AgentRunGroup)
+@click.option("--home", default=None, help="agent-run home (default: $AGENT_RUN_HOME or ~/.agent-run)")
+@click.option("--format", "output", type=click.Choice(["json", "text"]), default="json",
+              help="json: one object per line (default); text: for people")
+@click.version_option(package_name="agent-run")
+@click.pass_context
+def cli(ctx: click.Context, home: str | None, output: str) -> None:
+    """agent-run: durable coding agents with verified answers."""
+    ctx.obj = Session(home, output)
+
+
+for _tool in TOOLS.values():
+    cli.add_command(make_command(_tool))
+
+from agent_run import cli_admin  # noqa: E402  (registers init, doctor, api, demo)
+
+cli_admin.register(cli, format_option)
+
+
+def main() -> None:
+    cli(prog_name="agent-run")

@@ -1,0 +1,56 @@
+"""Human-readable rendering of tool results for `--format text`."""
+
+import time
+from typing import Any
+
+
+def _ago(ts: float | None) -> str:
+    if ts is None:
+        return "-"
+    seconds = max(0, int(time.time() - ts))
+    if seconds < 60:
+        return f"{seconds}s ago"
+    if seconds < 3600:
+        return f"{seconds // 60}m ago"
+    return f"{seconds // 3600}h ago"
+
+
+def _agent(a: dict[str, Any]) -> str:
+    ex = a["execution"]
+    lines = [f"{a['id']}  {a['state']}" + (f" ({a['failure_kind']})" if a["failure_kind"] else ""),
+             f"  runtime {a['runtime']} / {a['model']}  profile {a['profile']}  created {_ago(a['created_at'])}",
+             f"  workdir {a['workdir']}",
+             f"  task    {a['task'].splitlines()[0][:100] if a['task'] else ''}",
+             f"  execution #{ex['number']} {ex['id']}  events {a['event_count']}"]
+    if ex.get("failure_advice"):
+        lines.append(f"  why     {ex.get('failure_message') or ''}")
+        lines.append(f"  advice  {ex['failure_advice']}")
+    if ex.get("answer_sha256"):
+        lines.append(f"  answer  {ex['answer_bytes']} bytes, sha256 {ex['answer_sha256']}")
+    elif a.get("last_message"):
+        lines.append(f"  last    {a['last_message'].splitlines()[0][:100]}")
+    return "\n".join(lines)
+
+
+def render(kind: str, data: Any) -> str:
+    if kind in ("start", "agent"):
+        return _agent(data)
+    if kind == "wait":
+        prefix = "still running (timed out)\n" if data["timed_out"] else ""
+        return prefix + _agent(data["agent"])
+    if kind == "list_agents":
+        rows = [f"{i['id']}  {i['state']:<10} {i['runtime']:<8} {_ago(i['created_at']):>8}  {i['task_preview'][:60]}"
+                for i in data["items"]]
+        return "\n".join(rows + [f"{len(data['items'])} of {data['total']} agents"])
+    if kind == "answer":
+        return f"{data['text']}\n-- verified: {data['bytes']} bytes, sha256 {data['sha256']}"
+    if kind == "transcript":
+        return "\n".join(render("transcript_item", i) for i in data["items"])
+    if kind == "transcript_item":
+        who = data["role"] + (f"[{data['name']}]" if data.get("name") else "")
+        return f"{who}: {data['content']}"
+    if kind in ("cancel", "steer"):
+        return f"{data['agent_id']}: {data['message']}"
+    if kind == "doc":
+        return data["text"]
+    return str(data)

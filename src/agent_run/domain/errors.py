@@ -1,0 +1,80 @@
+"""Domain errors: values with a stable code, a message a person can act on, and a field path."""
+
+from typing import Any
+
+
+class DomainError(Exception):
+    """Base of every error a caller can match on by `code`."""
+
+    code = "DomainError"
+
+    def __init__(self, message: str, *, field: str | None = None, **details: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+        self.details = details
+
+    def to_data(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.field is not None:
+            data["field"] = self.field
+        if self.details:
+            data["details"] = self.details
+        return data
+
+
+class AgentNotFound(DomainError):
+    code = "AgentNotFound"
+
+
+class Conflict(DomainError):
+    code = "Conflict"
+
+
+class InvalidRequest(DomainError):
+    code = "InvalidRequest"
+
+
+class UnknownRuntime(DomainError):
+    code = "UnknownRuntime"
+
+
+class NotRunning(DomainError):
+    code = "NotRunning"
+
+
+class AnswerNotReady(DomainError):
+    code = "AnswerNotReady"
+
+
+class AnswerIntegrity(DomainError):
+    code = "AnswerIntegrity"
+
+
+class ConfigInvalid(DomainError):
+    code = "ConfigInvalid"
+
+
+class SpawnFailed(DomainError):
+    code = "SpawnFailed"
+
+
+class DaemonUnavailable(DomainError):
+    code = "DaemonUnavailable"
+
+
+ERRORS_BY_CODE: dict[str, type[DomainError]] = {
+    cls.code: cls
+    for cls in (
+        DomainError, AgentNotFound, Conflict, InvalidRequest, UnknownRuntime, NotRunning,
+        AnswerNotReady, AnswerIntegrity, ConfigInvalid, SpawnFailed, DaemonUnavailable,
+    )
+}
+
+
+def error_from_data(data: dict[str, Any]) -> DomainError:
+    """Rebuild a typed error on the client side of a transport."""
+    cls = ERRORS_BY_CODE.get(data.get("code", ""), DomainError)
+    err = cls(data.get("message", "unknown error"), field=data.get("field"), **data.get("details", {}))
+    err.code = data.get("code", cls.code)
+    return err

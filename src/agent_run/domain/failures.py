@@ -1,0 +1,50 @@
+"""The closed enum of failure kinds. Callers match on the kind, never on text."""
+
+from enum import StrEnum
+
+
+class FailureKind(StrEnum):
+    SPAWN_FAILED = "spawn_failed"
+    AUTH_FAILED = "auth_failed"
+    RATE_LIMITED = "rate_limited"
+    QUOTA_EXHAUSTED = "quota_exhausted"
+    PROVIDER_ERROR = "provider_error"
+    PROVIDER_OVERLOADED = "provider_overloaded"
+    STREAM_ERROR = "stream_error"
+    NETWORK_ERROR = "network_error"
+    STALLED = "stalled"
+    TIMED_OUT = "timed_out"
+    ENGINE_CRASHED = "engine_crashed"
+    NO_ANSWER = "no_answer"
+    ERROR_REPLY = "error_reply"
+    PROTOCOL_ERROR = "protocol_error"
+    CONFIG_ERROR = "config_error"
+    ENGINE_GROUP_SURVIVED = "engine_group_survived"
+    SUPERVISOR_FAILED = "supervisor_failed"
+    SUPERVISOR_LOST = "supervisor_lost"
+
+    @property
+    def advice(self) -> str:
+        return FAILURE_ADVICE[self]
+
+
+FAILURE_ADVICE: dict[FailureKind, str] = {
+    FailureKind.SPAWN_FAILED: "The engine binary could not be started: run `agent-run doctor` and check the runtime's binary.",
+    FailureKind.AUTH_FAILED: "The provider refused the credentials: check the variable named in the runtime's auth.",
+    FailureKind.RATE_LIMITED: "The provider rate-limited this route: retry later or route to another runtime.",
+    FailureKind.QUOTA_EXHAUSTED: "The account's quota is used up: switch runtime or wait for the quota to reset.",
+    FailureKind.PROVIDER_ERROR: "The provider returned a server error: retry; if it persists, check the provider's status.",
+    FailureKind.PROVIDER_OVERLOADED: "The provider is overloaded (529 / high demand): retry later.",
+    FailureKind.STREAM_ERROR: "The model stream was malformed or cut short: retry the agent.",
+    FailureKind.NETWORK_ERROR: "The provider could not be reached: check base_url and the network.",
+    FailureKind.STALLED: "The engine produced no event for stall_seconds: inspect the transcript, then retry.",
+    FailureKind.TIMED_OUT: "The execution exceeded its wall budget: raise wall_seconds or split the task.",
+    FailureKind.ENGINE_CRASHED: "The engine exited without completing: read the engine log under agents/<id>/.",
+    FailureKind.NO_ANSWER: "The engine completed but gave no answer text: rephrase the task to ask for a final answer.",
+    FailureKind.ERROR_REPLY: "The engine's only reply was an error message: read the answer text for the cause.",
+    FailureKind.PROTOCOL_ERROR: "The engine spoke something agent-run could not parse: check the engine version.",
+    FailureKind.CONFIG_ERROR: "The runtime's configuration is invalid: run `agent-run doctor`.",
+    FailureKind.ENGINE_GROUP_SURVIVED: "Engine processes survived the end of the run and were killed: the result is not trusted.",
+    FailureKind.SUPERVISOR_FAILED: "The supervisor hit an internal error: read the supervisor log under agents/<id>/.",
+    FailureKind.SUPERVISOR_LOST: "The supervisor died (killed or machine rebooted): resume or start the agent again.",
+}

@@ -1,0 +1,68 @@
+"""Request models: the parameters of every tool, validated the same way on every transport."""
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from agent_run.domain.states import ExecutionState
+
+AgentId = Field(min_length=1, max_length=64, pattern=r"^ag_[0-9a-z]+$",
+                description="the agent's id, as returned by start")
+
+
+class Params(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class StartParams(Params):
+    task: str = Field(min_length=1, max_length=1_000_000, description="what the agent should do")
+    workdir: str = Field(min_length=1, description="absolute path of an existing directory to work in")
+    runtime: str | None = Field(default=None, description="a configured runtime; default from config")
+    model: str | None = Field(default=None, description="a model of the runtime; default: its default_model")
+    profile: Literal["read_only", "write"] = Field(default="write", description="may the agent write files")
+    request_id: str | None = Field(default=None, min_length=1, max_length=200,
+                                   description="idempotency key: the same request returns the same agent")
+    stall_seconds: float | None = Field(default=None, gt=0, le=86_400,
+                                        description="fail if the engine is silent this long")
+    wall_seconds: float | None = Field(default=None, gt=0, le=7 * 86_400,
+                                       description="fail if one execution runs longer than this")
+
+
+class AgentParams(Params):
+    agent_id: str = AgentId
+
+
+class CancelParams(AgentParams):
+    pass
+
+
+class SteerParams(Params):
+    agent_id: str = AgentId
+    text: str = Field(min_length=1, max_length=100_000, description="the message to give the running agent")
+
+
+class ListAgentsParams(Params):
+    state: list[ExecutionState] | None = Field(default=None, description="only agents in these states")
+    runtime: str | None = Field(default=None, description="only agents of this runtime")
+    limit: int = Field(default=50, ge=1, le=500)
+    offset: int = Field(default=0, ge=0)
+
+
+class TranscriptParams(Params):
+    agent_id: str = AgentId
+    cursor: int = Field(default=0, ge=0, description="next_cursor of the previous page; 0 for the start")
+    limit: int = Field(default=200, ge=1, le=1000)
+
+
+class WaitParams(Params):
+    agent_id: str = AgentId
+    timeout_seconds: float = Field(default=30.0, ge=0, le=600,
+                                   description="return `timed_out: true` after this long")
+
+
+class DocParams(Params):
+    topic: str | None = Field(default=None, description="a topic; omit for the list of topics")
+
+
+class EmptyParams(Params):
+    pass

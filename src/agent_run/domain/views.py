@@ -1,0 +1,132 @@
+"""View models: what every tool returns, identical on the socket, over MCP and in the CLI."""
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from agent_run.domain.failures import FailureKind
+from agent_run.domain.states import ExecutionState
+
+
+class View(BaseModel):
+    model_config = {"extra": "forbid"}
+
+
+class ExecutionView(View):
+    id: str
+    number: int = Field(description="1 for the first run, then one more per resume / follow-up")
+    kind: Literal["start", "resume", "followup"]
+    state: ExecutionState
+    failure_kind: FailureKind | None = None
+    failure_advice: str | None = None
+    failure_message: str | None = None
+    created_at: float
+    started_at: float | None = None
+    ended_at: float | None = None
+    exit_code: int | None = None
+    engine_session_id: str | None = None
+    answer_sha256: str | None = None
+    answer_bytes: int | None = None
+    usage: dict[str, float] | None = None
+    cost_usd: float | None = None
+
+
+class AgentView(View):
+    id: str
+    request_id: str | None = None
+    runtime: str
+    engine: str
+    model: str
+    task: str
+    workdir: str
+    profile: Literal["read_only", "write"]
+    created_at: float
+    state: ExecutionState = Field(description="the state of the latest execution")
+    failure_kind: FailureKind | None = None
+    execution: ExecutionView
+    event_count: int
+    last_message: str | None = Field(default=None, description="the last transcript line, truncated")
+    revision: int = Field(description="the global event revision this view was read at")
+
+
+class AgentSummary(View):
+    id: str
+    runtime: str
+    model: str
+    state: ExecutionState
+    failure_kind: FailureKind | None = None
+    task_preview: str
+    created_at: float
+    updated_at: float
+    answer_sha256: str | None = None
+
+
+class AgentList(View):
+    items: list[AgentSummary]
+    total: int = Field(description="exact number of agents matching the filters")
+    limit: int
+    offset: int
+    revision: int
+
+
+class AnswerView(View):
+    agent_id: str
+    execution_id: str
+    text: str
+    sha256: str
+    bytes: int
+    path: str
+    verified: Literal[True] = True
+
+
+class TranscriptItem(View):
+    id: int
+    execution_number: int
+    role: str
+    name: str | None = None
+    content: str
+    ts: float
+
+
+class TranscriptPage(View):
+    agent_id: str
+    items: list[TranscriptItem]
+    next_cursor: int = Field(description="pass as `cursor` to read what follows")
+    state: ExecutionState
+    finished: bool = Field(description="the agent is terminal and every item has been read")
+
+
+class WaitResult(View):
+    agent: AgentView
+    timed_out: bool
+
+
+class CancelResult(View):
+    agent_id: str
+    accepted: bool
+    state: ExecutionState
+    message: str
+
+
+class SteerResult(View):
+    agent_id: str
+    command_id: int
+    state: Literal["pending", "delivered", "refused"]
+    message: str
+
+
+class DocResult(View):
+    topic: str
+    text: str
+    topics: list[str]
+
+
+class Pong(View):
+    pong: Literal[True] = True
+    version: str
+    pid: int
+    home: str
+
+
+class ToolsResult(View):
+    tools: list[dict[str, Any]]

@@ -1,0 +1,118 @@
+"""The engine interface: a launch plan, a line protocol, normalized events, a classified outcome."""
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from agent_run.domain.failures import FailureKind
+
+
+@dataclass(frozen=True)
+class ExecutionPlan:
+    """Everything a supervisor needs to run one execution; stored as `executions.plan_json`."""
+
+    agent_id: str
+    execution_id: str
+    runtime: str
+    engine: str
+    model: str
+    workdir: str
+    profile: str
+    prompt: str
+    runtime_config: dict[str, Any]
+    stall_seconds: float
+    wall_seconds: float | None
+    cancel_grace_seconds: float
+    engine_home: str
+    resume_session_id: str | None = None
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "ExecutionPlan":
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    argv: list[str]
+    env: dict[str, str]
+    cwd: str
+    stdin_pipe: bool
+    secrets: list[str] = field(default_factory=list)
+
+
+# Normalized events: what every engine's stream is turned into.
+@dataclass(frozen=True)
+class SessionStarted:
+    session_id: str | None
+    model: str | None
+
+
+@dataclass(frozen=True)
+class MessageEvent:
+    role: str  # assistant | user | tool
+    content: str
+    name: str | None = None
+
+
+@dataclass(frozen=True)
+class RetryEvent:
+    status: int | None
+    attempt: int | None
+    message: str
+
+
+@dataclass(frozen=True)
+class Completion:
+    """The engine's own end-of-turn record."""
+
+    text: str
+    is_error: bool
+    error_status: int | None = None
+    subtype: str | None = None
+    usage: dict[str, Any] | None = None
+    cost_usd: float | None = None
+
+
+@dataclass(frozen=True)
+class ControlAck:
+    request_id: str
+    subtype: str
+
+
+@dataclass(frozen=True)
+class Unparsed:
+    line: str
+
+
+EngineEvent = SessionStarted | MessageEvent | RetryEvent | Completion | ControlAck | Unparsed
+
+
+class Engine(Protocol):
+    name: str
+    supports_steer: bool
+    supports_interrupt: bool
+
+    def launch(self, plan: ExecutionPlan, secrets: dict[str, str]) -> LaunchSpec: ...
+
+    def initial_input(self, plan: ExecutionPlan) -> list[bytes]: ...
+
+    def parse_line(self, line: str) -> list[EngineEvent]: ...
+
+    def steer_input(self, text: str) -> bytes | None: ...
+
+    def interrupt_input(self) -> bytes | None: ...
+
+    def classify(self, completion: Completion) -> FailureKind | None: ...
+
+
+def kind_for_http_status(status: int | None, text: str = "") -> FailureKind | None:
+    """Map a provider's HTTP status (and tell-tale text) to a failure kind."""
+    lowered = text.lower()
+    if status in (401, 403):
+        return FailureKind.AUTH_FAILED
+    if status == 429:
+        return FailureKind.QUOTA_EXHAUSTED if "quota" in lowered else FailureKind.RATE_LIMITED
+    if status in (529, 503):
+        return FailureKind.PROVIDER_OVERLOADED
+    if status is not None and status >= 500:
+        return FailureKind.PROVIDER_ERROR
+    return None

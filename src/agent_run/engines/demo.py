@@ -1,0 +1,39 @@
+"""The `demo` engine adapter: launches `demo_program` and speaks stream-json to it."""
+
+import sys
+
+from agent_run.domain.failures import FailureKind
+from agent_run.engines.base import Completion, EngineEvent, ExecutionPlan, LaunchSpec, kind_for_http_status
+from agent_run.engines.environment import base_environment
+from agent_run.engines.stream_json import control_request, parse_stream_json_line, user_message
+
+
+class DemoEngine:
+    name = "demo"
+    supports_steer = True
+    supports_interrupt = True
+
+    def launch(self, plan: ExecutionPlan, secrets: dict[str, str]) -> LaunchSpec:
+        env = base_environment(plan)
+        env.update(plan.runtime_config.get("env") or {})
+        env.update(secrets)
+        argv = [sys.executable, "-m", "agent_run.engines.demo_program", "--model", plan.model]
+        return LaunchSpec(argv=argv, env=env, cwd=plan.workdir, stdin_pipe=True,
+                          secrets=list(secrets.values()))
+
+    def initial_input(self, plan: ExecutionPlan) -> list[bytes]:
+        return [user_message(plan.prompt)]
+
+    def parse_line(self, line: str) -> list[EngineEvent]:
+        return parse_stream_json_line(line)
+
+    def steer_input(self, text: str) -> bytes | None:
+        return user_message(text)
+
+    def interrupt_input(self) -> bytes | None:
+        return control_request("interrupt-1", "interrupt")
+
+    def classify(self, completion: Completion) -> FailureKind | None:
+        if completion.is_error:
+            return kind_for_http_status(completion.error_status, completion.text) or FailureKind.ERROR_REPLY
+        return None

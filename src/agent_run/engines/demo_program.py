@@ -1,0 +1,205 @@
+"""The offline demo engine: a real child process that speaks Claude Code's stream-json.
+
+Run as `python -m agent_run.engines.demo_program --model M`. It reads user messages (and
+`control_request` interrupts) as stream-json lines on stdin, runs one turn per message in
+order, and exits at end of input. The task text chooses the behaviour, one directive a line:
+
+    answer: TEXT            final answer (default: a short echo of the task)
+    write: PATH = CONTENT   write a file in the working directory (a Write tool call)
+    steps: N                N progress messages before answering ...
+    step_seconds: S         ... S seconds apart (default 0.2)
+    sleep: S                silently wait S seconds before answering
+    fail: KIND              fail: auth | rate_limit | quota | server | overloaded | crash |
+                            malformed | error_reply | empty | hang
+    echo_env: VAR           put the value of VAR in the answer (redaction tests)
+    spawn: S                start a background child that sleeps S seconds (group-kill tests)
+"""
+
+import argparse
+import json
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+
+_FAILURES = {
+    "auth": (401, "Invalid API key · Please run /login"),
+    "rate_limit": (429, "API Error: Request rejected (429) · rate limited"),
+    "quota": (429, "API Error: 429 You exceeded your current quota"),
+    "server": (500, "API Error: 500 Internal server error"),
+    "overloaded": (529, "API Error: 529 Overloaded"),
+}
+
+
+@dataclass
+class Directives:
+    answer: str | None = None
+    writes: list[tuple[str, str]] = field(default_factory=list)
+    steps: int = 0
+    step_seconds: float = 0.2
+    sleep: float = 0.0
+    fail: str | None = None
+    echo_env: list[str] = field(default_factory=list)
+    spawn: float | None = None
+
+
+def parse_directives(task: str) -> Directives:
+    d = Directives()
+    for raw in task.splitlines():
+        key, sep, value = raw.partition(":")
+        key, value = key.strip().lower(), value.strip()
+        if not sep:
+            continue
+        if key == "answer":
+            d.answer = value
+        elif key == "write":
+            path, _, content = value.partition("=")
+            d.writes.append((path.strip(), content.strip()))
+        elif key == "steps":
+            d.steps = int(value)
+        elif key == "step_seconds":
+            d.step_seconds = float(value)
+        elif key == "sleep":
+            d.sleep = float(value)
+        elif key == "fail":
+            d.fail = value.lower()
+        elif key == "echo_env":
+            d.echo_env.append(value)
+        elif key == "spawn":
+            d.spawn = float(value)
+    return d
+
+
+class Interrupted(Exception):
+    pass
+
+
+class DemoEngine:
+    def __init__(self, model: str) -> None:
+        self.model = model
+        self.session_id = str(uuid.uuid4())
+        self.inbox: "queue.Queue[dict | None]" = queue.Queue()
+        self.interrupt = threading.Event()
+        self.turns = 0
+        self.write_lock = threading.Lock()
+
+    def emit(self, obj: dict) -> None:
+        with self.write_lock:
+            sys.stdout.write(json.dumps(obj) + "\n")
+            sys.stdout.flush()
+
+    def read_stdin(self) -> None:
+        for line in sys.stdin:
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if obj.get("type") == "control_request":
+                request = obj.get("request") or {}
+                if request.get("subtype") == "interrupt":
+                    self.interrupt.set()
+                self.emit({"type": "control_response", "response": {
+                    "subtype": "success", "request_id": obj.get("request_id")}})
+            elif obj.get("type") == "user":
+                self.inbox.put(obj)
+        self.inbox.put(None)
+
+    def wait(self, seconds: float) -> None:
+        if self.interrupt.wait(seconds):
+            raise Interrupted
+
+    def assistant(self, blocks: list[dict]) -> None:
+        self.emit({"type": "assistant", "session_id": self.session_id,
+                   "message": {"role": "assistant", "model": self.model, "content": blocks}})
+
+    def result(self, text: str, *, is_error: bool = False, subtype: str = "success",
+               status: int | None = None, started: float) -> None:
+        self.emit({"type": "result", "subtype": subtype, "is_error": is_error, "result": text,
+                   "api_error_status": status, "num_turns": self.turns, "session_id": self.session_id,
+                   "duration_ms": int((time.time() - started) * 1000), "total_cost_usd": 0.0,
+                   "usage": {"input_tokens": len(text.split()) + 10, "output_tokens": len(text.split())}})
+
+    def run_turn(self, task: str) -> None:
+        started = time.time()
+        self.turns += 1
+        d = parse_directives(task)
+        try:
+            self.wait(d.sleep)
+            if d.spawn is not None:
+                subprocess.Popen(["sleep", str(d.spawn)], stdin=subprocess.DEVNULL,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            for i in range(1, d.steps + 1):
+                self.wait(d.step_seconds)
+                self.assistant([{"type": "text", "text": f"step {i}/{d.steps}"}])
+            for path, content in d.writes:
+                tool_id = f"toolu_{uuid.uuid4().hex[:12]}"
+                self.assistant([{"type": "tool_use", "id": tool_id, "name": "Write",
+                                 "input": {"file_path": path, "content": content}}])
+                with open(path, "w") as fh:
+                    fh.write(content + "\n")
+                self.emit({"type": "user", "message": {"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": tool_id,
+                     "content": f"File created successfully at: {path}"}]}})
+            if d.fail:
+                self.fail(d.fail, started)
+                return
+            answer = d.answer or f"Demo answer to: {task.strip().splitlines()[0] if task.strip() else ''}"
+            for name in d.echo_env:
+                answer += f"\n{name}={os.environ.get(name, '')}"
+            self.assistant([{"type": "text", "text": answer}])
+            self.result(answer, started=started)
+        except Interrupted:
+            self.interrupt.clear()
+            self.result("Interrupted by user", is_error=True, subtype="error_during_execution",
+                        started=started)
+
+    def fail(self, kind: str, started: float) -> None:
+        if kind in _FAILURES:
+            status, text = _FAILURES[kind]
+            self.assistant([{"type": "text", "text": text}])
+            self.result(text, is_error=True, status=status, started=started)
+        elif kind == "crash":
+            self.assistant([{"type": "text", "text": "about to crash"}])
+            os._exit(3)
+        elif kind == "malformed":
+            with self.write_lock:
+                sys.stdout.write('{"type": "assistant", "message": {BROKEN\n')
+                sys.stdout.flush()
+            os._exit(1)
+        elif kind == "error_reply":
+            text = "[API Error: Connection error.]"
+            self.assistant([{"type": "text", "text": text}])
+            self.result(text, started=started)
+        elif kind == "empty":
+            self.result("", started=started)
+        elif kind == "hang":
+            self.wait(10**6)
+        else:
+            self.result(f"unknown failure {kind!r}", is_error=True, started=started)
+
+    def serve(self) -> int:
+        self.emit({"type": "system", "subtype": "init", "session_id": self.session_id,
+                   "model": self.model, "tools": ["Write"], "permissionMode": "default",
+                   "cwd": os.getcwd()})
+        threading.Thread(target=self.read_stdin, daemon=True).start()
+        while (message := self.inbox.get()) is not None:
+            content = (message.get("message") or {}).get("content", "")
+            if isinstance(content, list):
+                content = "\n".join(b.get("text", "") for b in content if isinstance(b, dict))
+            self.run_turn(str(content))
+        return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="agent-run-demo-engine")
+    parser.add_argument("--model", default="demo-1")
+    args = parser.parse_args()
+    return DemoEngine(args.model).serve()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

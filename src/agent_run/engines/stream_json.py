@@ -1,0 +1,71 @@
+"""Parser for the stream-json line protocol of Claude Code (also spoken by Qwen Code and demo)."""
+
+import json
+from typing import Any
+
+from agent_run.engines.base import (
+    Completion, ControlAck, EngineEvent, MessageEvent, RetryEvent, SessionStarted, Unparsed,
+)
+
+
+def user_message(text: str) -> bytes:
+    line = {"type": "user", "message": {"role": "user", "content": text}}
+    return (json.dumps(line) + "\n").encode()
+
+
+def control_request(request_id: str, subtype: str) -> bytes:
+    line = {"type": "control_request", "request_id": request_id, "request": {"subtype": subtype}}
+    return (json.dumps(line) + "\n").encode()
+
+
+def _blocks(message: dict[str, Any]) -> list[dict[str, Any]]:
+    content = message.get("content")
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    return [b for b in content or [] if isinstance(b, dict)]
+
+
+def _tool_result_text(block: dict[str, Any]) -> str:
+    content = block.get("content")
+    if isinstance(content, list):
+        return "\n".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
+    return "" if content is None else str(content)
+
+
+def parse_stream_json_line(line: str) -> list[EngineEvent]:
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError:
+        return [Unparsed(line)]
+    if not isinstance(obj, dict):
+        return [Unparsed(line)]
+    kind, subtype = obj.get("type"), obj.get("subtype")
+    if kind == "system" and subtype == "init":
+        return [SessionStarted(obj.get("session_id"), obj.get("model"))]
+    if kind == "system" and subtype == "api_retry":
+        return [RetryEvent(obj.get("error_status"), obj.get("attempt"), str(obj.get("error", "")))]
+    if kind == "assistant":
+        events: list[EngineEvent] = []
+        for block in _blocks(obj.get("message") or {}):
+            if block.get("type") == "text" and block.get("text"):
+                events.append(MessageEvent("assistant", block["text"]))
+            elif block.get("type") == "tool_use":
+                events.append(MessageEvent("tool_call", json.dumps(block.get("input", {})),
+                                           name=block.get("name")))
+        return events
+    if kind == "user":
+        return [MessageEvent("tool", _tool_result_text(block), name=block.get("tool_use_id"))
+                for block in _blocks(obj.get("message") or {}) if block.get("type") == "tool_result"]
+    if kind == "result":
+        return [Completion(
+            text=str(obj.get("result") or ""),
+            is_error=bool(obj.get("is_error")) or subtype not in (None, "success"),
+            error_status=obj.get("api_error_status"),
+            subtype=subtype,
+            usage=obj.get("usage"),
+            cost_usd=obj.get("total_cost_usd"),
+        )]
+    if kind == "control_response":
+        response = obj.get("response") or {}
+        return [ControlAck(str(response.get("request_id", "")), str(response.get("subtype", "")))]
+    return []

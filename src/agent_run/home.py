@@ -1,0 +1,76 @@
+"""The agent-run home: where config, state, the socket and per-agent files live (0700 / 0600)."""
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+HOME_ENV = "AGENT_RUN_HOME"
+DEFAULT_HOME = "~/.agent-run"
+# sun_path is 108 bytes on Linux, including the terminating NUL.
+MAX_SOCKET_PATH = 107
+
+
+@dataclass(frozen=True)
+class Home:
+    root: Path
+
+    @classmethod
+    def resolve(cls, explicit: str | os.PathLike[str] | None = None) -> "Home":
+        raw = explicit or os.environ.get(HOME_ENV) or DEFAULT_HOME
+        return cls(Path(raw).expanduser().absolute())
+
+    @property
+    def config_path(self) -> Path:
+        return self.root / "config.toml"
+
+    @property
+    def db_path(self) -> Path:
+        return self.root / "state.db"
+
+    @property
+    def socket_path(self) -> Path:
+        return self.root / "api.sock"
+
+    @property
+    def lock_path(self) -> Path:
+        return self.root / "daemon.lock"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def agents_dir(self) -> Path:
+        return self.root / "agents"
+
+    @property
+    def homes_dir(self) -> Path:
+        return self.root / "homes"
+
+    def execution_dir(self, agent_id: str, execution_id: str) -> Path:
+        return self.agents_dir / agent_id / execution_id
+
+    def ensure(self) -> "Home":
+        """Create the home and its folders 0700; tighten an existing home that is too open."""
+        for path in (self.root, self.logs_dir, self.agents_dir, self.homes_dir):
+            path.mkdir(mode=0o700, parents=True, exist_ok=True)
+            if path.stat().st_mode & 0o077:
+                path.chmod(0o700)
+        return self
+
+
+def private_dir(path: Path) -> Path:
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return path
+
+
+def write_private_file(path: Path, data: bytes) -> None:
+    """Write a file 0600 atomically: temp file, fsync, rename."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)

@@ -1,0 +1,109 @@
+"""The client side of the socket: a small synchronous JSON-RPC client, and daemon autostart."""
+
+import itertools
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from typing import Any
+
+from agent_run.domain.errors import DaemonUnavailable, DomainError, error_from_data
+from agent_run.home import Home
+from agent_run.rpc import protocol as p
+
+NO_AUTOSTART_ENV = "AGENT_RUN_NO_AUTOSTART"
+AUTOSTART_TIMEOUT_SECONDS = 20.0
+
+
+class RpcError(Exception):
+    """A JSON-RPC protocol error (not a domain error): code, message, data."""
+
+    def __init__(self, code: int, message: str, data: Any = None) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code, self.message, self.data = code, message, data
+
+
+class RpcClient:
+    def __init__(self, socket_path: os.PathLike[str] | str, timeout: float | None = None) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(timeout)
+        self.sock.connect(str(socket_path))
+        self.file = self.sock.makefile("rb")
+        self._ids = itertools.count(1)
+
+    def call(self, method: str, params: dict[str, Any] | None = None) -> Any:
+        request_id = next(self._ids)
+        self.sock.sendall(p.encode({"jsonrpc": "2.0", "id": request_id, "method": method,
+                                    "params": params or {}}))
+        line = self.file.readline()
+        if not line:
+            raise DaemonUnavailable("the daemon closed the connection before answering")
+        reply = json.loads(line)
+        if "error" in reply:
+            err = reply["error"]
+            if err["code"] in (p.DOMAIN_ERROR, p.INVALID_PARAMS) and isinstance(err.get("data"), dict):
+                raise error_from_data(err["data"])
+            raise RpcError(err["code"], err["message"], err.get("data"))
+        return reply["result"]
+
+    def close(self) -> None:
+        self.file.close()
+        self.sock.close()
+
+    def __enter__(self) -> "RpcClient":
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+
+def try_connect(home: Home, timeout: float | None = None) -> RpcClient | None:
+    try:
+        client = RpcClient(home.socket_path, timeout)
+        client.call("ping")
+        return client
+    except (FileNotFoundError, ConnectionRefusedError, DaemonUnavailable, OSError):
+        return None
+
+
+def start_daemon_detached(home: Home) -> int:
+    """Launch `agent-run api serve` in its own session; its output goes to logs/daemon.out."""
+    home.ensure()
+    out = os.open(home.logs_dir / "daemon.out", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "agent_run", "--home", str(home.root), "api", "serve"],
+                                stdin=subprocess.DEVNULL, stdout=out, stderr=out, cwd="/",
+                                start_new_session=True)
+    finally:
+        os.close(out)
+    return proc.pid
+
+
+def connect(home: Home, *, autostart: bool = True, timeout: float | None = None) -> RpcClient:
+    """A client of the home's daemon, starting one (and saying so on stderr) when none answers."""
+    client = try_connect(home, timeout)
+    if client is not None:
+        return client
+    if not autostart or os.environ.get(NO_AUTOSTART_ENV) == "1":
+        raise DaemonUnavailable(
+            f"no daemon answers at {home.socket_path}; start one with `agent-run api serve`"
+            + (f" ({NO_AUTOSTART_ENV}=1 turned autostart off)" if os.environ.get(NO_AUTOSTART_ENV) == "1" else ""))
+    pid = start_daemon_detached(home)
+    print(f"agent-run: no daemon was answering for {home.root}; started one (pid {pid})", file=sys.stderr)
+    deadline = time.monotonic() + AUTOSTART_TIMEOUT_SECONDS
+    while time.monotonic() < deadline:
+        client = try_connect(home, timeout)
+        if client is not None:
+            return client
+        time.sleep(0.05)
+    tail = ""
+    out = home.logs_dir / "daemon.out"
+    if out.exists():
+        tail = out.read_text(errors="replace").strip().splitlines()[-1:][0] if out.read_text().strip() else ""
+    raise DaemonUnavailable(f"started a daemon (pid {pid}) but it did not answer within "
+                            f"{AUTOSTART_TIMEOUT_SECONDS:.0f}s" + (f": {tail}" if tail else ""))
+
+
+__all__ = ["RpcClient", "RpcError", "DomainError", "connect", "try_connect"]

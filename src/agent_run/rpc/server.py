@@ -1,0 +1,204 @@
+"""The daemon: one per home (a lock), a 0600 socket, JSON-RPC dispatch to the tool table,
+the revision watcher and the reconciliation loop."""
+
+import asyncio
+import fcntl
+import json
+import os
+import signal
+import socket
+import struct
+from typing import Any
+
+from pydantic import ValidationError
+
+from agent_run import __version__
+from agent_run.config import load_config
+from agent_run.domain.errors import DomainError
+from agent_run.domain.requests import EmptyParams
+from agent_run.domain.views import Pong, ToolsResult
+from agent_run.home import MAX_SOCKET_PATH, Home
+from agent_run.logs import daemon_logger
+from agent_run.rpc import protocol as p
+from agent_run.services.context import ServiceContext
+from agent_run.services.reconcile import reconcile_once
+from agent_run.store.db import connect
+from agent_run.tools import SOCKET_ONLY, TOOLS, Tool, tool_schemas
+
+ALL_TOOLS: dict[str, Tool] = {**TOOLS, **SOCKET_ONLY}
+
+
+class DaemonAlreadyRunning(Exception):
+    pass
+
+
+async def ping(ctx: ServiceContext, _p: EmptyParams) -> Pong:
+    return Pong(version=__version__, pid=os.getpid(), home=str(ctx.home.root))
+
+
+async def list_tools(_ctx: ServiceContext, _p: EmptyParams) -> ToolsResult:
+    return ToolsResult(tools=tool_schemas())
+
+
+def acquire_lock(home: Home) -> int:
+    """Hold the home's daemon lock for this process's life; the kernel drops it when we die."""
+    fd = os.open(home.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 64, 0).decode().strip() or "unknown"
+        os.close(fd)
+        raise DaemonAlreadyRunning(f"a daemon already serves {home.root} (pid {holder})") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
+
+
+def peer_uid(sock: socket.socket) -> int:
+    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    _pid, uid, _gid = struct.unpack("3i", creds)
+    return uid
+
+
+class Daemon:
+    def __init__(self, home: Home) -> None:
+        self.home = home.ensure()
+        self.log = daemon_logger(home)
+        self.config = load_config(home)  # fail closed before anything is bound
+        self.ctx = ServiceContext(home, self.config)
+        self.tools = {name: (tool, tool.resolve()) for name, tool in ALL_TOOLS.items()}
+
+    async def serve(self) -> None:
+        if len(str(self.home.socket_path)) > MAX_SOCKET_PATH:
+            raise SystemExit(f"socket path {self.home.socket_path} is longer than {MAX_SOCKET_PATH} "
+                             "bytes; choose a shorter --home")
+        lock_fd = acquire_lock(self.home)
+        connect(self.home.db_path).close()  # migrate once, before serving
+        # We hold the lock, so any socket file left behind belongs to a dead daemon.
+        self.home.socket_path.unlink(missing_ok=True)
+        old_umask = os.umask(0o177)
+        try:
+            server = await asyncio.start_unix_server(self._connection, path=str(self.home.socket_path),
+                                                     limit=p.MAX_LINE_BYTES + 1)
+        finally:
+            os.umask(old_umask)
+        os.chmod(self.home.socket_path, 0o600)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        background = [asyncio.create_task(self.ctx.watcher.run()),
+                      asyncio.create_task(self._reconcile_loop())]
+        self.log.info("daemon.started", pid=os.getpid(), socket=str(self.home.socket_path))
+        async with server:
+            await stop.wait()
+        self.log.info("daemon.stopping")
+        for task in background:
+            task.cancel()
+        self.home.socket_path.unlink(missing_ok=True)
+        self.ctx.shutdown()
+        os.close(lock_fd)
+
+    async def _reconcile_loop(self) -> None:
+        while True:
+            try:
+                lost = await self.ctx.db(reconcile_once, set(self.ctx.starting))
+                for item in lost:
+                    self.log.warning("execution.lost", execution_id=item.execution_id, reason=item.reason)
+            except Exception as exc:  # keep reconciling; the next pass may succeed
+                self.log.error("reconcile.error", error=repr(exc))
+            await asyncio.sleep(self.config.daemon.reconcile_interval_seconds)
+
+    # -- connections ------------------------------------------------------------------------
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        write_lock = asyncio.Lock()
+        pending: set[asyncio.Task[None]] = set()
+
+        async def send(message: dict[str, Any]) -> None:
+            async with write_lock:
+                try:
+                    writer.write(p.encode(message))
+                    await writer.drain()
+                except (ConnectionError, RuntimeError):
+                    pass  # the client left; its answer has nowhere to go
+
+        sock = writer.get_extra_info("socket")
+        if peer_uid(sock) != os.getuid():
+            await send(p.error(None, p.DOMAIN_ERROR, "permission denied",
+                               {"code": "PermissionDenied", "message": "peer uid differs from the daemon's"}))
+            writer.close()
+            return
+        try:
+            while True:
+                try:
+                    line = await reader.readline()
+                except ValueError:
+                    await send(p.error(None, p.INVALID_REQUEST, "request line too long",
+                                       {"code": "LineTooLong",
+                                        "message": f"a request line may be at most {p.MAX_LINE_BYTES} bytes"}))
+                    break  # the stream has no usable boundary left
+                except ConnectionError:
+                    break
+                if not line:
+                    break
+                if not line.strip():
+                    continue
+                task = asyncio.create_task(self._handle_line(line, send))
+                pending.add(task)
+                task.add_done_callback(pending.discard)
+        finally:
+            # A client that left cancels its reads (e.g. a wait); writes run to completion.
+            for task in pending:
+                if getattr(task, "read_only", False):
+                    task.cancel()
+            writer.close()
+
+    async def _handle_line(self, line: bytes, send: Any) -> None:
+        try:
+            message = json.loads(line)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            await send(p.error(None, p.PARSE_ERROR, f"parse error: {exc}"))
+            return
+        if not isinstance(message, dict):
+            await send(p.error(None, p.INVALID_REQUEST, "a request must be a JSON object (batches are not supported)"))
+            return
+        request_id = message.get("id")
+        is_notification = "id" not in message
+        if message.get("jsonrpc") != "2.0" or not isinstance(message.get("method"), str):
+            await send(p.error(request_id, p.INVALID_REQUEST,
+                               'invalid request: need "jsonrpc": "2.0" and a string "method"'))
+            return
+        reply = await self._dispatch(request_id, message["method"], message.get("params"))
+        if not is_notification:
+            await send(reply)
+
+    async def _dispatch(self, request_id: Any, method: str, params: Any) -> dict[str, Any]:
+        entry = self.tools.get(method)
+        if entry is None:
+            return p.error(request_id, p.METHOD_NOT_FOUND, f"method not found: {method}")
+        tool, handler = entry
+        asyncio.current_task().read_only = tool.read_only  # type: ignore[union-attr]
+        if params is None:
+            params = {}
+        if not isinstance(params, dict):
+            return p.error(request_id, p.INVALID_PARAMS, "params must be an object",
+                           {"code": "InvalidParams", "message": "params must be an object", "field": "params"})
+        try:
+            parsed = tool.params.model_validate(params)
+        except ValidationError as exc:
+            data = p.validation_error_data(exc)
+            return p.error(request_id, p.INVALID_PARAMS, f"invalid params: {data['message']}", data)
+        try:
+            result = await handler(self.ctx, parsed)
+        except DomainError as exc:
+            return p.error(request_id, p.DOMAIN_ERROR, exc.message, exc.to_data())
+        except Exception as exc:
+            self.log.exception("rpc.internal_error", method=method)
+            return p.error(request_id, p.INTERNAL_ERROR, f"internal error: {exc!r}")
+        return p.response(request_id, result.model_dump(mode="json"))
+
+
+def serve_forever(home: Home) -> None:
+    os.umask(0o077)
+    asyncio.run(Daemon(home).serve())

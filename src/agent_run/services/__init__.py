@@ -1,0 +1,1 @@
+"""Services: admission, views, waiting, commands and reconciliation, over the store."""

@@ -1,0 +1,279 @@
+"""Agent services: admission (idempotent start), views, answers, transcripts, waiting, commands."""
+
+import hashlib
+import json
+import sqlite3
+import time
+from pathlib import Path
+
+from agent_run.config import RuntimeConfig
+from agent_run.domain import errors
+from agent_run.domain.failures import FailureKind
+from agent_run.domain.ids import new_agent_id, new_execution_id
+from agent_run.domain.requests import (
+    AgentParams, CancelParams, ListAgentsParams, StartParams, SteerParams, TranscriptParams, WaitParams,
+)
+from agent_run.domain.states import ExecutionState
+from agent_run.domain.views import (
+    AgentList, AgentSummary, AgentView, AnswerView, CancelResult, ExecutionView, SteerResult,
+    TranscriptItem, TranscriptPage, WaitResult,
+)
+from agent_run.services.context import ServiceContext
+from agent_run.store import agents as agents_q
+from agent_run.store import commands as commands_q
+from agent_run.store import events as events_q
+from agent_run.store.db import write
+from agent_run.supervisor.launch import spawn_supervisor
+from agent_run.supervisor.seal import read_verified_answer
+
+# -- views --------------------------------------------------------------------------------
+
+
+def execution_view(row: sqlite3.Row) -> ExecutionView:
+    kind = FailureKind(row["failure_kind"]) if row["failure_kind"] else None
+    return ExecutionView(
+        id=row["id"], number=row["number"], kind=row["kind"], state=row["state"], failure_kind=kind,
+        failure_advice=kind.advice if kind else None, failure_message=row["failure_message"],
+        created_at=row["created_at"], started_at=row["started_at"], ended_at=row["ended_at"],
+        exit_code=row["exit_code"], engine_session_id=row["engine_session_id"],
+        answer_sha256=row["answer_sha256"], answer_bytes=row["answer_bytes"],
+        usage=json.loads(row["usage_json"]) if row["usage_json"] else None, cost_usd=row["cost_usd"],
+    )
+
+
+def read_agent_view(conn: sqlite3.Connection, agent_id: str) -> AgentView:
+    # One read transaction, so the view is consistent with the revision it reports.
+    conn.execute("BEGIN")
+    try:
+        agent = agents_q.get_agent(conn, agent_id)
+        if agent is None:
+            raise errors.AgentNotFound(f"no agent {agent_id}", field="agent_id")
+        execution = agents_q.latest_execution(conn, agent_id)
+        last = events_q.last_message(conn, agent_id)
+        view = AgentView(
+            id=agent["id"], request_id=agent["request_id"], runtime=agent["runtime"],
+            engine=agent["engine"], model=agent["model"], task=agent["task"], workdir=agent["workdir"],
+            profile=agent["profile"], created_at=agent["created_at"], state=execution["state"],
+            failure_kind=execution["failure_kind"], execution=execution_view(execution),
+            event_count=events_q.count_events(conn, agent_id),
+            last_message=last["content"][:300] if last else None,
+            revision=events_q.current_revision(conn),
+        )
+    finally:
+        conn.execute("COMMIT")
+    return view
+
+
+async def agent(ctx: ServiceContext, p: AgentParams) -> AgentView:
+    return await ctx.db(read_agent_view, p.agent_id)
+
+
+async def list_agents(ctx: ServiceContext, p: ListAgentsParams) -> AgentList:
+    def read(conn: sqlite3.Connection) -> AgentList:
+        revision = events_q.current_revision(conn)
+        rows, total = agents_q.list_agents(conn, states=[s.value for s in p.state or []],
+                                           runtime=p.runtime, limit=p.limit, offset=p.offset)
+        items = [AgentSummary(id=r["id"], runtime=r["runtime"], model=r["model"], state=r["state"],
+                              failure_kind=r["failure_kind"], task_preview=r["task"].strip().splitlines()[0][:120] if r["task"].strip() else "",
+                              created_at=r["created_at"], updated_at=r["updated_at"],
+                              answer_sha256=r["answer_sha256"]) for r in rows]
+        return AgentList(items=items, total=total, limit=p.limit, offset=p.offset, revision=revision)
+
+    return await ctx.db(read)
+
+
+# -- admission ----------------------------------------------------------------------------
+
+
+def _runtime(ctx: ServiceContext, p: StartParams) -> tuple[str, RuntimeConfig, str]:
+    name = p.runtime or ctx.config.default_runtime
+    runtime = ctx.config.runtimes.get(name)
+    if runtime is None or not runtime.enabled:
+        known = ", ".join(n for n, r in ctx.config.runtimes.items() if r.enabled)
+        raise errors.UnknownRuntime(f"no enabled runtime {name!r} (configured: {known})", field="runtime")
+    model = p.model or runtime.default_model or (runtime.models[0] if runtime.models else None)
+    if model is None:
+        raise errors.InvalidRequest(f"runtime {name!r} has no default model: pass one", field="model")
+    if runtime.models and model not in runtime.models:
+        raise errors.InvalidRequest(
+            f"model {model!r} is not one of runtime {name!r}'s models: {', '.join(runtime.models)}",
+            field="model")
+    return name, runtime, model
+
+
+def _request_hash(p: StartParams, runtime: str, model: str, workdir: str) -> str:
+    payload = p.model_dump(exclude={"request_id"}) | {"runtime": runtime, "model": model, "workdir": workdir}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+
+def _admit(conn: sqlite3.Connection, agent_row: dict, execution: dict) -> tuple[str, bool]:
+    """Insert the agent, or return the one this request_id already made. (agent_id, created)."""
+    with write(conn):
+        if agent_row["request_id"] is not None:
+            existing = agents_q.get_agent_by_request(conn, agent_row["request_id"])
+            if existing is not None:
+                if existing["request_hash"] != agent_row["request_hash"]:
+                    raise errors.Conflict(
+                        f"request_id {agent_row['request_id']!r} was used for a different request "
+                        f"(agent {existing['id']})", field="request_id", agent_id=existing["id"])
+                return existing["id"], False
+        agents_q.insert_agent_with_execution(conn, agent=agent_row, execution=execution)
+    return agent_row["id"], True
+
+
+def _mark_spawn_failed(conn: sqlite3.Connection, execution_id: str, message: str) -> None:
+    with write(conn):
+        row = agents_q.get_execution(conn, execution_id)
+        if row["state"] == ExecutionState.CREATED:  # the supervisor never took it over
+            agents_q.transition(conn, execution_id, ExecutionState.FAILED,
+                                failure_kind=FailureKind.SUPERVISOR_FAILED.value, failure_message=message)
+
+
+async def start(ctx: ServiceContext, p: StartParams) -> AgentView:
+    runtime_name, runtime, model = _runtime(ctx, p)
+    workdir = Path(p.workdir).expanduser()
+    if not workdir.is_absolute():
+        raise errors.InvalidRequest("workdir must be an absolute path", field="workdir")
+    if not workdir.is_dir():
+        raise errors.InvalidRequest(f"workdir {workdir} is not an existing directory", field="workdir")
+    workdir = workdir.resolve()
+    agent_id, execution_id = new_agent_id(), new_execution_id()
+    supervisor = ctx.config.supervisor
+    plan = {
+        "agent_id": agent_id, "execution_id": execution_id, "runtime": runtime_name,
+        "engine": runtime.engine, "model": model, "workdir": str(workdir), "profile": p.profile,
+        "prompt": p.task, "runtime_config": runtime.model_dump(),
+        "stall_seconds": p.stall_seconds or runtime.stall_seconds or supervisor.stall_seconds,
+        "wall_seconds": p.wall_seconds or runtime.wall_seconds or supervisor.wall_seconds,
+        "cancel_grace_seconds": supervisor.cancel_grace_seconds,
+        "engine_home": str(ctx.home.homes_dir / runtime_name),
+    }
+    agent_row = {"id": agent_id, "request_id": p.request_id,
+                 "request_hash": _request_hash(p, runtime_name, model, str(workdir)),
+                 "runtime": runtime_name, "engine": runtime.engine, "model": model, "task": p.task,
+                 "workdir": str(workdir), "profile": p.profile}
+    execution = {"id": execution_id, "kind": "start", "prompt": p.task, "plan": plan}
+    # Reconciliation must not judge a row whose supervisor we are about to spawn.
+    ctx.starting.add(execution_id)
+    try:
+        try:
+            agent_id, created = await ctx.db(_admit, agent_row, execution)
+        except sqlite3.IntegrityError:  # a concurrent start with the same request_id won the race
+            agent_id, created = await ctx.db(_admit, agent_row, execution)
+        if created:
+            await launch_execution(ctx, agent_id, execution_id)
+    finally:
+        ctx.starting.discard(execution_id)
+    return await ctx.db(read_agent_view, agent_id)
+
+
+async def launch_execution(ctx: ServiceContext, agent_id: str, execution_id: str) -> None:
+    """Spawn the execution's supervisor; a spawn that fails ends the row as `failed`."""
+    directory = ctx.home.execution_dir(agent_id, execution_id)
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        await ctx.db(lambda _conn: spawn_supervisor(ctx.home, execution_id, directory / "supervisor.log"))
+    except errors.SpawnFailed as exc:
+        await ctx.db(_mark_spawn_failed, execution_id, exc.message)
+
+
+# -- answers and transcripts ----------------------------------------------------------------
+
+
+async def answer(ctx: ServiceContext, p: AgentParams) -> AnswerView:
+    def read(conn: sqlite3.Connection) -> AnswerView:
+        if agents_q.get_agent(conn, p.agent_id) is None:
+            raise errors.AgentNotFound(f"no agent {p.agent_id}", field="agent_id")
+        row = agents_q.latest_execution(conn, p.agent_id)
+        if row["answer_sha256"] is None:
+            state = ExecutionState(row["state"])
+            why = "is still " + state.value if not state.terminal else f"ended {state.value}"
+            kind = f" ({row['failure_kind']})" if row["failure_kind"] else ""
+            raise errors.AnswerNotReady(f"agent {p.agent_id} has no sealed answer: it {why}{kind}",
+                                        field="agent_id", state=state.value)
+        text = read_verified_answer(Path(row["answer_path"]), row["answer_sha256"], row["answer_bytes"])
+        return AnswerView(agent_id=p.agent_id, execution_id=row["id"], text=text,
+                          sha256=row["answer_sha256"], bytes=row["answer_bytes"], path=row["answer_path"])
+
+    return await ctx.db(read)
+
+
+async def transcript(ctx: ServiceContext, p: TranscriptParams) -> TranscriptPage:
+    def read(conn: sqlite3.Connection) -> TranscriptPage:
+        execution = agents_q.latest_execution(conn, p.agent_id)  # read state first: no lost tail
+        if execution is None:
+            raise errors.AgentNotFound(f"no agent {p.agent_id}", field="agent_id")
+        rows = events_q.messages_page(conn, p.agent_id, after_id=p.cursor, limit=p.limit)
+        items = [TranscriptItem(id=r["id"], execution_number=r["execution_number"], role=r["role"],
+                                name=r["name"], content=r["content"], ts=r["ts"]) for r in rows]
+        state = ExecutionState(execution["state"])
+        return TranscriptPage(agent_id=p.agent_id, items=items,
+                              next_cursor=items[-1].id if items else p.cursor, state=state,
+                              finished=state.terminal and len(items) < p.limit)
+
+    return await ctx.db(read)
+
+
+# -- waiting ----------------------------------------------------------------------------------
+
+
+async def wait(ctx: ServiceContext, p: WaitParams) -> WaitResult:
+    deadline = time.monotonic() + p.timeout_seconds
+    while True:
+        view = await ctx.db(read_agent_view, p.agent_id)
+        if view.state.terminal:
+            return WaitResult(agent=view, timed_out=False)
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return WaitResult(agent=view, timed_out=True)
+        await ctx.watcher.wait_past(view.revision, remaining)
+
+
+# -- commands ----------------------------------------------------------------------------------
+
+
+async def cancel(ctx: ServiceContext, p: CancelParams) -> CancelResult:
+    def enqueue(conn: sqlite3.Connection) -> CancelResult:
+        with write(conn):
+            execution = agents_q.latest_execution(conn, p.agent_id)
+            if execution is None:
+                raise errors.AgentNotFound(f"no agent {p.agent_id}", field="agent_id")
+            state = ExecutionState(execution["state"])
+            if state.terminal:
+                return CancelResult(agent_id=p.agent_id, accepted=False, state=state,
+                                    message=f"agent already {state.value}; nothing to cancel")
+            if state is ExecutionState.CANCELLING or commands_q.pending_kind(conn, execution["id"], "cancel"):
+                return CancelResult(agent_id=p.agent_id, accepted=True, state=state,
+                                    message="a cancel is already under way")
+            commands_q.enqueue(conn, agent_id=p.agent_id, execution_id=execution["id"], kind="cancel",
+                               payload={})
+            return CancelResult(agent_id=p.agent_id, accepted=True, state=state,
+                                message="cancel queued: interrupt, then TERM, then KILL of the engine group")
+
+    return await ctx.db(enqueue)
+
+
+async def steer(ctx: ServiceContext, p: SteerParams) -> SteerResult:
+    def enqueue(conn: sqlite3.Connection) -> int:
+        with write(conn):
+            execution = agents_q.latest_execution(conn, p.agent_id)
+            if execution is None:
+                raise errors.AgentNotFound(f"no agent {p.agent_id}", field="agent_id")
+            state = ExecutionState(execution["state"])
+            if state not in (ExecutionState.STARTING, ExecutionState.RUNNING):
+                raise errors.NotRunning(f"agent {p.agent_id} is {state.value}; only a running agent "
+                                        "can be steered", field="agent_id", state=state.value)
+            return commands_q.enqueue(conn, agent_id=p.agent_id, execution_id=execution["id"],
+                                      kind="steer", payload={"text": p.text})
+
+    command_id = await ctx.db(enqueue)
+    # Wait briefly for the supervisor's verdict so the caller learns delivered / refused.
+    deadline = time.monotonic() + 5.0
+    while True:
+        row = await ctx.db(commands_q.get, command_id)
+        if row["state"] != "pending" or time.monotonic() >= deadline:
+            break
+        await ctx.watcher.wait_past(ctx.watcher.revision, max(0.0, deadline - time.monotonic()))
+    state = row["state"] if row["state"] in ("delivered", "refused") else "pending"
+    message = row["result"] or "queued; the supervisor has not picked it up yet"
+    return SteerResult(agent_id=p.agent_id, command_id=command_id, state=state, message=message)

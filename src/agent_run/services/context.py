@@ -1,0 +1,73 @@
+"""What every service call gets: the home, the config, database threads and the revision watcher."""
+
+import asyncio
+import sqlite3
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from agent_run.config import Config
+from agent_run.home import Home
+from agent_run.store.db import connect
+from agent_run.store.events import current_revision
+
+T = TypeVar("T")
+REVISION_POLL_SECONDS = 0.02
+
+
+class RevisionWatcher:
+    """Polls the global event revision and wakes every waiter when it moves.
+
+    Supervisors write from other processes, so the database is the only bus; one cheap poll
+    here replaces one poll per waiting client.
+    """
+
+    def __init__(self, read_revision: Callable[[], Any]) -> None:
+        self._read = read_revision
+        self.revision = 0
+        self._changed = asyncio.Condition()
+
+    async def run(self) -> None:
+        while True:
+            revision = await self._read()
+            if revision != self.revision:
+                self.revision = revision
+                async with self._changed:
+                    self._changed.notify_all()
+            await asyncio.sleep(REVISION_POLL_SECONDS)
+
+    async def wait_past(self, revision: int, timeout: float) -> bool:
+        """Wait until the revision is past `revision`; False on timeout."""
+        if self.revision > revision:
+            return True
+        try:
+            async with self._changed:
+                await asyncio.wait_for(self._changed.wait_for(lambda: self.revision > revision), timeout)
+            return True
+        except TimeoutError:
+            return False
+
+
+class ServiceContext:
+    def __init__(self, home: Home, config: Config, *, threads: int = 32) -> None:
+        self.home = home
+        self.config = config
+        self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="db")
+        self._local = threading.local()
+        self.watcher = RevisionWatcher(lambda: self.db(current_revision))
+        self.starting: set[str] = set()  # executions whose supervisor this daemon is spawning
+
+    def connection(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._local.conn = connect(self.home.db_path, apply_migrations=False)
+        return conn
+
+    async def db(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run `fn(conn, *args)` on a database thread with that thread's own connection."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, lambda: fn(self.connection(), *args, **kwargs))
+
+    def shutdown(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,51 @@
+"""Built-in documentation topics served by the `doc` tool: short, exact, generated where possible."""
+
+from agent_run.domain.failures import FAILURE_ADVICE
+from agent_run.domain.states import ALLOWED_TRANSITIONS
+from agent_run.engines.demo_program import __doc__ as DEMO_DOC
+
+
+def _states() -> str:
+    lines = ["Execution states and allowed transitions (terminal states never reopen):"]
+    for state, targets in ALLOWED_TRANSITIONS.items():
+        lines.append(f"  {state.value:<11} -> {', '.join(sorted(t.value for t in targets)) or '(terminal)'}")
+    lines.append("An agent's state is the state of its latest execution.")
+    return "\n".join(lines)
+
+
+def _failures() -> str:
+    lines = ["Failure kinds (match on the kind, never on text):"]
+    lines += [f"  {kind.value:<22} {advice}" for kind, advice in FAILURE_ADVICE.items()]
+    return "\n".join(lines)
+
+
+OVERVIEW = """agent-run supervises coding-agent CLIs as durable jobs.
+
+start    -> returns an agent id at once; the engine runs under its own detached supervisor
+wait     -> bounded; returns timed_out: true rather than hanging
+answer   -> the sealed answer, re-hashed against its sha256 on every read
+agent / list_agents / transcript -> what happened, from SQLite
+cancel / steer -> commands the supervisor picks up within a fraction of a second
+
+"succeeded" means: the engine reported completion, its process group is gone, and a
+non-empty, non-error answer was sealed. Anything else is a named failure kind.
+Topics: """
+
+CONFIG = """config.toml (in the home; `agent-run init` writes a commented one):
+
+schema_version = 1            required
+default_runtime = "demo"      a key of [runtimes]
+[supervisor] stall_seconds, wall_seconds, cancel_grace_seconds
+[daemon]     reconcile_interval_seconds
+[runtimes.NAME] engine (demo|codex|claude|glm|qwen), enabled, binary, models, default_model,
+               auth = { env = "VAR" } or { file = "PATH" } (never the secret itself),
+               base_url, allow_plain_http_loopback, env (non-secret), stall_seconds, wall_seconds
+
+Unknown keys, wrong types and a missing schema_version are refused with the dotted path."""
+
+
+def topics() -> dict[str, str]:
+    found = {"overview": "", "states": _states(), "failures": _failures(),
+             "demo": (DEMO_DOC or "").strip(), "config": CONFIG}
+    found["overview"] = OVERVIEW + ", ".join(found)
+    return found

@@ -1,0 +1,1 @@
+"""SQLite store: schema, numbered migrations and queries. WAL; one writer per row."""

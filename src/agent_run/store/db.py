@@ -1,0 +1,66 @@
+"""Connections, numbered SQL migrations (recorded in PRAGMA user_version) and write transactions."""
+
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from importlib import resources
+from pathlib import Path
+
+BUSY_TIMEOUT_MS = 30_000
+
+
+def migrations() -> list[tuple[int, str, str]]:
+    """(number, name, sql) for every file `NNNN_name.sql`, in order."""
+    found = []
+    for entry in resources.files("agent_run.store.migrations").iterdir():
+        if entry.name.endswith(".sql"):
+            number = int(entry.name.split("_", 1)[0])
+            found.append((number, entry.name, entry.read_text()))
+    return sorted(found)
+
+
+def migrate(conn: sqlite3.Connection) -> int:
+    """Apply every migration newer than user_version, each in its own transaction."""
+    for number, name, sql in migrations():
+        with write(conn):
+            current = conn.execute("PRAGMA user_version").fetchone()[0]
+            if number <= current:
+                continue
+            for statement in _split_sql(sql):
+                conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {number}")
+    return conn.execute("PRAGMA user_version").fetchone()[0]
+
+
+def _split_sql(sql: str) -> list[str]:
+    # executescript() would commit our transaction; our migrations have no ';' inside literals.
+    body = "\n".join(line for line in sql.splitlines() if not line.strip().startswith("--"))
+    return [part.strip() for part in body.split(";") if part.strip()]
+
+
+def connect(path: Path, *, apply_migrations: bool = True) -> sqlite3.Connection:
+    """Open the state database in WAL mode (file 0600), migrated to the newest schema."""
+    if not path.exists():
+        path.touch(mode=0o600)
+    conn = sqlite3.connect(path, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000,
+                           check_same_thread=False)
+    conn.row_factory = sqlite3.Row
+    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = NORMAL")
+    conn.execute("PRAGMA foreign_keys = ON")
+    if apply_migrations:
+        migrate(conn)
+    return conn
+
+
+@contextmanager
+def write(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """A write transaction that takes the write lock up front (BEGIN IMMEDIATE)."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield conn
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")

@@ -1,0 +1,59 @@
+"""The append-only event log (global `seq` = revision; contiguous `agent_seq` per agent) and messages."""
+
+import json
+import sqlite3
+import time
+from typing import Any
+
+
+def append_event(conn: sqlite3.Connection, *, agent_id: str, execution_id: str, kind: str,
+                 data: dict[str, Any], ts: float | None = None) -> int:
+    """Append one event; call inside a write transaction so `agent_seq` stays contiguous."""
+    cur = conn.execute(
+        "INSERT INTO events (agent_id, execution_id, agent_seq, kind, data, ts)"
+        " SELECT ?, ?, coalesce(max(agent_seq), 0) + 1, ?, ?, ? FROM events WHERE agent_id = ?",
+        (agent_id, execution_id, kind, json.dumps(data, separators=(",", ":")),
+         ts if ts is not None else time.time(), agent_id),
+    )
+    return cur.lastrowid
+
+
+def append_message(conn: sqlite3.Connection, *, agent_id: str, execution_id: str, role: str,
+                   name: str | None, content: str, ts: float | None = None) -> int:
+    cur = conn.execute(
+        "INSERT INTO messages (agent_id, execution_id, role, name, content, ts) VALUES (?, ?, ?, ?, ?, ?)",
+        (agent_id, execution_id, role, name, content, ts if ts is not None else time.time()),
+    )
+    return cur.lastrowid
+
+
+def current_revision(conn: sqlite3.Connection) -> int:
+    return conn.execute("SELECT coalesce(max(seq), 0) FROM events").fetchone()[0]
+
+
+def count_events(conn: sqlite3.Connection, agent_id: str) -> int:
+    return conn.execute("SELECT count(*) FROM events WHERE agent_id = ?", (agent_id,)).fetchone()[0]
+
+
+def agent_events(conn: sqlite3.Connection, agent_id: str, *, after_seq: int = 0,
+                 limit: int = 1000) -> list[sqlite3.Row]:
+    return conn.execute(
+        "SELECT * FROM events WHERE agent_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+        (agent_id, after_seq, limit),
+    ).fetchall()
+
+
+def messages_page(conn: sqlite3.Connection, agent_id: str, *, after_id: int,
+                  limit: int) -> list[sqlite3.Row]:
+    return conn.execute(
+        "SELECT m.*, e.number AS execution_number FROM messages m"
+        " JOIN executions e ON e.id = m.execution_id"
+        " WHERE m.agent_id = ? AND m.id > ? ORDER BY m.id LIMIT ?",
+        (agent_id, after_id, limit),
+    ).fetchall()
+
+
+def last_message(conn: sqlite3.Connection, agent_id: str) -> sqlite3.Row | None:
+    return conn.execute(
+        "SELECT * FROM messages WHERE agent_id = ? ORDER BY id DESC LIMIT 1", (agent_id,)
+    ).fetchone()

@@ -1,0 +1,52 @@
+"""Batched writes of one execution's events and messages: few transactions, ordered rows."""
+
+import sqlite3
+import time
+from typing import Any
+
+from agent_run.store.db import write
+from agent_run.store.events import append_event, append_message
+
+FLUSH_INTERVAL_SECONDS = 0.05
+FLUSH_MAX_ROWS = 200
+
+
+class ExecutionLog:
+    def __init__(self, conn: sqlite3.Connection, agent_id: str, execution_id: str) -> None:
+        self.conn = conn
+        self.agent_id = agent_id
+        self.execution_id = execution_id
+        self._rows: list[tuple[str, Any]] = []
+        self._last_flush = time.monotonic()
+        self.event_count = 0
+
+    def event(self, kind: str, data: dict[str, Any]) -> None:
+        self._rows.append(("event", (kind, data, time.time())))
+
+    def message(self, role: str, content: str, name: str | None = None) -> None:
+        self._rows.append(("message", (role, name, content, time.time())))
+
+    def due(self) -> bool:
+        return bool(self._rows) and (
+            len(self._rows) >= FLUSH_MAX_ROWS
+            or time.monotonic() - self._last_flush >= FLUSH_INTERVAL_SECONDS
+        )
+
+    def flush(self) -> None:
+        if not self._rows:
+            return
+        rows, self._rows = self._rows, []
+        with write(self.conn):
+            self.write_rows(rows)
+        self._last_flush = time.monotonic()
+
+    def write_rows(self, rows: list[tuple[str, Any]]) -> None:
+        ids = {"agent_id": self.agent_id, "execution_id": self.execution_id}
+        for what, fields in rows:
+            if what == "event":
+                kind, data, ts = fields
+                append_event(self.conn, **ids, kind=kind, data=data, ts=ts)
+                self.event_count += 1
+            else:
+                role, name, content, ts = fields
+                append_message(self.conn, **ids, role=role, name=name, content=content, ts=ts)

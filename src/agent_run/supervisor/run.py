@@ -1,0 +1,379 @@
+"""One execution, start to seal: launch the engine, stream it, obey commands, decide the outcome."""
+
+import json
+import os
+import selectors
+import signal
+import subprocess
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from agent_run.domain.failures import FailureKind
+from agent_run.domain.states import ExecutionState
+from agent_run.engines import engine_for
+from agent_run.engines.base import (
+    Completion, ControlAck, Engine, ExecutionPlan, MessageEvent, RetryEvent, SessionStarted, Unparsed,
+)
+from agent_run.home import Home
+from agent_run.store import agents as agents_q
+from agent_run.store import commands as commands_q
+from agent_run.store.db import connect, write
+from agent_run.supervisor.eventlog import ExecutionLog
+from agent_run.supervisor.identity import ProcessIdentity, engine_group_alive, group_members, kill_group
+from agent_run.supervisor.outcome import Outcome, decide_outcome
+from agent_run.supervisor.redact import Redactor
+from agent_run.supervisor.secrets import resolve_secrets
+from agent_run.supervisor.seal import seal_answer
+
+COMMAND_POLL_SECONDS = 0.2
+KILL_WAIT_SECONDS = 5.0
+MAX_LINE_BYTES = 8 * 1024 * 1024
+
+
+@dataclass
+class StopRequest:
+    """Why the engine is being stopped before it finished on its own."""
+
+    reason: str
+    failure: FailureKind | None  # None: a cancel
+    deadline_term: float
+    sent_term: bool = False
+    sent_kill: bool = False
+
+
+class Supervisor:
+    def __init__(self, home: Home, execution_id: str) -> None:
+        self.home = home
+        self.conn = connect(home.db_path)
+        row = agents_q.get_execution(self.conn, execution_id)
+        if row is None:
+            raise SystemExit(f"no execution {execution_id}")
+        self.execution_id = execution_id
+        self.plan = ExecutionPlan.from_json(json.loads(row["plan_json"]))
+        self.dir = home.execution_dir(self.plan.agent_id, execution_id)
+        self.log = ExecutionLog(self.conn, self.plan.agent_id, execution_id)
+        self.signalled: int | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.engine_identity: ProcessIdentity | None = None
+        self.stop: StopRequest | None = None
+        self.completion: Completion | None = None
+        self.completions = 0
+        self.turns_outstanding = 1
+        self.unparsed_lines = 0
+        self.engine: Engine = engine_for(self.plan.engine)
+        self.usage: dict[str, float] = {}
+        self.cost_usd = 0.0
+
+    # -- start-up ---------------------------------------------------------------------------
+
+    def record_identity(self, ready_fd: int | None) -> bool:
+        """Install signal handlers, record who we are, then tell the spawner we are ready."""
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._on_signal)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        me = ProcessIdentity.current()
+        with write(self.conn):
+            state = agents_q.get_execution(self.conn, self.execution_id)["state"]
+            if state != ExecutionState.CREATED:
+                return False  # the spawner gave up on us, or another supervisor took it
+            agents_q.update_execution(self.conn, self.execution_id, supervisor_pid=me.pid,
+                                      supervisor_start_ticks=me.start_ticks, boot_id=me.boot_id)
+            agents_q.transition(self.conn, self.execution_id, ExecutionState.STARTING,
+                                started_at=time.time())
+        if ready_fd is not None:
+            os.write(ready_fd, (json.dumps(me.__dict__) + "\n").encode())
+            os.close(ready_fd)
+        return True
+
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        self.signalled = signum
+
+    # -- the run ----------------------------------------------------------------------------
+
+    def run(self) -> None:
+        try:
+            self._run()
+        except Exception:
+            self._fail_hard(traceback.format_exc())
+
+    def _run(self) -> None:
+        engine = self.engine
+        try:
+            secrets = resolve_secrets(self.plan.runtime_config.get("auth"))
+        except ValueError as exc:
+            self._finish(Outcome(ExecutionState.FAILED, FailureKind.CONFIG_ERROR, str(exc)))
+            return
+        redact = Redactor(list(secrets.values()))
+        spec = engine.launch(self.plan, secrets)
+        Path(self.plan.engine_home).mkdir(mode=0o700, parents=True, exist_ok=True)
+        stderr_log = open(self.dir / "engine.log", "ab")
+        try:
+            self.proc = subprocess.Popen(
+                spec.argv, env=spec.env, cwd=spec.cwd, start_new_session=True,
+                stdin=subprocess.PIPE if spec.stdin_pipe else subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=stderr_log,
+            )
+        except OSError as exc:
+            self._finish(Outcome(ExecutionState.FAILED, FailureKind.SPAWN_FAILED,
+                                 f"cannot start {spec.argv[0]}: {exc.strerror}"))
+            return
+        finally:
+            stderr_log.close()
+        self.engine_identity = ProcessIdentity.of(self.proc.pid)
+        with write(self.conn):
+            agents_q.update_execution(
+                self.conn, self.execution_id, engine_pid=self.proc.pid,
+                engine_start_ticks=self.engine_identity.start_ticks if self.engine_identity else None)
+            agents_q.transition(self.conn, self.execution_id, ExecutionState.RUNNING)
+        for data in engine.initial_input(self.plan):
+            self._write_stdin(data)
+        with open(self.dir / "runtime.jsonl", "ab", buffering=0) as raw:
+            os.chmod(raw.name, 0o600)
+            self._pump(engine, redact, raw)
+        self._finish(self._decide(engine, redact))
+
+    def _pump(self, engine: Engine, redact: Redactor, raw: IO[bytes]) -> None:
+        """Read the engine's stdout until EOF, obeying commands and watchdogs meanwhile."""
+        assert self.proc and self.proc.stdout
+        started = last_event = time.monotonic()
+        next_poll = 0.0
+        pending = b""
+        stdout = self.proc.stdout
+        selector = selectors.DefaultSelector()
+        selector.register(stdout, selectors.EVENT_READ)
+        eof = False
+        while not eof:
+            for _key, _ in selector.select(timeout=0.05):
+                chunk = os.read(stdout.fileno(), 65536)
+                if not chunk:
+                    eof = True
+                    break
+                last_event = time.monotonic()
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    self._on_line(engine, redact, raw, line)
+                if len(pending) > MAX_LINE_BYTES:
+                    self._on_line(engine, redact, raw, pending)
+                    pending = b""
+            now = time.monotonic()
+            if self.log.due():
+                self.log.flush()
+            if now >= next_poll:
+                next_poll = now + COMMAND_POLL_SECONDS
+                self._poll_commands(engine)
+            self._watchdogs(now, started, last_event)
+            self._escalate(now)
+        if pending.strip():
+            self._on_line(engine, redact, raw, pending)
+        self.log.flush()
+
+    def _on_line(self, engine: Engine, redact: Redactor, raw: IO[bytes], data: bytes) -> None:
+        line = redact(data.decode("utf-8", errors="replace")).strip()
+        if not line:
+            return
+        raw.write(line.encode() + b"\n")
+        for event in engine.parse_line(line):
+            self._on_event(event)
+
+    def _on_event(self, event: object) -> None:
+        if isinstance(event, SessionStarted):
+            self.log.event("session", {"session_id": event.session_id, "model": event.model})
+            if event.session_id:
+                self.log.flush()
+                with write(self.conn):
+                    agents_q.update_execution(self.conn, self.execution_id,
+                                              engine_session_id=event.session_id)
+        elif isinstance(event, MessageEvent):
+            self.log.message(event.role, event.content, event.name)
+            self.log.event("message", {"role": event.role, "name": event.name,
+                                       "preview": event.content[:200]})
+        elif isinstance(event, RetryEvent):
+            self.log.event("retry", {"status": event.status, "attempt": event.attempt,
+                                     "message": event.message[:500]})
+        elif isinstance(event, Completion):
+            self._on_completion(event)
+        elif isinstance(event, ControlAck):
+            self.log.event("control", {"request_id": event.request_id, "subtype": event.subtype})
+        elif isinstance(event, Unparsed):
+            self.unparsed_lines += 1
+            self.log.event("unparsed", {"line": event.line[:500]})
+
+    def _on_completion(self, completion: Completion) -> None:
+        self.completion = completion
+        self.completions += 1
+        self.turns_outstanding -= 1
+        for key, value in (completion.usage or {}).items():
+            if isinstance(value, (int, float)):
+                self.usage[key] = self.usage.get(key, 0) + value
+        self.cost_usd += completion.cost_usd or 0.0
+        self.log.event("completion", {"is_error": completion.is_error, "subtype": completion.subtype,
+                                      "error_status": completion.error_status,
+                                      "chars": len(completion.text)})
+        if self.turns_outstanding <= 0:
+            self._close_stdin()  # no queued turn: let the engine finish
+
+    # -- commands and watchdogs -----------------------------------------------------------
+
+    def _poll_commands(self, engine: Engine) -> None:
+        if self.signalled is not None and self.stop is None:
+            self._request_stop(engine, f"supervisor received signal {self.signalled}", None)
+        for command in commands_q.pending(self.conn, self.execution_id):
+            self.log.flush()
+            if command["kind"] == "cancel":
+                self._request_stop(engine, "cancel requested", None)
+                with write(self.conn):
+                    commands_q.resolve(self.conn, command, state="done", result="cancelling")
+            else:
+                state, result = self._steer(engine, json.loads(command["payload"])["text"])
+                with write(self.conn):
+                    commands_q.resolve(self.conn, command, state=state, result=result)
+
+    def _steer(self, engine: Engine, text: str) -> tuple[str, str]:
+        data = engine.steer_input(text)
+        if data is None:
+            return "refused", f"the {engine.name} engine cannot take input during a run"
+        if self.stop is not None:
+            return "refused", "the execution is stopping"
+        if not self._stdin_open():
+            return "refused", "the engine has finished its last turn; start a follow-up instead"
+        self.turns_outstanding += 1
+        self._write_stdin(data)
+        self.log.message("user", text, "steer")
+        return "delivered", "queued as the engine's next turn"
+
+    def _request_stop(self, engine: Engine, reason: str, failure: FailureKind | None) -> None:
+        if self.stop is not None:
+            return
+        grace = self.plan.cancel_grace_seconds
+        self.stop = StopRequest(reason, failure, time.monotonic() + grace)
+        self.log.event("stopping", {"reason": reason, "failure_kind": failure})
+        self.log.flush()
+        if failure is None:
+            with write(self.conn):
+                agents_q.transition(self.conn, self.execution_id, ExecutionState.CANCELLING)
+        interrupt = engine.interrupt_input() if engine.supports_interrupt else None
+        if interrupt is not None and self._stdin_open():
+            self._write_stdin(interrupt)
+            self._close_stdin()
+        else:
+            self.stop.deadline_term = time.monotonic()
+
+    def _watchdogs(self, now: float, started: float, last_event: float) -> None:
+        if self.stop is not None:
+            return
+        stall = self.plan.stall_seconds
+        if now - last_event > stall:
+            self._request_stop(self.engine, f"no engine event for {stall:g}s", FailureKind.STALLED)
+        elif self.plan.wall_seconds is not None and now - started > self.plan.wall_seconds:
+            self._request_stop(self.engine, f"wall budget of {self.plan.wall_seconds:g}s spent",
+                               FailureKind.TIMED_OUT)
+
+    def _escalate(self, now: float) -> None:
+        """After the grace: TERM the engine's group; a grace later, KILL it."""
+        if self.stop is None or self.proc is None:
+            return
+        if not self.stop.sent_term and now >= self.stop.deadline_term:
+            self.stop.sent_term = True
+            kill_group(self.proc.pid, signal.SIGTERM)
+        elif (self.stop.sent_term and not self.stop.sent_kill
+              and now >= self.stop.deadline_term + max(self.plan.cancel_grace_seconds, 1.0)):
+            self.stop.sent_kill = True
+            kill_group(self.proc.pid, signal.SIGKILL)
+
+    def _stdin_open(self) -> bool:
+        return bool(self.proc and self.proc.stdin and not self.proc.stdin.closed)
+
+    def _write_stdin(self, data: bytes) -> None:
+        if not self._stdin_open():
+            return
+        try:
+            self.proc.stdin.write(data)
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            self._close_stdin()
+
+    def _close_stdin(self) -> None:
+        if self._stdin_open():
+            try:
+                self.proc.stdin.close()
+            except OSError:
+                pass
+
+    # -- the end ----------------------------------------------------------------------------
+
+    def _wait_engine(self) -> int | None:
+        """Wait for the engine leader after EOF; kill its group if it lingers."""
+        assert self.proc
+        try:
+            return self.proc.wait(timeout=max(self.plan.cancel_grace_seconds, 2.0))
+        except subprocess.TimeoutExpired:
+            kill_group(self.proc.pid, signal.SIGKILL)
+            return self.proc.wait()
+
+    def _reap_group(self) -> bool:
+        """Kill whatever is left of the engine's group; True if it is proven gone."""
+        assert self.proc
+        pgid = self.proc.pid
+        if not engine_group_alive(pgid, self.engine_identity):
+            return True
+        survivors = group_members(pgid)
+        kill_group(pgid, signal.SIGKILL)
+        deadline = time.monotonic() + KILL_WAIT_SECONDS
+        while engine_group_alive(pgid, self.engine_identity) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        gone = not engine_group_alive(pgid, self.engine_identity)
+        self.log.event("group_killed", {"pids": survivors, "gone": gone})
+        return gone
+
+    def _decide(self, engine: Engine, redact: Redactor) -> Outcome:
+        exit_code = self._wait_engine()
+        group_gone = self._reap_group()
+        with write(self.conn):
+            agents_q.update_execution(self.conn, self.execution_id, exit_code=exit_code)
+        stderr_tail = ""
+        log_path = self.dir / "engine.log"
+        if log_path.exists():
+            stderr_tail = redact(log_path.read_bytes()[-2000:].decode("utf-8", errors="replace"))
+        return decide_outcome(
+            engine=engine, group_gone=group_gone, stop=self.stop, completion=self.completion,
+            exit_code=exit_code, unparsed_lines=self.unparsed_lines, stderr_tail=stderr_tail,
+        )
+
+    def _finish(self, outcome: Outcome) -> None:
+        self.log.flush()
+        fields: dict[str, object] = {}
+        if self.usage:
+            fields["usage_json"] = json.dumps(self.usage)
+        if self.completions:
+            fields["cost_usd"] = self.cost_usd
+        if outcome.state is ExecutionState.SUCCEEDED:
+            sealed = seal_answer(self.dir, outcome.answer or "", agent_id=self.plan.agent_id,
+                                 execution_id=self.execution_id)
+            fields.update(answer_path=str(sealed.path), answer_sha256=sealed.sha256,
+                          answer_bytes=sealed.bytes)
+        else:
+            fields.update(failure_kind=outcome.failure.value if outcome.failure else None,
+                          failure_message=outcome.message)
+            if outcome.answer:  # keep an error reply readable, unsealed, for diagnosis
+                (self.dir / "reply.md").write_text(outcome.answer)
+        with write(self.conn):
+            agents_q.transition(self.conn, self.execution_id, outcome.state, **fields)
+
+    def _fail_hard(self, trace: str) -> None:
+        """An internal error: never leave the engine behind or the row undecided."""
+        print(trace, flush=True)
+        if self.proc is not None:
+            kill_group(self.proc.pid, signal.SIGKILL)
+        try:
+            with write(self.conn):
+                row = agents_q.get_execution(self.conn, self.execution_id)
+                if not ExecutionState(row["state"]).terminal:
+                    agents_q.transition(self.conn, self.execution_id, ExecutionState.FAILED,
+                                        failure_kind=FailureKind.SUPERVISOR_FAILED.value,
+                                        failure_message=trace.strip().splitlines()[-1][:500])
+        except Exception:
+            print(traceback.format_exc(), flush=True)

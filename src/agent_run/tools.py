@@ -1,0 +1,99 @@
+"""The one tool table: every operation's name, params, result, handler, doc and annotations.
+
+The socket daemon, the MCP server and the CLI are all generated from this table. Handlers are
+named as `module:function` and imported only by the daemon, so front-ends stay light.
+"""
+
+import importlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel
+
+from agent_run.domain import requests as rq
+from agent_run.domain import views as vw
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    params: type[BaseModel]
+    result: type[BaseModel]
+    handler: str
+    doc: str
+    read_only: bool
+    destructive: bool = False
+    idempotent: bool = True
+    verb: str | None = None  # CLI verb when it differs from the name
+    positional: tuple[str, ...] = field(default_factory=tuple)  # CLI positional arguments
+
+    @property
+    def cli_verb(self) -> str:
+        return self.verb or self.name.replace("_", "-")
+
+    def resolve(self) -> Callable[[Any, BaseModel], Awaitable[BaseModel]]:
+        module, function = self.handler.split(":")
+        return getattr(importlib.import_module(module), function)
+
+    def schema(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "description": self.doc,
+            "inputSchema": self.params.model_json_schema(),
+            "outputSchema": self.result.model_json_schema(),
+            "annotations": {"readOnlyHint": self.read_only, "destructiveHint": self.destructive,
+                            "idempotentHint": self.idempotent},
+        }
+
+
+_A = "agent_run.services.agents"
+
+TOOLS: dict[str, Tool] = {t.name: t for t in (
+    Tool("start", rq.StartParams, vw.AgentView, f"{_A}:start",
+         "Start a durable agent: returns its id at once while the engine runs under a detached "
+         "supervisor. Pass request_id to make retries safe (same request -> same agent). Then "
+         "call wait (bounded) and answer.",
+         read_only=False, idempotent=False),
+    Tool("cancel", rq.CancelParams, vw.CancelResult, f"{_A}:cancel",
+         "Cancel a running agent: native interrupt, then TERM, then KILL of its engine group. "
+         "Cancelling a finished agent changes nothing and says so (accepted: false).",
+         read_only=False, destructive=True, positional=("agent_id",)),
+    Tool("steer", rq.SteerParams, vw.SteerResult, f"{_A}:steer",
+         "Send a message to a running agent. Delivered where the engine can take input mid-run "
+         "(queued as its next turn), otherwise refused with the reason.",
+         read_only=False, idempotent=False, positional=("agent_id",)),
+    Tool("list_agents", rq.ListAgentsParams, vw.AgentList, f"{_A}:list_agents",
+         "List agents, newest first, with filters and paging; `total` is exact.",
+         read_only=True, verb="agents"),
+    Tool("agent", rq.AgentParams, vw.AgentView, f"{_A}:agent",
+         "One agent: state, failure kind with advice, latest execution, last message.",
+         read_only=True, positional=("agent_id",)),
+    Tool("answer", rq.AgentParams, vw.AnswerView, f"{_A}:answer",
+         "The agent's sealed answer, re-hashed against its recorded sha256 on every read; a "
+         "mismatch is an AnswerIntegrity error. AnswerNotReady until the agent succeeded.",
+         read_only=True, positional=("agent_id",)),
+    Tool("transcript", rq.TranscriptParams, vw.TranscriptPage, f"{_A}:transcript",
+         "The agent's normalized messages, a page at a time: pass next_cursor back as cursor.",
+         read_only=True, positional=("agent_id",)),
+    Tool("wait", rq.WaitParams, vw.WaitResult, f"{_A}:wait",
+         "Wait until the agent is terminal, at most timeout_seconds; on timeout returns "
+         "timed_out: true with the current view instead of an error. Call again to keep waiting.",
+         read_only=True, positional=("agent_id",)),
+    Tool("doc", rq.DocParams, vw.DocResult, "agent_run.services.doc_tool:doc",
+         "Built-in documentation: overview, states, failures, demo, config.",
+         read_only=True, positional=("topic",)),
+)}
+
+# Served on the socket only: protocol plumbing, not operations.
+SOCKET_ONLY: dict[str, Tool] = {t.name: t for t in (
+    Tool("ping", rq.EmptyParams, vw.Pong, "agent_run.rpc.server:ping", "Liveness check.",
+         read_only=True),
+    Tool("tools", rq.EmptyParams, vw.ToolsResult, "agent_run.rpc.server:list_tools",
+         "Every tool's name, description, input and output JSON schema and annotations.",
+         read_only=True),
+)}
+
+
+def tool_schemas() -> list[dict[str, Any]]:
+    return [tool.schema() for tool in TOOLS.values()]
