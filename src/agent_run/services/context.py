@@ -14,6 +14,7 @@ from agent_run.store.events import current_revision
 
 T = TypeVar("T")
 REVISION_POLL_SECONDS = 0.02
+IDLE_POLL_SECONDS = 1.0
 
 
 class RevisionWatcher:
@@ -27,6 +28,8 @@ class RevisionWatcher:
         self._read = read_revision
         self.revision = 0
         self._changed = asyncio.Condition()
+        self._waiters = 0
+        self._someone_waits = asyncio.Event()
 
     async def run(self) -> None:
         while True:
@@ -35,18 +38,29 @@ class RevisionWatcher:
                 self.revision = revision
                 async with self._changed:
                     self._changed.notify_all()
-            await asyncio.sleep(REVISION_POLL_SECONDS)
+            if self._waiters:
+                await asyncio.sleep(REVISION_POLL_SECONDS)
+            else:  # nobody waits: stay idle instead of polling 50 times a second
+                self._someone_waits.clear()
+                try:
+                    await asyncio.wait_for(self._someone_waits.wait(), IDLE_POLL_SECONDS)
+                except TimeoutError:
+                    pass
 
     async def wait_past(self, revision: int, timeout: float) -> bool:
         """Wait until the revision is past `revision`; False on timeout."""
         if self.revision > revision:
             return True
+        self._waiters += 1
+        self._someone_waits.set()
         try:
             async with self._changed:
                 await asyncio.wait_for(self._changed.wait_for(lambda: self.revision > revision), timeout)
             return True
         except TimeoutError:
             return False
+        finally:
+            self._waiters -= 1
 
 
 class ServiceContext:

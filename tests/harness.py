@@ -1,0 +1,164 @@
+"""Test harness: real homes, a real daemon process, real CLI invocations, condition waits."""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from agent_run.home import Home
+from agent_run.rpc.client import RpcClient
+from agent_run.supervisor.identity import Liveness, ProcessIdentity, kill_group, liveness
+
+TEST_CONFIG = """schema_version = 1
+default_runtime = "demo"
+[supervisor]
+stall_seconds = 60.0
+cancel_grace_seconds = 1.0
+[daemon]
+reconcile_interval_seconds = 0.2
+[runtimes.demo]
+engine = "demo"
+models = ["demo-1"]
+default_model = "demo-1"
+"""
+
+
+def short_tmpdir(prefix: str = "art-") -> Path:
+    """A temp dir with a short path: a Unix socket path must fit in 107 bytes."""
+    return Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 30.0, interval: float = 0.02,
+             what: str = "condition") -> Any:
+    """Poll until `predicate()` is truthy; fail after a generous bound. Never a bare sleep."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+def cli(home: Home, *args: str, env: dict[str, str] | None = None, timeout: float = 60.0,
+        input: str | None = None) -> subprocess.CompletedProcess[str]:
+    full_env = {**os.environ, **(env or {})}
+    full_env.pop("AGENT_RUN_HOME", None)
+    return subprocess.run([sys.executable, "-m", "agent_run", "--home", str(home.root), *args],
+                          capture_output=True, text=True, env=full_env, timeout=timeout, input=input)
+
+
+def cli_json(home: Home, *args: str, **kwargs: Any) -> Any:
+    result = cli(home, *args, **kwargs)
+    assert result.stdout.strip(), f"no output; stderr: {result.stderr}"
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+class DaemonProcess:
+    """`agent-run api serve` as a real child process of the test."""
+
+    def __init__(self, home: Home, env: dict[str, str] | None = None) -> None:
+        self.home = home
+        self.env = env or {}
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> "DaemonProcess":
+        env = {**os.environ, **self.env}
+        env.pop("AGENT_RUN_HOME", None)
+        log = open(self.home.root / "daemon-test.out", "ab")
+        self.proc = subprocess.Popen([sys.executable, "-m", "agent_run", "--home", str(self.home.root),
+                                      "api", "serve"], stdout=log, stderr=log, stdin=subprocess.DEVNULL,
+                                     env=env, start_new_session=True)
+        log.close()
+        wait_for(self._answers, timeout=30, what="the daemon to answer ping")
+        return self
+
+    def _answers(self) -> bool:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            out = (self.home.root / "daemon-test.out").read_text()
+            raise AssertionError(f"daemon exited {self.proc.returncode}: {out[-2000:]}")
+        try:
+            with RpcClient(self.home.socket_path, timeout=5) as client:
+                return client.call("ping")["pid"] == self.proc.pid
+        except OSError:
+            return False
+
+    def client(self, timeout: float | None = 60) -> RpcClient:
+        return RpcClient(self.home.socket_path, timeout)
+
+    def call(self, method: str, params: dict[str, Any] | None = None) -> Any:
+        with self.client() as client:
+            return client.call(method, params)
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def db_rows(home: Home, sql: str, params: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
+    """Read the state database directly (tests only: front-ends never do)."""
+    conn = sqlite3.connect(home.db_path, timeout=30)
+    conn.row_factory = sqlite3.Row
+    try:
+        return conn.execute(sql, params).fetchall()
+    finally:
+        conn.close()
+
+
+def kill_leftovers(home: Home) -> None:
+    """Kill every supervisor and engine group this home started, by recorded identity."""
+    if not home.db_path.exists():
+        return
+    for row in db_rows(home, "SELECT * FROM executions"):
+        if row["engine_pid"]:
+            kill_group(row["engine_pid"], signal.SIGKILL)
+        if row["supervisor_pid"] and row["supervisor_start_ticks"]:
+            ident = ProcessIdentity(row["supervisor_pid"], row["supervisor_start_ticks"], row["boot_id"])
+            if liveness(ident) is Liveness.ALIVE:
+                os.kill(ident.pid, signal.SIGKILL)
+
+
+def make_home(config: str = TEST_CONFIG) -> Home:
+    home = Home(short_tmpdir() / "h").ensure()
+    (home.root / "config.toml").write_text(config)
+    return home
+
+
+def remove_home(home: Home) -> None:
+    kill_leftovers(home)
+    shutil.rmtree(home.root.parent, ignore_errors=True)
+
+
+def raw_socket(home: Home) -> socket.socket:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(30)
+    sock.connect(str(home.socket_path))
+    return sock
+
+
+def pgid_alive(pgid: int) -> bool:
+    """Whether any non-zombie process is in process group `pgid` (read from /proc)."""
+    from agent_run.supervisor.identity import group_members
+
+    return bool(group_members(pgid))
