@@ -156,8 +156,17 @@ def demo_cmd(ctx: click.Context, count: int) -> None:
     sys.exit(run_quickstart(_session(ctx), count))
 
 
+@click.command("mcp")
+@click.pass_context
+def mcp_cmd(ctx: click.Context) -> None:
+    """Serve the tool table as an MCP stdio server (a proxy to the daemon)."""
+    from agent_run.mcp_server import run
+
+    run(_session(ctx).home)
+
+
 def register(group: click.Group, format_option: Any) -> None:
-    for command in (init_cmd, doctor_cmd, api_group, demo_cmd):
-        if not isinstance(command, click.Group):
+    for command in (init_cmd, doctor_cmd, api_group, demo_cmd, mcp_cmd):
+        if not isinstance(command, click.Group) and command is not mcp_cmd:
             command.params.append(format_option())
         group.add_command(command)

@@ -46,6 +46,12 @@ class ListAgentsParams(Params):
     runtime: str | None = Field(default=None, description="only agents of this runtime")
     limit: int = Field(default=50, ge=1, le=500)
     offset: int = Field(default=0, ge=0)
+    after_revision: int | None = Field(
+        default=None, ge=0,
+        description="only agents with an event newer than this revision (pass a previous `revision`)")
+    wait_seconds: float = Field(
+        default=0.0, ge=0, le=60,
+        description="with after_revision: wait up to this long for something newer (long-poll)")
 
 
 class TranscriptParams(Params):

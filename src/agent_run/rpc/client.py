@@ -15,6 +15,7 @@ from agent_run.rpc import protocol as p
 
 NO_AUTOSTART_ENV = "AGENT_RUN_NO_AUTOSTART"
 AUTOSTART_TIMEOUT_SECONDS = 20.0
+DAEMON_ALREADY_RUNNING_EXIT = 1  # `agent-run api serve` when another daemon holds the lock
 
 
 class RpcError(Exception):
@@ -68,7 +69,7 @@ def try_connect(home: Home, timeout: float | None = None) -> RpcClient | None:
         return None
 
 
-def start_daemon_detached(home: Home) -> int:
+def start_daemon_detached(home: Home) -> subprocess.Popen[bytes]:
     """Launch `agent-run api serve` in its own session; its output goes to logs/daemon.out."""
     home.ensure()
     out = os.open(home.logs_dir / "daemon.out", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
@@ -78,7 +79,7 @@ def start_daemon_detached(home: Home) -> int:
                                 start_new_session=True)
     finally:
         os.close(out)
-    return proc.pid
+    return proc
 
 
 def connect(home: Home, *, autostart: bool = True, timeout: float | None = None) -> RpcClient:
@@ -90,20 +91,29 @@ def connect(home: Home, *, autostart: bool = True, timeout: float | None = None)
         raise DaemonUnavailable(
             f"no daemon answers at {home.socket_path}; start one with `agent-run api serve`"
             + (f" ({NO_AUTOSTART_ENV}=1 turned autostart off)" if os.environ.get(NO_AUTOSTART_ENV) == "1" else ""))
-    pid = start_daemon_detached(home)
-    print(f"agent-run: no daemon was answering for {home.root}; started one (pid {pid})", file=sys.stderr)
+    proc = start_daemon_detached(home)
+    print(f"agent-run: no daemon was answering for {home.root}; started one (pid {proc.pid})",
+          file=sys.stderr)
     deadline = time.monotonic() + AUTOSTART_TIMEOUT_SECONDS
     while time.monotonic() < deadline:
         client = try_connect(home, timeout)
         if client is not None:
             return client
+        # Exit 1 means another daemon won the lock: keep knocking. Anything else is a failure.
+        if proc.poll() not in (None, DAEMON_ALREADY_RUNNING_EXIT):
+            break
         time.sleep(0.05)
-    tail = ""
-    out = home.logs_dir / "daemon.out"
-    if out.exists():
-        tail = out.read_text(errors="replace").strip().splitlines()[-1:][0] if out.read_text().strip() else ""
-    raise DaemonUnavailable(f"started a daemon (pid {pid}) but it did not answer within "
-                            f"{AUTOSTART_TIMEOUT_SECONDS:.0f}s" + (f": {tail}" if tail else ""))
+    raise DaemonUnavailable(f"started a daemon (pid {proc.pid}) but it did not answer"
+                            + (f": {_last_line(home.logs_dir / 'daemon.out')}" if proc.poll() else
+                               f" within {AUTOSTART_TIMEOUT_SECONDS:.0f}s"))
+
+
+def _last_line(path: os.PathLike[str]) -> str:
+    try:
+        lines = open(path, errors="replace").read().strip().splitlines()
+    except OSError:
+        return ""
+    return lines[-1] if lines else ""
 
 
 __all__ = ["RpcClient", "RpcError", "DomainError", "connect", "try_connect"]

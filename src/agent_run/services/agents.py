@@ -69,10 +69,16 @@ async def agent(ctx: ServiceContext, p: AgentParams) -> AgentView:
 
 
 async def list_agents(ctx: ServiceContext, p: ListAgentsParams) -> AgentList:
+    """A page of agents; with `after_revision`, a revisioned long-poll for what changed since."""
+    if p.after_revision is not None and p.wait_seconds > 0:
+        if await ctx.db(events_q.current_revision) <= p.after_revision:
+            await ctx.watcher.wait_past(p.after_revision, p.wait_seconds)
+
     def read(conn: sqlite3.Connection) -> AgentList:
         revision = events_q.current_revision(conn)
         rows, total = agents_q.list_agents(conn, states=[s.value for s in p.state or []],
-                                           runtime=p.runtime, limit=p.limit, offset=p.offset)
+                                           runtime=p.runtime, after_revision=p.after_revision,
+                                           limit=p.limit, offset=p.offset)
         items = [AgentSummary(id=r["id"], runtime=r["runtime"], model=r["model"], state=r["state"],
                               failure_kind=r["failure_kind"], task_preview=r["task"].strip().splitlines()[0][:120] if r["task"].strip() else "",
                               created_at=r["created_at"], updated_at=r["updated_at"],

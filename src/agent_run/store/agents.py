@@ -70,9 +70,13 @@ _LIST_BASE = (
 
 
 def list_agents(conn: sqlite3.Connection, *, states: list[str] | None, runtime: str | None,
-                limit: int, offset: int) -> tuple[list[sqlite3.Row], int]:
+                after_revision: int | None, limit: int,
+                offset: int) -> tuple[list[sqlite3.Row], int]:
     """A page of agents (newest first) with their latest execution, and the exact total."""
     where, params = [], []
+    if after_revision is not None:
+        where.append("a.id IN (SELECT agent_id FROM events WHERE seq > ?)")
+        params.append(after_revision)
     if states:
         where.append(f"e.state IN ({','.join('?' * len(states))})")
         params += states

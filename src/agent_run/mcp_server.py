@@ -1,0 +1,151 @@
+"""`agent-run mcp`: an MCP stdio server that proxies the one tool table to the daemon.
+
+Nothing is executed here: every call goes to the daemon over its socket (started detached
+when none answers, unless AGENT_RUN_NO_AUTOSTART=1). Results are `structuredContent` plus a
+short human text; domain errors are `isError` results carrying the stable code and field.
+"""
+
+import asyncio
+import time
+from typing import Any
+
+import mcp_types as types
+from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel.server import Server
+from mcp.server.stdio import stdio_server
+from pydantic import ValidationError
+
+from agent_run import __version__, cli_format
+from agent_run.domain.errors import DaemonUnavailable, DomainError
+from agent_run.domain.requests import WaitParams
+from agent_run.home import Home
+from agent_run.rpc import async_client
+from agent_run.rpc.client import NO_AUTOSTART_ENV, RpcError, connect
+from agent_run.rpc.protocol import validation_error_data
+from agent_run.tools import TOOLS, Tool
+
+WAIT_PROGRESS_SECONDS = 2.0
+INSTRUCTIONS = (
+    "agent-run runs coding agents as durable background jobs. Call `start` (it returns an "
+    "agent id at once), then `wait` with a timeout below your host's tool-call limit (it "
+    "returns timed_out: true rather than hanging; call it again to keep waiting), then "
+    "`answer` for the verified result. `list_agents` with after_revision + wait_seconds "
+    "long-polls for changes. Failures carry a failure_kind and advice; match on the kind."
+)
+
+
+def mcp_tool(tool: Tool) -> types.Tool:
+    schema = tool.schema()
+    return types.Tool(
+        name=tool.name, description=tool.doc, input_schema=schema["inputSchema"],
+        output_schema=schema["outputSchema"],
+        annotations=types.ToolAnnotations(read_only_hint=tool.read_only,
+                                          destructive_hint=tool.destructive,
+                                          idempotent_hint=tool.idempotent, open_world_hint=False),
+    )
+
+
+def ok_result(name: str, result: dict[str, Any]) -> types.CallToolResult:
+    return types.CallToolResult(content=[types.TextContent(text=cli_format.render(name, result))],
+                                structured_content=result)
+
+
+def error_result(data: dict[str, Any]) -> types.CallToolResult:
+    field = f" (field `{data['field']}`)" if data.get("field") else ""
+    text = f"{data['code']}{field}: {data['message']}"
+    return types.CallToolResult(content=[types.TextContent(text=text)], structured_content=data,
+                                is_error=True)
+
+
+class DaemonProxy:
+    def __init__(self, home: Home) -> None:
+        self.home = home
+        self._start_lock = asyncio.Lock()
+
+    async def call(self, method: str, params: dict[str, Any]) -> Any:
+        try:
+            return await async_client.call(self.home, method, params)
+        except DaemonUnavailable:
+            await self._ensure_daemon()
+            return await async_client.call(self.home, method, params)
+
+    async def _ensure_daemon(self) -> None:
+        """Start the daemon as the CLI would (saying so on stderr); raise if it cannot answer."""
+        async with self._start_lock:
+            client = await asyncio.to_thread(connect, self.home)
+            client.close()
+
+
+async def _wait_with_progress(proxy: DaemonProxy, ctx: ServerRequestContext[Any, Any],
+                              params: WaitParams) -> dict[str, Any]:
+    """Wait in short chunks, sending a progress notification after each that finds it running."""
+    token = (ctx.meta or {}).get("progress_token")
+    started = time.monotonic()
+    deadline = started + params.timeout_seconds
+    while True:
+        remaining = max(0.0, deadline - time.monotonic())
+        chunk = min(WAIT_PROGRESS_SECONDS, remaining)
+        result = await proxy.call("wait", {"agent_id": params.agent_id, "timeout_seconds": chunk})
+        if not result["timed_out"] or time.monotonic() >= deadline:
+            return result
+        if token is not None:
+            agent = result["agent"]
+            last = (agent.get("last_message") or "").splitlines()
+            message = f"{agent['state']}; {agent['event_count']} events" + (f"; last: {last[0][:120]}" if last else "")
+            await ctx.session.send_progress_notification(
+                token, round(time.monotonic() - started, 3), total=params.timeout_seconds,
+                message=message, related_request_id=ctx.request_id)
+
+
+def build_server(home: Home) -> Server[Any]:
+    proxy = DaemonProxy(home)
+    tools = [mcp_tool(tool) for tool in TOOLS.values()]
+
+    async def list_tools(_ctx: ServerRequestContext[Any, Any],
+                         _params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=tools)
+
+    async def call_tool(ctx: ServerRequestContext[Any, Any],
+                        params: types.CallToolRequestParams) -> types.CallToolResult:
+        tool = TOOLS.get(params.name)
+        if tool is None:
+            return error_result({"code": "UnknownTool", "field": "name",
+                                 "message": f"no tool {params.name!r}; tools: {', '.join(TOOLS)}"})
+        arguments = dict(params.arguments or {})
+        try:
+            if tool.name == "wait":
+                try:
+                    wait_params = WaitParams.model_validate(arguments)
+                except ValidationError as exc:
+                    return error_result(validation_error_data(exc))
+                result = await _wait_with_progress(proxy, ctx, wait_params)
+            else:
+                result = await proxy.call(tool.name, arguments)
+        except DaemonUnavailable as exc:
+            no_start = f"; {NO_AUTOSTART_ENV}=1 is set" if _autostart_off() else ""
+            return error_result({"code": exc.code, "message": f"{exc.message}{no_start}. Nothing was "
+                                 "executed: agent-run runs tools only in its daemon."})
+        except DomainError as exc:
+            return error_result(exc.to_data())
+        except RpcError as exc:
+            return error_result({"code": "ProtocolError", "message": f"{exc.code}: {exc.message}"})
+        return ok_result(tool.name, result)
+
+    return Server("agent-run", version=__version__, instructions=INSTRUCTIONS,
+                  on_list_tools=list_tools, on_call_tool=call_tool)
+
+
+def _autostart_off() -> bool:
+    import os
+
+    return os.environ.get(NO_AUTOSTART_ENV) == "1"
+
+
+async def serve(home: Home) -> None:
+    server = build_server(home)
+    async with stdio_server() as (read_stream, write_stream):
+        await server.run(read_stream, write_stream, server.create_initialization_options())
+
+
+def run(home: Home) -> None:
+    asyncio.run(serve(home))

@@ -1,0 +1,199 @@
+"""The MCP stdio server: every tool on the demo engine, progress, long-poll, errors, parity."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from agent_run.cli import cli as cli_group
+from agent_run.tools import TOOLS
+from tests.harness import wait_for
+from tests.mcp_harness import mcp_session
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
+async def test_every_tool_works_over_mcp_on_the_demo_engine(daemon, workdir):
+    async with mcp_session(daemon.home) as s:
+        started = await s.call_tool("start", {"task": "steps: 20\nstep_seconds: 0.1\nanswer: over mcp",
+                                              "workdir": str(workdir)})
+        assert not started.is_error, started.content
+        agent_id = started.structured_content["id"]
+        assert "agent" in started.content[0].text or agent_id in started.content[0].text
+
+        steer = await s.call_tool("steer", {"agent_id": agent_id, "text": "answer: steered over mcp"})
+        assert steer.structured_content["state"] == "delivered", steer.structured_content
+        view = await s.call_tool("agent", {"agent_id": agent_id})
+        assert view.structured_content["id"] == agent_id
+        listed = await s.call_tool("list_agents", {})
+        assert listed.structured_content["total"] == 1
+        waited = await s.call_tool("wait", {"agent_id": agent_id, "timeout_seconds": 60})
+        assert waited.structured_content["timed_out"] is False
+        assert waited.structured_content["agent"]["state"] == "succeeded"
+        answer = await s.call_tool("answer", {"agent_id": agent_id})
+        assert answer.structured_content["text"] == "steered over mcp"
+        transcript = await s.call_tool("transcript", {"agent_id": agent_id})
+        assert transcript.structured_content["finished"] is True
+        cancel = await s.call_tool("cancel", {"agent_id": agent_id})
+        assert cancel.structured_content["accepted"] is False
+        doc = await s.call_tool("doc", {"topic": "failures"})
+        assert "rate_limited" in doc.structured_content["text"]
+
+
+async def test_cancel_over_mcp_ends_the_agent_cancelled(daemon, workdir):
+    async with mcp_session(daemon.home) as s:
+        started = await s.call_tool("start", {"task": "steps: 500\nstep_seconds: 0.05", "workdir": str(workdir)})
+        agent_id = started.structured_content["id"]
+        cancel = await s.call_tool("cancel", {"agent_id": agent_id})
+        assert cancel.structured_content["accepted"] is True
+        waited = await s.call_tool("wait", {"agent_id": agent_id, "timeout_seconds": 30})
+        assert waited.structured_content["agent"]["state"] == "cancelled"
+
+
+async def test_wait_sends_progress_and_short_timeout_returns_timed_out(daemon, workdir):
+    progress = []
+
+    async def on_progress(value, total, message):
+        progress.append((value, total, message))
+
+    async with mcp_session(daemon.home) as s:
+        started = await s.call_tool("start", {"task": "steps: 200\nstep_seconds: 0.05\nanswer: late",
+                                              "workdir": str(workdir)})
+        agent_id = started.structured_content["id"]
+        waited = await s.call_tool("wait", {"agent_id": agent_id, "timeout_seconds": 4.5},
+                                   progress_callback=on_progress)
+        assert waited.is_error is False
+        assert waited.structured_content["timed_out"] is True
+        assert waited.structured_content["agent"]["state"] == "running"
+        assert progress, "wait must send progress notifications while it waits"
+        value, total, message = progress[-1]
+        assert total == 4.5 and 0 < value <= 4.5
+        assert "running" in message and "events" in message
+        assert [p[0] for p in progress] == sorted(p[0] for p in progress)
+
+
+async def test_long_poll_on_list_agents_wakes_soon_after_a_change(daemon, workdir):
+    async with mcp_session(daemon.home) as s:
+        first = await s.call_tool("list_agents", {})
+        revision = first.structured_content["revision"]
+        quiet = await s.call_tool("list_agents", {"after_revision": revision, "wait_seconds": 0.3})
+        assert quiet.structured_content["total"] == 0 and quiet.structured_content["revision"] == revision
+
+        import anyio
+
+        woke = {}
+
+        async def poll():
+            begun = time.monotonic()
+            result = await s.call_tool("list_agents", {"after_revision": revision, "wait_seconds": 30})
+            woke["after"] = time.monotonic() - begun
+            woke["result"] = result.structured_content
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(poll)
+            await anyio.sleep(0.5)  # let the long-poll park before the change it waits for
+            changed_at = time.monotonic()
+            daemon.call("start", {"task": "answer: wake up", "workdir": str(workdir)})
+            start_returned = time.monotonic() - changed_at
+        assert woke["result"]["total"] == 1
+        assert woke["result"]["revision"] > revision
+        # Generous: the real figure (tens of ms) is measured in bench/bench_longpoll.py.
+        assert woke["after"] < 0.5 + start_returned + 2.0
+
+
+async def test_invalid_arguments_name_the_field(daemon, workdir):
+    async with mcp_session(daemon.home) as s:
+        bad = await s.call_tool("start", {"task": "x", "workdir": str(workdir), "profile": "root"})
+        assert bad.is_error and bad.structured_content["field"] == "profile"
+        bad_wait = await s.call_tool("wait", {"agent_id": "ag_x", "timeout_seconds": 9999})
+        assert bad_wait.is_error and bad_wait.structured_content["field"] == "timeout_seconds"
+        missing = await s.call_tool("answer", {})
+        assert missing.is_error and missing.structured_content["field"] == "agent_id"
+        unknown = await s.call_tool("agent", {"agent_id": "ag_0000000000"})
+        assert unknown.is_error and unknown.structured_content["code"] == "AgentNotFound"
+        assert "AgentNotFound" in unknown.content[0].text
+
+
+async def test_daemon_down_and_not_startable_gives_clear_is_error(home, workdir):
+    async with mcp_session(home, env={"AGENT_RUN_NO_AUTOSTART": "1"}) as s:
+        result = await s.call_tool("start", {"task": "answer: x", "workdir": str(workdir)})
+        assert result.is_error
+        assert result.structured_content["code"] == "DaemonUnavailable"
+        assert "Nothing was executed" in result.content[0].text
+    assert not home.socket_path.exists()
+    assert not home.db_path.exists(), "the MCP server must never touch the database itself"
+
+
+async def test_daemon_that_fails_to_start_gives_is_error_naming_the_cause(home, workdir):
+    (home.root / "config.toml").write_text("schema_version = 1\nbogus = true\n")
+    async with mcp_session(home) as s:
+        result = await s.call_tool("list_agents", {})
+        assert result.is_error
+        assert result.structured_content["code"] == "DaemonUnavailable"
+        assert "bogus" in result.content[0].text
+
+
+async def test_mcp_autostarts_the_daemon_when_none_answers(home, workdir):
+    try:
+        async with mcp_session(home) as s:
+            result = await s.call_tool("doc", {})
+            assert not result.is_error
+        assert "started one" in (home.root / "mcp-test.err").read_text()
+    finally:
+        pid = int((home.root / "daemon.lock").read_text().strip())
+        os.kill(pid, signal.SIGTERM)
+
+
+async def test_client_disconnecting_mid_wait_leaves_the_agent_running(daemon, workdir):
+    agent = daemon.call("start", {"task": "steps: 30\nstep_seconds: 0.1\nanswer: survived",
+                                  "workdir": str(workdir)})
+    proc = subprocess.Popen([sys.executable, "-c", f"""
+import anyio, sys
+sys.path.insert(0, {str(os.getcwd())!r})
+from tests.mcp_harness import mcp_session
+from agent_run.home import Home
+async def main():
+    async with mcp_session(Home.resolve({str(daemon.home.root)!r})) as s:
+        print("waiting", flush=True)
+        await s.call_tool("wait", {{"agent_id": {agent["id"]!r}, "timeout_seconds": 60}})
+anyio.run(main)
+"""], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "waiting"
+    proc.kill()  # the MCP client vanishes mid-wait
+    proc.wait()
+    result = daemon.call("wait", {"agent_id": agent["id"], "timeout_seconds": 60})
+    assert result["agent"]["state"] == "succeeded"
+    assert daemon.call("answer", {"agent_id": agent["id"]})["text"] == "survived"
+
+
+async def test_tool_table_is_identical_on_socket_mcp_and_cli(daemon):
+    socket_tools = {t["name"]: t for t in daemon.call("tools")["tools"]}
+    async with mcp_session(daemon.home) as s:
+        listed = await s.list_tools()
+    mcp_tools = {t.name: t for t in listed.tools}
+    assert set(socket_tools) == set(mcp_tools) == set(TOOLS)
+    for name, tool in mcp_tools.items():
+        sock = socket_tools[name]
+        assert tool.description == sock["description"], name
+        assert tool.input_schema == sock["inputSchema"], name
+        assert tool.output_schema == sock["outputSchema"], name
+        annotations = tool.annotations
+        assert (annotations.read_only_hint, annotations.destructive_hint, annotations.idempotent_hint) == (
+            sock["annotations"]["readOnlyHint"], sock["annotations"]["destructiveHint"],
+            sock["annotations"]["idempotentHint"]), name
+    verbs = {cmd.name: cmd for cmd in cli_group.commands.values()}
+    for name, tool in TOOLS.items():
+        command = verbs.get(tool.cli_verb)
+        assert command is not None, f"tool {name} has no CLI verb"
+        covered = {param.name for param in command.params}
+        missing = set(tool.params.model_fields) - covered
+        assert not missing, f"CLI verb {tool.cli_verb} lacks params {missing}"
+        assert command.help == tool.doc
