@@ -25,6 +25,8 @@ def _agent(a: dict[str, Any]) -> str:
     if ex.get("failure_advice"):
         lines.append(f"  why     {ex.get('failure_message') or ''}")
         lines.append(f"  advice  {ex['failure_advice']}")
+    if a.get("verdict"):
+        lines.append(f"  verdict {a['verdict']} (from the worker tool `finish`)")
     if ex.get("answer_sha256"):
         lines.append(f"  answer  {ex['answer_bytes']} bytes, sha256 {ex['answer_sha256']}")
     elif a.get("last_message"):

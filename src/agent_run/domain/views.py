@@ -5,7 +5,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from agent_run.domain.failures import FailureKind
-from agent_run.domain.states import ExecutionState
+from agent_run.domain.states import ExecutionState, Verdict
 
 
 class View(BaseModel):
@@ -24,6 +24,7 @@ class ExecutionView(View):
     started_at: float | None = None
     ended_at: float | None = None
     exit_code: int | None = None
+    verdict: Verdict | None = Field(default=None, description="what the task said of itself via `finish`")
     engine_session_id: str | None = None
     answer_sha256: str | None = None
     answer_bytes: int | None = None
@@ -43,6 +44,7 @@ class AgentView(View):
     created_at: float
     state: ExecutionState = Field(description="the state of the latest execution")
     failure_kind: FailureKind | None = None
+    verdict: Verdict | None = Field(default=None, description="done / blocked / failed, from the worker tools")
     execution: ExecutionView
     event_count: int
     last_message: str | None = Field(default=None, description="the last transcript line, truncated")

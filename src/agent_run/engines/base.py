@@ -1,6 +1,7 @@
 """The engine interface: a launch plan, a line protocol, normalized events, a classified outcome."""
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 from agent_run.domain.failures import FailureKind
@@ -31,12 +32,24 @@ class ExecutionPlan:
 
 
 @dataclass(frozen=True)
+class WorkerMcp:
+    """How to start the worker-tools MCP server; each engine renders it in its own config format."""
+
+    name: str
+    command: str
+    args: list[str]
+    env: dict[str, str]
+    tools: list[str]
+
+
+@dataclass(frozen=True)
 class LaunchSpec:
     argv: list[str]
     env: dict[str, str]
     cwd: str
     stdin_pipe: bool
-    secrets: list[str] = field(default_factory=list)
+    # Files holding the worker token, removed when the execution ends.
+    token_files: list[Path] = field(default_factory=list)
 
 
 # Normalized events: what every engine's stream is turned into.
@@ -91,7 +104,8 @@ class Engine(Protocol):
     supports_steer: bool
     supports_interrupt: bool
 
-    def launch(self, plan: ExecutionPlan, secrets: dict[str, str]) -> LaunchSpec: ...
+    def launch(self, plan: ExecutionPlan, secrets: dict[str, str], worker: WorkerMcp,
+               scratch: Path) -> LaunchSpec: ...
 
     def initial_input(self, plan: ExecutionPlan) -> list[bytes]: ...
 

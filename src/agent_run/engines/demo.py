@@ -1,9 +1,14 @@
 """The `demo` engine adapter: launches `demo_program` and speaks stream-json to it."""
 
+import json
 import sys
+from pathlib import Path
 
 from agent_run.domain.failures import FailureKind
-from agent_run.engines.base import Completion, EngineEvent, ExecutionPlan, LaunchSpec, kind_for_http_status
+from agent_run.engines.base import (
+    Completion, EngineEvent, ExecutionPlan, LaunchSpec, WorkerMcp, kind_for_http_status,
+)
+from agent_run.home import write_private_file
 from agent_run.engines.environment import base_environment
 from agent_run.engines.stream_json import control_request, parse_stream_json_line, user_message
 
@@ -13,13 +18,19 @@ class DemoEngine:
     supports_steer = True
     supports_interrupt = True
 
-    def launch(self, plan: ExecutionPlan, secrets: dict[str, str]) -> LaunchSpec:
+    def launch(self, plan: ExecutionPlan, secrets: dict[str, str], worker: WorkerMcp,
+               scratch: Path) -> LaunchSpec:
         env = base_environment(plan)
         env.update(plan.runtime_config.get("env") or {})
         env.update(secrets)
-        argv = [sys.executable, "-m", "agent_run.engines.demo_program", "--model", plan.model]
+        # The same file shape as Claude Code's --mcp-config.
+        mcp_config = scratch / "mcp.json"
+        servers = {worker.name: {"command": worker.command, "args": worker.args, "env": worker.env}}
+        write_private_file(mcp_config, json.dumps({"mcpServers": servers}).encode())
+        argv = [sys.executable, "-m", "agent_run.engines.demo_program", "--model", plan.model,
+                "--mcp-config", str(mcp_config)]
         return LaunchSpec(argv=argv, env=env, cwd=plan.workdir, stdin_pipe=True,
-                          secrets=list(secrets.values()))
+                          token_files=[mcp_config])
 
     def initial_input(self, plan: ExecutionPlan) -> list[bytes]:
         return [user_message(plan.prompt)]

@@ -13,6 +13,8 @@ order, and exits at end of input. The task text chooses the behaviour, one direc
                             malformed | error_reply | empty | hang
     echo_env: VAR           put the value of VAR in the answer (redaction tests)
     spawn: S                start a background child that sleeps S seconds (group-kill tests)
+    finish: SUMMARY         call the worker tool `finish` through MCP (from --mcp-config) ...
+    finish_status: STATUS   ... with this status: done (default) | blocked | failed
 """
 
 import argparse
@@ -45,6 +47,8 @@ class Directives:
     fail: str | None = None
     echo_env: list[str] = field(default_factory=list)
     spawn: float | None = None
+    finish: str | None = None
+    finish_status: str = "done"
 
 
 def parse_directives(task: str) -> Directives:
@@ -71,6 +75,10 @@ def parse_directives(task: str) -> Directives:
             d.echo_env.append(value)
         elif key == "spawn":
             d.spawn = float(value)
+        elif key == "finish":
+            d.finish = value
+        elif key == "finish_status":
+            d.finish_status = value
     return d
 
 
@@ -78,9 +86,32 @@ class Interrupted(Exception):
     pass
 
 
+def call_worker_tool(mcp_config: str, tool: str, arguments: dict) -> tuple[str, bool]:
+    """Call a tool of the first MCP server in a Claude-style --mcp-config file: (text, is_error)."""
+    import anyio
+    from mcp.client.session import ClientSession
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    with open(mcp_config) as fh:
+        name, server = next(iter(json.load(fh)["mcpServers"].items()))
+
+    async def call() -> tuple[str, bool]:
+        params = StdioServerParameters(command=server["command"], args=server.get("args", []),
+                                       env=server.get("env"))
+        async with stdio_client(params, errlog=sys.stderr) as (read, write):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                result = await session.call_tool(tool, arguments)
+                text = "\n".join(getattr(block, "text", "") for block in result.content)
+                return text, bool(result.is_error)
+
+    return anyio.run(call)
+
+
 class DemoEngine:
-    def __init__(self, model: str) -> None:
+    def __init__(self, model: str, mcp_config: str | None = None) -> None:
         self.model = model
+        self.mcp_config = mcp_config
         self.session_id = str(uuid.uuid4())
         self.inbox: "queue.Queue[dict | None]" = queue.Queue()
         self.interrupt = threading.Event()
@@ -144,10 +175,13 @@ class DemoEngine:
                 self.emit({"type": "user", "message": {"role": "user", "content": [
                     {"type": "tool_result", "tool_use_id": tool_id,
                      "content": f"File created successfully at: {path}"}]}})
+            if d.finish is not None:
+                self.finish(d.finish, d.finish_status)
             if d.fail:
                 self.fail(d.fail, started)
                 return
-            answer = d.answer or f"Demo answer to: {task.strip().splitlines()[0] if task.strip() else ''}"
+            default = "Finished through the worker tools." if d.finish is not None else None
+            answer = d.answer or default or f"Demo answer to: {task.strip().splitlines()[0] if task.strip() else ''}"
             for name in d.echo_env:
                 answer += f"\n{name}={os.environ.get(name, '')}"
             self.assistant([{"type": "text", "text": answer}])
@@ -156,6 +190,19 @@ class DemoEngine:
             self.interrupt.clear()
             self.result("Interrupted by user", is_error=True, subtype="error_during_execution",
                         started=started)
+
+    def finish(self, summary: str, status: str) -> None:
+        tool_id = f"toolu_{uuid.uuid4().hex[:12]}"
+        name = "finish"
+        arguments = {"summary": summary, "status": status}
+        self.assistant([{"type": "tool_use", "id": tool_id, "name": f"mcp__worker__{name}",
+                         "input": arguments}])
+        if self.mcp_config is None:
+            text, is_error = "no MCP server configured", True
+        else:
+            text, is_error = call_worker_tool(self.mcp_config, name, arguments)
+        self.emit({"type": "user", "message": {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": tool_id, "content": text, "is_error": is_error}]}})
 
     def fail(self, kind: str, started: float) -> None:
         if kind in _FAILURES:
@@ -197,8 +244,9 @@ class DemoEngine:
 def main() -> int:
     parser = argparse.ArgumentParser(prog="agent-run-demo-engine")
     parser.add_argument("--model", default="demo-1")
+    parser.add_argument("--mcp-config", default=None)
     args = parser.parse_args()
-    return DemoEngine(args.model).serve()
+    return DemoEngine(args.model, args.mcp_config).serve()
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ def execution_view(row: sqlite3.Row) -> ExecutionView:
         id=row["id"], number=row["number"], kind=row["kind"], state=row["state"], failure_kind=kind,
         failure_advice=kind.advice if kind else None, failure_message=row["failure_message"],
         created_at=row["created_at"], started_at=row["started_at"], ended_at=row["ended_at"],
-        exit_code=row["exit_code"], engine_session_id=row["engine_session_id"],
+        exit_code=row["exit_code"], verdict=row["verdict"], engine_session_id=row["engine_session_id"],
         answer_sha256=row["answer_sha256"], answer_bytes=row["answer_bytes"],
         usage=json.loads(row["usage_json"]) if row["usage_json"] else None, cost_usd=row["cost_usd"],
     )
@@ -54,7 +54,8 @@ def read_agent_view(conn: sqlite3.Connection, agent_id: str) -> AgentView:
             id=agent["id"], request_id=agent["request_id"], runtime=agent["runtime"],
             engine=agent["engine"], model=agent["model"], task=agent["task"], workdir=agent["workdir"],
             profile=agent["profile"], created_at=agent["created_at"], state=execution["state"],
-            failure_kind=execution["failure_kind"], execution=execution_view(execution),
+            failure_kind=execution["failure_kind"], verdict=execution["verdict"],
+            execution=execution_view(execution),
             event_count=events_q.count_events(conn, agent_id),
             last_message=last["content"][:300] if last else None,
             revision=events_q.current_revision(conn),

@@ -21,6 +21,7 @@ class Outcome:
     failure: FailureKind | None = None
     message: str | None = None
     answer: str | None = None
+    verdict: str | None = None
 
 
 def is_error_only(text: str) -> bool:
@@ -29,7 +30,9 @@ def is_error_only(text: str) -> bool:
 
 def decide_outcome(*, engine: Engine, group_gone: bool, stop: "StopRequest | None",
                    completion: Completion | None, exit_code: int | None, unparsed_lines: int,
-                   stderr_tail: str) -> Outcome:
+                   stderr_tail: str, finish: dict[str, str] | None = None) -> Outcome:
+    """`finish` is the last report of the worker tool of that name: its summary becomes the
+    answer and its status the verdict, once the engine itself completed without error."""
     failed = ExecutionState.FAILED
     if not group_gone:
         return Outcome(failed, FailureKind.ENGINE_GROUP_SURVIVED,
@@ -49,9 +52,10 @@ def decide_outcome(*, engine: Engine, group_gone: bool, stop: "StopRequest | Non
     kind = engine.classify(completion)
     if kind is not None:
         return Outcome(failed, kind, completion.text[:500] or completion.subtype, answer=completion.text)
-    text = completion.text
+    verdict = finish["status"] if finish else None
+    text = finish["summary"] if finish else completion.text
     if not text.strip():
         return Outcome(failed, FailureKind.NO_ANSWER, "the engine completed with an empty answer")
     if is_error_only(text):
         return Outcome(failed, FailureKind.ERROR_REPLY, text[:500], answer=text)
-    return Outcome(ExecutionState.SUCCEEDED, answer=text)
+    return Outcome(ExecutionState.SUCCEEDED, answer=text, verdict=verdict)

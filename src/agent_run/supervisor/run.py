@@ -2,9 +2,11 @@
 
 import json
 import os
+import secrets as token_source
 import selectors
 import signal
 import subprocess
+import sys
 import time
 import traceback
 from dataclasses import dataclass
@@ -15,11 +17,13 @@ from agent_run.domain.failures import FailureKind
 from agent_run.domain.states import ExecutionState
 from agent_run.engines import engine_for
 from agent_run.engines.base import (
-    Completion, ControlAck, Engine, ExecutionPlan, MessageEvent, RetryEvent, SessionStarted, Unparsed,
+    Completion, ControlAck, Engine, ExecutionPlan, LaunchSpec, MessageEvent, RetryEvent, SessionStarted,
+    Unparsed, WorkerMcp,
 )
 from agent_run.home import Home
 from agent_run.store import agents as agents_q
 from agent_run.store import commands as commands_q
+from agent_run.store import reports as reports_q
 from agent_run.store.db import connect, write
 from agent_run.supervisor.eventlog import ExecutionLog
 from agent_run.supervisor.identity import ProcessIdentity, engine_group_alive, group_members, kill_group
@@ -27,6 +31,8 @@ from agent_run.supervisor.outcome import Outcome, decide_outcome
 from agent_run.supervisor.redact import Redactor
 from agent_run.supervisor.secrets import resolve_secrets
 from agent_run.supervisor.seal import seal_answer
+from agent_run.worker_tools.catalog import SERVER_NAME
+from agent_run.worker_tools.server import EXECUTION_ENV, HOME_ENV, TOKEN_ENV, token_hash
 
 COMMAND_POLL_SECONDS = 0.2
 KILL_WAIT_SECONDS = 5.0
@@ -64,6 +70,7 @@ class Supervisor:
         self.turns_outstanding = 1
         self.unparsed_lines = 0
         self.engine: Engine = engine_for(self.plan.engine)
+        self.spec: LaunchSpec | None = None
         self.usage: dict[str, float] = {}
         self.cost_usd = 0.0
 
@@ -106,9 +113,11 @@ class Supervisor:
         except ValueError as exc:
             self._finish(Outcome(ExecutionState.FAILED, FailureKind.CONFIG_ERROR, str(exc)))
             return
-        redact = Redactor(list(secrets.values()))
-        spec = engine.launch(self.plan, secrets)
+        worker = self._worker_mcp()
+        redact = Redactor([*secrets.values(), worker.env[TOKEN_ENV]])
         Path(self.plan.engine_home).mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.spec = engine.launch(self.plan, secrets, worker, self.dir)
+        spec = self.spec
         stderr_log = open(self.dir / "engine.log", "ab")
         try:
             self.proc = subprocess.Popen(
@@ -134,6 +143,17 @@ class Supervisor:
             os.chmod(raw.name, 0o600)
             self._pump(engine, redact, raw)
         self._finish(self._decide(engine, redact))
+
+    def _worker_mcp(self) -> WorkerMcp:
+        """A fresh capability token (only its hash is stored) and how to start the worker tools."""
+        token = token_source.token_urlsafe(32)
+        with write(self.conn):
+            agents_q.update_execution(self.conn, self.execution_id, worker_token_sha256=token_hash(token))
+        tools = ["finish"]
+        env = {HOME_ENV: str(self.home.root), EXECUTION_ENV: self.execution_id, TOKEN_ENV: token,
+               "AGENT_RUN_WORKER_TOOLS": ",".join(tools)}
+        return WorkerMcp(name=SERVER_NAME, command=sys.executable, args=["-m", "agent_run.worker_tools"],
+                         env=env, tools=tools)
 
     def _pump(self, engine: Engine, redact: Redactor, raw: IO[bytes]) -> None:
         """Read the engine's stdout until EOF, obeying commands and watchdogs meanwhile."""
@@ -338,14 +358,19 @@ class Supervisor:
         log_path = self.dir / "engine.log"
         if log_path.exists():
             stderr_tail = redact(log_path.read_bytes()[-2000:].decode("utf-8", errors="replace"))
+        finish = reports_q.reports(self.conn, self.execution_id, "finish")
+        finish_payload = json.loads(finish[-1]["payload"]) if finish else None
         return decide_outcome(
             engine=engine, group_gone=group_gone, stop=self.stop, completion=self.completion,
             exit_code=exit_code, unparsed_lines=self.unparsed_lines, stderr_tail=stderr_tail,
+            finish=finish_payload,
         )
 
     def _finish(self, outcome: Outcome) -> None:
         self.log.flush()
-        fields: dict[str, object] = {}
+        for path in self.spec.token_files if self.spec else []:
+            path.unlink(missing_ok=True)  # the capability dies with the execution
+        fields: dict[str, object] = {"verdict": outcome.verdict}
         if self.usage:
             fields["usage_json"] = json.dumps(self.usage)
         if self.completions:

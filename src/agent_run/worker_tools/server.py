@@ -1,0 +1,89 @@
+"""The worker MCP server process: `python -m agent_run.worker_tools` (stdio), one per engine.
+
+Configuration arrives in its environment: the home, the execution id and the capability
+token. A call is recorded only while the token's hash matches the execution's and the
+execution is live; it writes the database directly, so it works while the daemon is down.
+"""
+
+import hashlib
+import os
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import mcp_types as types
+from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel.server import Server
+from mcp.server.stdio import stdio_server
+from pydantic import ValidationError
+
+from agent_run.domain.states import ExecutionState
+from agent_run.store.agents import get_execution
+from agent_run.store.db import connect, write
+from agent_run.store.reports import append_report
+from agent_run.worker_tools.catalog import SERVER_NAME, WORKER_TOOLS
+
+HOME_ENV, EXECUTION_ENV, TOKEN_ENV = "AGENT_RUN_HOME", "AGENT_RUN_EXECUTION_ID", "AGENT_RUN_WORKER_TOKEN"
+
+
+def token_hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+class ReportRefused(Exception):
+    pass
+
+
+def record(conn: sqlite3.Connection, execution_id: str, token: str, tool: str,
+           payload: dict[str, Any]) -> int:
+    with write(conn):
+        row = get_execution(conn, execution_id)
+        if row is None or row["worker_token_sha256"] != token_hash(token):
+            raise ReportRefused("this worker-tools server is not bound to a known execution")
+        if ExecutionState(row["state"]).terminal:
+            raise ReportRefused(f"the execution already ended ({row['state']})")
+        return append_report(conn, agent_id=row["agent_id"], execution_id=execution_id, tool=tool,
+                             payload=payload)
+
+
+def _text(text: str, *, error: bool = False) -> types.CallToolResult:
+    return types.CallToolResult(content=[types.TextContent(text=text)], is_error=error)
+
+
+def build_server(conn: sqlite3.Connection, execution_id: str, token: str,
+                 offered: list[str]) -> Server[Any]:
+    tools = [types.Tool(name=t.name, description=t.description,
+                        input_schema=t.params.model_json_schema(),
+                        annotations=types.ToolAnnotations(read_only_hint=False, destructive_hint=False,
+                                                          idempotent_hint=False, open_world_hint=False))
+             for name, t in WORKER_TOOLS.items() if name in offered]
+
+    async def list_tools(_ctx: ServerRequestContext[Any, Any], _p: Any) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=tools)
+
+    async def call_tool(_ctx: ServerRequestContext[Any, Any],
+                        params: types.CallToolRequestParams) -> types.CallToolResult:
+        tool = WORKER_TOOLS.get(params.name)
+        if tool is None or params.name not in offered:
+            return _text(f"no worker tool {params.name!r}", error=True)
+        try:
+            parsed = tool.params.model_validate(params.arguments or {})
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            return _text(f"invalid {'.'.join(map(str, first['loc']))}: {first['msg']}", error=True)
+        try:
+            report_id = record(conn, execution_id, token, tool.name, parsed.model_dump())
+        except ReportRefused as exc:
+            return _text(f"refused: {exc}", error=True)
+        return _text(f"recorded ({tool.name} #{report_id})")
+
+    return Server(SERVER_NAME, on_list_tools=list_tools, on_call_tool=call_tool)
+
+
+async def serve() -> None:
+    home = Path(os.environ[HOME_ENV])
+    conn = connect(home / "state.db", apply_migrations=False)
+    offered = os.environ.get("AGENT_RUN_WORKER_TOOLS", "finish").split(",")
+    server = build_server(conn, os.environ[EXECUTION_ENV], os.environ[TOKEN_ENV], offered)
+    async with stdio_server() as (read_stream, write_stream):
+        await server.run(read_stream, write_stream, server.create_initialization_options())
