@@ -232,3 +232,42 @@ def test_secret_never_reaches_argv_db_logs_transcript_or_answer(home, workdir):
         daemon.stop()
     leaks = [str(p) for p in home.root.rglob("*") if p.is_file() and SECRET.encode() in p.read_bytes()]
     assert leaks == []
+
+
+def test_engine_that_only_retries_is_stopped_and_its_signals_recorded(home, workdir):
+    from tests.harness import DaemonProcess
+
+    config = (home.root / "config.toml").read_text().replace(
+        'default_model = "demo-1"', 'default_model = "demo-1"\nretry_give_up_seconds = 1.0')
+    (home.root / "config.toml").write_text(config)
+    daemon = DaemonProcess(home).start()
+    try:
+        agent = daemon.call("start", {"task": "fail: retry_forever", "workdir": str(workdir)})
+        view = wait_terminal(daemon, agent["id"])
+    finally:
+        daemon.stop()
+    assert (view["state"], view["failure_kind"]) == ("failed", "rate_limited")
+    signals = db_rows(home, "SELECT kind, status, runtime FROM provider_signals WHERE agent_id = ?",
+                      (agent["id"],))
+    assert len(signals) >= 3
+    assert {(s["kind"], s["status"], s["runtime"]) for s in signals[:-1]} == {("rate_limited", 429, "demo")}
+
+
+def test_resume_continues_the_engine_session_with_its_history(daemon, home, workdir):
+    agent = start(daemon, workdir, "answer: the first answer")
+    wait_terminal(daemon, agent["id"])
+    resumed = daemon.call("resume", {"agent_id": agent["id"], "prompt": "recall: yes"})
+    assert resumed["id"] == agent["id"] and resumed["execution"]["number"] == 2
+    view = wait_terminal(daemon, agent["id"])
+    assert view["state"] == "succeeded" and view["execution"]["kind"] == "resume"
+    assert daemon.call("answer", {"agent_id": agent["id"]})["text"] == "Earlier in this session: the first answer"
+    sessions = {r["engine_session_id"] for r in db_rows(
+        home, "SELECT engine_session_id FROM executions WHERE agent_id = ?", (agent["id"],))}
+    assert len(sessions) == 1, "both executions ran in one engine session"
+
+
+def test_resume_of_a_running_agent_is_a_conflict(daemon, workdir):
+    agent = start(daemon, workdir, SLOW)
+    with pytest.raises(Conflict):
+        with daemon.client() as c:
+            c.call("resume", {"agent_id": agent["id"], "prompt": "more"})

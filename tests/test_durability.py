@@ -9,10 +9,11 @@ from tests.harness import db_rows, pgid_alive, wait_for
 
 
 def test_kill9_daemon_leaves_running_agents_alive_and_all_complete(daemon, home, workdir):
-    ids = [daemon.call("start", {"task": f"steps: 15\nstep_seconds: 0.1\nanswer: agent {n}",
+    ids = [daemon.call("start", {"task": f"steps: 40\nstep_seconds: 0.1\nanswer: agent {n}",
                                  "workdir": str(workdir)})["id"] for n in range(5)]
-    wait_for(lambda: all(daemon.call("agent", {"agent_id": i})["state"] == "running" for i in ids))
+    states = [daemon.call("agent", {"agent_id": i})["state"] for i in ids]
     daemon.kill9()
+    assert "succeeded" not in states, f"the daemon must die while they run: {states}"
     assert home.socket_path.exists()  # left behind: the new daemon must reclaim it
     daemon.start()
     for n, agent_id in enumerate(ids):

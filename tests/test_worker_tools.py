@@ -9,7 +9,7 @@ import pytest
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
-from agent_run.worker_tools.server import token_hash
+from agent_run.worker_tools.binding import token_hash
 from tests.harness import db_rows, wait_for
 
 

@@ -4,9 +4,11 @@ import shutil
 import tomllib
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
 import tomli_w
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from agent_run.domain.errors import ConfigInvalid
 from agent_run.home import Home, write_private_file
@@ -33,6 +35,16 @@ class AuthConfig(StrictModel):
         return self
 
 
+_LOOPBACK_HOSTS = ("localhost", "::1")
+# Variables a runtime's `env` may not set: agent-run owns them (homes, endpoints, credentials).
+_RESERVED_ENV_PREFIXES = ("ANTHROPIC_", "OPENAI_", "CODEX_", "CLAUDE_CONFIG_DIR", "QWEN_HOME",
+                          "HOME", "AGENT_RUN_")
+
+
+def _is_loopback(host: str) -> bool:
+    return host in _LOOPBACK_HOSTS or host.startswith("127.")
+
+
 class RuntimeConfig(StrictModel):
     engine: EngineName
     enabled: bool = True
@@ -45,6 +57,43 @@ class RuntimeConfig(StrictModel):
     env: dict[str, str] = Field(default_factory=dict)
     stall_seconds: float | None = Field(default=None, gt=0)
     wall_seconds: float | None = Field(default=None, gt=0)
+    max_retries: int | None = Field(default=None, ge=0, le=20,
+                                    description="the engine's own request retries")
+    request_timeout_seconds: float | None = Field(default=None, gt=0,
+                                                  description="the engine's own per-request timeout")
+    retry_give_up_seconds: float = Field(default=120.0, gt=0,
+                                         description="stop an engine that only retries for this long")
+
+    @field_validator("base_url")
+    @classmethod
+    def _https_or_loopback(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        url = urlsplit(value)
+        if url.hostname and (url.scheme == "https" or (url.scheme == "http" and _is_loopback(url.hostname))):
+            return value.rstrip("/")
+        raise ValueError("must be https://..., or http:// to a loopback address")
+
+    @model_validator(mode="after")
+    def _default_model_is_offered(self) -> "RuntimeConfig":
+        if self.default_model is not None and self.models and self.default_model not in self.models:
+            raise PydanticCustomError(f"{_FIELD_ERROR}default_model",
+                                      "default_model must be one of `models`")
+        return self
+
+    @model_validator(mode="after")
+    def _plain_http_only_when_allowed(self) -> "RuntimeConfig":
+        if self.base_url and self.base_url.startswith("http://") and not self.allow_plain_http_loopback:
+            raise PydanticCustomError(f"{_FIELD_ERROR}base_url", "plain http needs `allow_plain_http_loopback = true`")
+        return self
+
+    @field_validator("env")
+    @classmethod
+    def _no_reserved_env(cls, value: dict[str, str]) -> dict[str, str]:
+        for name in value:
+            if name.startswith(_RESERVED_ENV_PREFIXES):
+                raise ValueError(f"{name} is set by agent-run itself; use base_url / auth")
+        return value
 
 
 class SupervisorConfig(StrictModel):
@@ -70,13 +119,20 @@ class Config(StrictModel):
 
     @model_validator(mode="after")
     def _default_runtime_exists(self) -> "Config":
-        if self.default_runtime not in self.runtimes:
+        runtime = self.runtimes.get(self.default_runtime)
+        if runtime is None:
             raise ValueError(f"default_runtime {self.default_runtime!r} is not a configured runtime")
+        if not runtime.enabled:
+            raise ValueError(f"default_runtime {self.default_runtime!r} is disabled")
         return self
 
 
 def default_config() -> Config:
     return Config(schema_version=SCHEMA_VERSION)
+
+
+# A model-level check names the field it is about in its error type: "field:NAME".
+_FIELD_ERROR = "field:"
 
 
 def _dotted(loc: tuple[int | str, ...]) -> str:
@@ -95,8 +151,10 @@ def parse_config(text: str, source: str = "config.toml") -> Config:
         first = exc.errors()[0]
         loc = tuple(first["loc"])
         if first["type"] == "value_error" and loc == ():
-            # model-level validators: name the field they are about.
+            # the top-level validator is about default_runtime
             field = "default_runtime"
+        elif first["type"].startswith(_FIELD_ERROR):
+            field = _dotted((*loc, first["type"].removeprefix(_FIELD_ERROR)))
         else:
             field = _dotted(loc)
         if first["type"] == "extra_forbidden":

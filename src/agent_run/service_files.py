@@ -6,14 +6,24 @@ from xml.sax.saxutils import escape
 from agent_run.home import Home
 
 
+def _systemd_quote(arg: str) -> str:
+    """Quote one ExecStart argument the way systemd.syntax(7) reads it."""
+    if arg and not any(c in arg for c in ' \t"\'\\;$%'):
+        return arg
+    escaped = arg.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%").replace("$", "$$")
+    return f'"{escaped}"'
+
+
 def systemd_unit(home: Home) -> str:
+    exec_start = " ".join(_systemd_quote(a) for a in (sys.executable, "-m", "agent_run", "--home",
+                                                      str(home.root), "api", "serve"))
     return f"""# ~/.config/systemd/user/agent-run.service
 # systemctl --user daemon-reload && systemctl --user enable --now agent-run
 [Unit]
 Description=agent-run daemon ({home.root})
 
 [Service]
-ExecStart={sys.executable} -m agent_run --home {home.root} api serve
+ExecStart={exec_start}
 Restart=on-failure
 RestartSec=2
 # Agents run under their own supervisors: stopping the daemon must not kill them.

@@ -55,6 +55,10 @@ TOOLS: dict[str, Tool] = {t.name: t for t in (
          "supervisor. Pass request_id to make retries safe (same request -> same agent). Then "
          "call wait (bounded) and answer.",
          read_only=False, idempotent=False),
+    Tool("resume", rq.ResumeParams, vw.AgentView, f"{_A}:resume",
+         "Continue a finished agent in the same engine session (its history intact) with a new "
+         "prompt: a new execution of the same agent id. Then wait and answer as after start.",
+         read_only=False, idempotent=False, positional=("agent_id",)),
     Tool("cancel", rq.CancelParams, vw.CancelResult, f"{_A}:cancel",
          "Cancel a running agent: native interrupt, then TERM, then KILL of its engine group. "
          "Cancelling a finished agent changes nothing and says so (accepted: false).",

@@ -43,6 +43,10 @@ class NotRunning(DomainError):
     code = "NotRunning"
 
 
+class NotResumable(DomainError):
+    code = "NotResumable"
+
+
 class AnswerNotReady(DomainError):
     code = "AnswerNotReady"
 
@@ -66,7 +70,7 @@ class DaemonUnavailable(DomainError):
 ERRORS_BY_CODE: dict[str, type[DomainError]] = {
     cls.code: cls
     for cls in (
-        DomainError, AgentNotFound, Conflict, InvalidRequest, UnknownRuntime, NotRunning,
+        DomainError, AgentNotFound, Conflict, InvalidRequest, UnknownRuntime, NotRunning, NotResumable,
         AnswerNotReady, AnswerIntegrity, ConfigInvalid, SpawnFailed, DaemonUnavailable,
     )
 }

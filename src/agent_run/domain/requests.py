@@ -22,6 +22,8 @@ class StartParams(Params):
     profile: Literal["read_only", "write"] = Field(default="write", description="may the agent write files")
     request_id: str | None = Field(default=None, min_length=1, max_length=200,
                                    description="idempotency key: the same request returns the same agent")
+    read_roots: list[str] = Field(default_factory=list, max_length=64,
+                                  description="extra directories the agent may read (absolute paths)")
     stall_seconds: float | None = Field(default=None, gt=0, le=86_400,
                                         description="fail if the engine is silent this long")
     wall_seconds: float | None = Field(default=None, gt=0, le=7 * 86_400,
@@ -30,6 +32,12 @@ class StartParams(Params):
 
 class AgentParams(Params):
     agent_id: str = AgentId
+
+
+class ResumeParams(Params):
+    agent_id: str = AgentId
+    prompt: str = Field(min_length=1, max_length=1_000_000,
+                        description="the next instruction, in the same engine session")
 
 
 class CancelParams(AgentParams):

@@ -9,4 +9,16 @@ def engine_for(name: str) -> Engine:
         from agent_run.engines.demo import DemoEngine
 
         return DemoEngine()
+    if name == "claude":
+        from agent_run.engines.claude import ClaudeEngine
+
+        return ClaudeEngine()
+    if name == "glm":
+        from agent_run.engines.claude import GlmEngine
+
+        return GlmEngine()
+    if name == "qwen":
+        from agent_run.engines.qwen import QwenEngine
+
+        return QwenEngine()
     raise KeyError(f"no engine named {name!r} in this build")

@@ -25,6 +25,7 @@ class ExecutionPlan:
     cancel_grace_seconds: float
     engine_home: str
     resume_session_id: str | None = None
+    read_roots: list[str] = field(default_factory=list)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "ExecutionPlan":

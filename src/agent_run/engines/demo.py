@@ -2,6 +2,7 @@
 
 import json
 import sys
+import uuid
 from pathlib import Path
 
 from agent_run.domain.failures import FailureKind
@@ -29,6 +30,10 @@ class DemoEngine:
         write_private_file(mcp_config, json.dumps({"mcpServers": servers}).encode())
         argv = [sys.executable, "-m", "agent_run.engines.demo_program", "--model", plan.model,
                 "--mcp-config", str(mcp_config)]
+        if plan.resume_session_id:
+            argv += ["--resume", plan.resume_session_id]
+        else:
+            argv += ["--session-id", str(uuid.uuid4())]
         return LaunchSpec(argv=argv, env=env, cwd=plan.workdir, stdin_pipe=True,
                           token_files=[mcp_config])
 

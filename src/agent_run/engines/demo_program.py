@@ -10,11 +10,15 @@ order, and exits at end of input. The task text chooses the behaviour, one direc
     step_seconds: S         ... S seconds apart (default 0.2)
     sleep: S                silently wait S seconds before answering
     fail: KIND              fail: auth | rate_limit | quota | server | overloaded | crash |
-                            malformed | error_reply | empty | hang
+                            malformed | error_reply | empty | hang | retry_forever
     echo_env: VAR           put the value of VAR in the answer (redaction tests)
     spawn: S                start a background child that sleeps S seconds (group-kill tests)
     finish: SUMMARY         call the worker tool `finish` through MCP (from --mcp-config) ...
     finish_status: STATUS   ... with this status: done (default) | blocked | failed
+    recall: yes             answer with the answers of earlier turns of this session (resume)
+
+Sessions are kept in $HOME/.demo-sessions/ID.jsonl: `--session-id ID` starts one,
+`--resume ID` continues one with its history.
 """
 
 import argparse
@@ -49,6 +53,7 @@ class Directives:
     spawn: float | None = None
     finish: str | None = None
     finish_status: str = "done"
+    recall: bool = False
 
 
 def parse_directives(task: str) -> Directives:
@@ -79,6 +84,8 @@ def parse_directives(task: str) -> Directives:
             d.finish = value
         elif key == "finish_status":
             d.finish_status = value
+        elif key == "recall":
+            d.recall = True
     return d
 
 
@@ -109,10 +116,19 @@ def call_worker_tool(mcp_config: str, tool: str, arguments: dict) -> tuple[str, 
 
 
 class DemoEngine:
-    def __init__(self, model: str, mcp_config: str | None = None) -> None:
+    def __init__(self, model: str, mcp_config: str | None = None, session_id: str | None = None,
+                 resume: str | None = None) -> None:
         self.model = model
         self.mcp_config = mcp_config
-        self.session_id = str(uuid.uuid4())
+        self.session_id = resume or session_id or str(uuid.uuid4())
+        self.session_file = os.path.join(os.environ.get("HOME", "."), ".demo-sessions",
+                                         f"{self.session_id}.jsonl")
+        self.history: list[dict] = []
+        if resume is not None:
+            if not os.path.exists(self.session_file):
+                raise SystemExit(f"No conversation found with session ID: {resume}")
+            with open(self.session_file) as fh:
+                self.history = [json.loads(line) for line in fh if line.strip()]
         self.inbox: "queue.Queue[dict | None]" = queue.Queue()
         self.interrupt = threading.Event()
         self.turns = 0
@@ -182,6 +198,10 @@ class DemoEngine:
                 return
             default = "Finished through the worker tools." if d.finish is not None else None
             answer = d.answer or default or f"Demo answer to: {task.strip().splitlines()[0] if task.strip() else ''}"
+            if d.recall:
+                earlier = "; ".join(turn["answer"] for turn in self.history) or "nothing"
+                answer = f"Earlier in this session: {earlier}"
+            self.remember(task, answer)  # before echo_env: the session file keeps no secret
             for name in d.echo_env:
                 answer += f"\n{name}={os.environ.get(name, '')}"
             self.assistant([{"type": "text", "text": answer}])
@@ -190,6 +210,12 @@ class DemoEngine:
             self.interrupt.clear()
             self.result("Interrupted by user", is_error=True, subtype="error_during_execution",
                         started=started)
+
+    def remember(self, task: str, answer: str) -> None:
+        self.history.append({"task": task, "answer": answer})
+        os.makedirs(os.path.dirname(self.session_file), exist_ok=True)
+        with open(self.session_file, "a") as fh:
+            fh.write(json.dumps({"task": task, "answer": answer}) + "\n")
 
     def finish(self, summary: str, status: str) -> None:
         tool_id = f"toolu_{uuid.uuid4().hex[:12]}"
@@ -225,6 +251,13 @@ class DemoEngine:
             self.result("", started=started)
         elif kind == "hang":
             self.wait(10**6)
+        elif kind == "retry_forever":  # a provider that keeps answering 429, as Claude reports it
+            attempt = 0
+            while True:
+                attempt += 1
+                self.emit({"type": "system", "subtype": "api_retry", "attempt": attempt,
+                           "error_status": 429, "error": "rate_limit_error", "retry_delay_ms": 200})
+                self.wait(0.2)
         else:
             self.result(f"unknown failure {kind!r}", is_error=True, started=started)
 
@@ -245,8 +278,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(prog="agent-run-demo-engine")
     parser.add_argument("--model", default="demo-1")
     parser.add_argument("--mcp-config", default=None)
+    parser.add_argument("--session-id", default=None)
+    parser.add_argument("--resume", default=None)
     args = parser.parse_args()
-    return DemoEngine(args.model, args.mcp_config).serve()
+    return DemoEngine(args.model, args.mcp_config, args.session_id, args.resume).serve()
 
 
 if __name__ == "__main__":

@@ -18,3 +18,8 @@ def base_environment(plan: ExecutionPlan) -> dict[str, str]:
     env["AGENT_RUN_EXECUTION_ID"] = plan.execution_id
     env["PYTHONUNBUFFERED"] = "1"
     return env
+
+
+def single_secret(secrets: dict[str, str]) -> str | None:
+    """The runtime's one credential value (auth names one variable or one file)."""
+    return next(iter(secrets.values()), None)

@@ -79,7 +79,7 @@ class Daemon:
         old_umask = os.umask(0o177)
         try:
             server = await asyncio.start_unix_server(self._connection, path=str(self.home.socket_path),
-                                                     limit=p.MAX_LINE_BYTES + 1)
+                                                     limit=p.MAX_LINE_BYTES)
         finally:
             os.umask(old_umask)
         os.chmod(self.home.socket_path, 0o600)
@@ -102,7 +102,7 @@ class Daemon:
     async def _reconcile_loop(self) -> None:
         while True:
             try:
-                lost = await self.ctx.db(reconcile_once, set(self.ctx.starting))
+                lost = await self.ctx.db(reconcile_once, self.ctx.starting)
                 for item in lost:
                     self.log.warning("execution.lost", execution_id=item.execution_id, reason=item.reason)
             except Exception as exc:  # keep reconciling; the next pass may succeed

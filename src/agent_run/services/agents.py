@@ -11,7 +11,7 @@ from agent_run.domain import errors
 from agent_run.domain.failures import FailureKind
 from agent_run.domain.ids import new_agent_id, new_execution_id
 from agent_run.domain.requests import (
-    AgentParams, CancelParams, ListAgentsParams, StartParams, SteerParams, TranscriptParams, WaitParams,
+    AgentParams, CancelParams, ListAgentsParams, ResumeParams, StartParams, SteerParams, TranscriptParams, WaitParams,
 )
 from agent_run.domain.states import ExecutionState
 from agent_run.domain.views import (
@@ -108,6 +108,17 @@ def _runtime(ctx: ServiceContext, p: StartParams) -> tuple[str, RuntimeConfig, s
     return name, runtime, model
 
 
+def _read_roots(roots: list[str]) -> list[str]:
+    resolved = []
+    for index, root in enumerate(roots):
+        path = Path(root).expanduser()
+        if not path.is_absolute() or not path.is_dir():
+            raise errors.InvalidRequest(f"read root {root} is not an absolute path to a directory",
+                                        field=f"read_roots.{index}")
+        resolved.append(str(path.resolve()))
+    return resolved
+
+
 def _request_hash(p: StartParams, runtime: str, model: str, workdir: str) -> str:
     payload = p.model_dump(exclude={"request_id"}) | {"runtime": runtime, "model": model, "workdir": workdir}
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
@@ -153,7 +164,10 @@ async def start(ctx: ServiceContext, p: StartParams) -> AgentView:
         "stall_seconds": p.stall_seconds or runtime.stall_seconds or supervisor.stall_seconds,
         "wall_seconds": p.wall_seconds or runtime.wall_seconds or supervisor.wall_seconds,
         "cancel_grace_seconds": supervisor.cancel_grace_seconds,
-        "engine_home": str(ctx.home.homes_dir / runtime_name),
+        # One generated home per agent: its sessions live there for resume, and concurrent
+        # agents never share the files that carry their worker tokens.
+        "engine_home": str(ctx.home.homes_dir / runtime_name / agent_id),
+        "read_roots": _read_roots(p.read_roots),
     }
     agent_row = {"id": agent_id, "request_id": p.request_id,
                  "request_hash": _request_hash(p, runtime_name, model, str(workdir)),
@@ -182,6 +196,37 @@ async def launch_execution(ctx: ServiceContext, agent_id: str, execution_id: str
         await ctx.db(lambda _conn: spawn_supervisor(ctx.home, execution_id, directory / "supervisor.log"))
     except errors.SpawnFailed as exc:
         await ctx.db(_mark_spawn_failed, execution_id, exc.message)
+
+
+async def resume(ctx: ServiceContext, p: ResumeParams) -> AgentView:
+    """A new execution of a finished agent that continues its engine session with a new prompt."""
+    execution_id = new_execution_id()
+
+    def admit(conn: sqlite3.Connection) -> None:
+        with write(conn):
+            latest = agents_q.latest_execution(conn, p.agent_id)
+            if latest is None:
+                raise errors.AgentNotFound(f"no agent {p.agent_id}", field="agent_id")
+            state = ExecutionState(latest["state"])
+            if not state.terminal:
+                raise errors.Conflict(f"agent {p.agent_id} is still {state.value}; steer it or wait",
+                                      field="agent_id", state=state.value)
+            session = latest["engine_session_id"]
+            if session is None:
+                raise errors.NotResumable(f"agent {p.agent_id}'s engine never reported a session "
+                                          "to resume", field="agent_id")
+            plan = json.loads(latest["plan_json"]) | {"execution_id": execution_id,
+                                                      "prompt": p.prompt, "resume_session_id": session}
+            agents_q.insert_execution(conn, agent_id=p.agent_id, execution={
+                "id": execution_id, "kind": "resume", "prompt": p.prompt, "plan": plan})
+
+    ctx.starting.add(execution_id)
+    try:
+        await ctx.db(admit)
+        await launch_execution(ctx, p.agent_id, execution_id)
+    finally:
+        ctx.starting.discard(execution_id)
+    return await ctx.db(read_agent_view, p.agent_id)
 
 
 # -- answers and transcripts ----------------------------------------------------------------

@@ -59,11 +59,16 @@ def _kill_engine(row: sqlite3.Row) -> bool:
     return False
 
 
-def reconcile_execution(conn: sqlite3.Connection, execution_id: str) -> LostExecution | None:
+def reconcile_execution(conn: sqlite3.Connection, execution_id: str,
+                        starting: set[str] | frozenset[str] = frozenset()) -> LostExecution | None:
     # Under the write lock: a supervisor cannot commit its own ending between our read and write.
     with write(conn):
         row = agents_q.get_execution(conn, execution_id)
         if row is None or ExecutionState(row["state"]).terminal:
+            return None
+        # `starting` is the daemon's live set: an execution joins it before its row is
+        # committed and leaves it once its supervisor recorded itself (or the spawn failed).
+        if execution_id in starting:
             return None
         reason = _proof_of_death(row)
         if reason is None:
@@ -78,13 +83,11 @@ def reconcile_execution(conn: sqlite3.Connection, execution_id: str) -> LostExec
     return LostExecution(execution_id, reason, killed)
 
 
-def reconcile_once(conn: sqlite3.Connection, skip: set[str]) -> list[LostExecution]:
+def reconcile_once(conn: sqlite3.Connection, starting: set[str]) -> list[LostExecution]:
     """One pass over every live execution, except those this daemon is spawning right now."""
     lost = []
     for row in agents_q.live_executions(conn):
-        if row["id"] in skip:
-            continue
-        result = reconcile_execution(conn, row["id"])
+        result = reconcile_execution(conn, row["id"], starting)
         if result is not None:
             lost.append(result)
     return lost

@@ -6,14 +6,17 @@ from typing import Any
 
 from agent_run.store.db import write
 from agent_run.store.events import append_event, append_message
+from agent_run.store.reports import append_signal
 
 FLUSH_INTERVAL_SECONDS = 0.05
 FLUSH_MAX_ROWS = 200
 
 
 class ExecutionLog:
-    def __init__(self, conn: sqlite3.Connection, agent_id: str, execution_id: str) -> None:
+    def __init__(self, conn: sqlite3.Connection, agent_id: str, execution_id: str,
+                 runtime: str) -> None:
         self.conn = conn
+        self.runtime = runtime
         self.agent_id = agent_id
         self.execution_id = execution_id
         self._rows: list[tuple[str, Any]] = []
@@ -26,11 +29,20 @@ class ExecutionLog:
     def message(self, role: str, content: str, name: str | None = None) -> None:
         self._rows.append(("message", (role, name, content, time.time())))
 
+    def signal(self, kind: str, status: int | None, retry_after: float | None, detail: str) -> None:
+        """Rate-limit / quota evidence, kept as rows a capacity feature can read."""
+        self._rows.append(("signal", (kind, status, retry_after, detail)))
+
     def due(self) -> bool:
         return bool(self._rows) and (
             len(self._rows) >= FLUSH_MAX_ROWS
             or time.monotonic() - self._last_flush >= FLUSH_INTERVAL_SECONDS
         )
+
+    def take(self) -> list[tuple[str, Any]]:
+        """Hand over the buffered rows, to be written inside the caller's own transaction."""
+        rows, self._rows = self._rows, []
+        return rows
 
     def flush(self) -> None:
         if not self._rows:
@@ -47,6 +59,10 @@ class ExecutionLog:
                 kind, data, ts = fields
                 append_event(self.conn, **ids, kind=kind, data=data, ts=ts)
                 self.event_count += 1
+            elif what == "signal":
+                kind, status, retry_after, detail = fields
+                append_signal(self.conn, **ids, runtime=self.runtime, kind=kind, status=status,
+                              retry_after=retry_after, detail=detail)
             else:
                 role, name, content, ts = fields
                 append_message(self.conn, **ids, role=role, name=name, content=content, ts=ts)

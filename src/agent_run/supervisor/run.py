@@ -18,7 +18,7 @@ from agent_run.domain.states import ExecutionState
 from agent_run.engines import engine_for
 from agent_run.engines.base import (
     Completion, ControlAck, Engine, ExecutionPlan, LaunchSpec, MessageEvent, RetryEvent, SessionStarted,
-    Unparsed, WorkerMcp,
+    Unparsed, WorkerMcp, kind_for_http_status,
 )
 from agent_run.home import Home
 from agent_run.store import agents as agents_q
@@ -31,8 +31,9 @@ from agent_run.supervisor.outcome import Outcome, decide_outcome
 from agent_run.supervisor.redact import Redactor
 from agent_run.supervisor.secrets import resolve_secrets
 from agent_run.supervisor.seal import seal_answer
-from agent_run.worker_tools.catalog import SERVER_NAME
-from agent_run.worker_tools.server import EXECUTION_ENV, HOME_ENV, TOKEN_ENV, token_hash
+from agent_run.worker_tools.binding import (
+    EXECUTION_ENV, HOME_ENV, SERVER_NAME, TOKEN_ENV, TOOLS_ENV, token_hash,
+)
 
 COMMAND_POLL_SECONDS = 0.2
 KILL_WAIT_SECONDS = 5.0
@@ -60,7 +61,9 @@ class Supervisor:
         self.execution_id = execution_id
         self.plan = ExecutionPlan.from_json(json.loads(row["plan_json"]))
         self.dir = home.execution_dir(self.plan.agent_id, execution_id)
-        self.log = ExecutionLog(self.conn, self.plan.agent_id, execution_id)
+        self.log = ExecutionLog(self.conn, self.plan.agent_id, execution_id, self.plan.runtime)
+        self.retrying_since: float | None = None  # start of an unbroken run of retry events
+        self.last_retry: RetryEvent | None = None
         self.signalled: int | None = None
         self.proc: subprocess.Popen[bytes] | None = None
         self.engine_identity: ProcessIdentity | None = None
@@ -151,7 +154,7 @@ class Supervisor:
             agents_q.update_execution(self.conn, self.execution_id, worker_token_sha256=token_hash(token))
         tools = ["finish"]
         env = {HOME_ENV: str(self.home.root), EXECUTION_ENV: self.execution_id, TOKEN_ENV: token,
-               "AGENT_RUN_WORKER_TOOLS": ",".join(tools)}
+               TOOLS_ENV: ",".join(tools)}
         return WorkerMcp(name=SERVER_NAME, command=sys.executable, args=["-m", "agent_run.worker_tools"],
                          env=env, tools=tools)
 
@@ -200,6 +203,8 @@ class Supervisor:
             self._on_event(event)
 
     def _on_event(self, event: object) -> None:
+        if not isinstance(event, RetryEvent):
+            self.retrying_since = None  # anything but a retry is progress
         if isinstance(event, SessionStarted):
             self.log.event("session", {"session_id": event.session_id, "model": event.model})
             if event.session_id:
@@ -214,6 +219,12 @@ class Supervisor:
         elif isinstance(event, RetryEvent):
             self.log.event("retry", {"status": event.status, "attempt": event.attempt,
                                      "message": event.message[:500]})
+            kind = {429: "rate_limited"}.get(event.status or 0, "retry")
+            self.log.signal(kind, event.status, None, event.message)
+            self.last_retry = event
+            if self.retrying_since is None:
+                self.retrying_since = time.monotonic()
+            return
         elif isinstance(event, Completion):
             self._on_completion(event)
         elif isinstance(event, ControlAck):
@@ -291,6 +302,15 @@ class Supervisor:
         elif self.plan.wall_seconds is not None and now - started > self.plan.wall_seconds:
             self._request_stop(self.engine, f"wall budget of {self.plan.wall_seconds:g}s spent",
                                FailureKind.TIMED_OUT)
+        elif self.retrying_since is not None and now - self.retrying_since > self._give_up_seconds():
+            retry = self.last_retry
+            kind = (kind_for_http_status(retry.status, retry.message) if retry else None) or (
+                FailureKind.NETWORK_ERROR if retry is None or retry.status is None else FailureKind.PROVIDER_ERROR)
+            self._request_stop(self.engine, f"the engine only retried for {self._give_up_seconds():g}s: "
+                               f"{retry.message[:200] if retry else ''}", kind)
+
+    def _give_up_seconds(self) -> float:
+        return float(self.plan.runtime_config.get("retry_give_up_seconds") or 120.0)
 
     def _escalate(self, now: float) -> None:
         """After the grace: TERM the engine's group; a grace later, KILL it."""
@@ -385,7 +405,10 @@ class Supervisor:
                           failure_message=outcome.message)
             if outcome.answer:  # keep an error reply readable, unsealed, for diagnosis
                 (self.dir / "reply.md").write_text(outcome.answer)
+        if outcome.failure in (FailureKind.RATE_LIMITED, FailureKind.QUOTA_EXHAUSTED):
+            self.log.signal(outcome.failure.value, None, None, outcome.message or "")
         with write(self.conn):
+            self.log.write_rows(self.log.take())
             agents_q.transition(self.conn, self.execution_id, outcome.state, **fields)
 
     def _fail_hard(self, trace: str) -> None:

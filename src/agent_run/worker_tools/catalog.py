@@ -7,8 +7,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agent_run.domain.states import Verdict
 
-SERVER_NAME = "agent_run_worker"
-
 
 class FinishParams(BaseModel):
     model_config = ConfigDict(extra="forbid")

@@ -5,7 +5,6 @@ token. A call is recorded only while the token's hash matches the execution's an
 execution is live; it writes the database directly, so it works while the daemon is down.
 """
 
-import hashlib
 import os
 import sqlite3
 from pathlib import Path
@@ -21,13 +20,10 @@ from agent_run.domain.states import ExecutionState
 from agent_run.store.agents import get_execution
 from agent_run.store.db import connect, write
 from agent_run.store.reports import append_report
-from agent_run.worker_tools.catalog import SERVER_NAME, WORKER_TOOLS
-
-HOME_ENV, EXECUTION_ENV, TOKEN_ENV = "AGENT_RUN_HOME", "AGENT_RUN_EXECUTION_ID", "AGENT_RUN_WORKER_TOKEN"
-
-
-def token_hash(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
+from agent_run.worker_tools.binding import (
+    EXECUTION_ENV, HOME_ENV, SERVER_NAME, TOKEN_ENV, TOOLS_ENV, token_hash,
+)
+from agent_run.worker_tools.catalog import WORKER_TOOLS
 
 
 class ReportRefused(Exception):
@@ -83,7 +79,7 @@ def build_server(conn: sqlite3.Connection, execution_id: str, token: str,
 async def serve() -> None:
     home = Path(os.environ[HOME_ENV])
     conn = connect(home / "state.db", apply_migrations=False)
-    offered = os.environ.get("AGENT_RUN_WORKER_TOOLS", "finish").split(",")
+    offered = os.environ.get(TOOLS_ENV, "finish").split(",")
     server = build_server(conn, os.environ[EXECUTION_ENV], os.environ[TOKEN_ENV], offered)
     async with stdio_server() as (read_stream, write_stream):
         await server.run(read_stream, write_stream, server.create_initialization_options())

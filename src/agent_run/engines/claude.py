@@ -1,0 +1,124 @@
+"""The `claude` engine (Claude Code, `claude -p` with stream-json in and out) and `glm`.
+
+GLM is the same CLI pointed at an Anthropic-compatible endpoint with a Bearer token and GLM
+model names. Steer is a user message on stdin, which Claude Code queues as the next turn;
+interrupt is the `interrupt` control request.
+"""
+
+import json
+import re
+import uuid
+from pathlib import Path
+
+from agent_run.domain.failures import FailureKind
+from agent_run.engines.base import (
+    Completion, EngineEvent, ExecutionPlan, LaunchSpec, WorkerMcp, kind_for_http_status,
+)
+from agent_run.engines.environment import base_environment, single_secret
+from agent_run.engines.stream_json import control_request, parse_stream_json_line, user_message
+from agent_run.home import write_private_file
+
+READ_TOOLS = ["Read", "Grep", "Glob", "LS"]
+WRITE_TOOLS = ["Bash", "Write", "Edit", "MultiEdit", "NotebookEdit"]
+
+# Claude Code's error texts when no HTTP status is attached (ENGINES.md, observed).
+_TEXT_KINDS = [
+    (re.compile(r"Unable to connect|ConnectionRefused|ECONNREFUSED|fetch failed", re.I), FailureKind.NETWORK_ERROR),
+    (re.compile(r"Request timed out|timed out", re.I), FailureKind.NETWORK_ERROR),
+    (re.compile(r"empty or malformed response|malformed", re.I), FailureKind.STREAM_ERROR),
+    (re.compile(r"Invalid API key|Not logged in|authentication", re.I), FailureKind.AUTH_FAILED),
+    (re.compile(r"overloaded", re.I), FailureKind.PROVIDER_OVERLOADED),
+    (re.compile(r"rate limit|\(429\)", re.I), FailureKind.RATE_LIMITED),
+]
+
+
+def kind_from_text(text: str, table: list[tuple[re.Pattern[str], FailureKind]]) -> FailureKind | None:
+    for pattern, kind in table:
+        if pattern.search(text):
+            return kind
+    return None
+
+
+class ClaudeEngine:
+    name = "claude"
+    supports_steer = True
+    supports_interrupt = True
+    key_variable = "ANTHROPIC_API_KEY"  # sent as x-api-key
+
+    def launch(self, plan: ExecutionPlan, secrets: dict[str, str], worker: WorkerMcp,
+               scratch: Path) -> LaunchSpec:
+        rc = plan.runtime_config
+        home = Path(plan.engine_home)
+        env = base_environment(plan)
+        env.update(rc.get("env") or {})
+        env.update({
+            "CLAUDE_CONFIG_DIR": str(home / ".claude"),
+            "DISABLE_AUTOUPDATER": "1",
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            "DISABLE_TELEMETRY": "1",
+            "MCP_CONNECTION_NONBLOCKING": "0",  # -p must wait for the worker tools
+            "CLAUDE_CODE_MCP_ALLOWLIST_ENV": "1",  # MCP servers do not inherit the API key
+        })
+        if rc.get("base_url"):
+            env["ANTHROPIC_BASE_URL"] = rc["base_url"]
+        secret = single_secret(secrets)
+        if secret is not None:
+            env[self.key_variable] = secret
+        if rc.get("max_retries") is not None:
+            env["CLAUDE_CODE_MAX_RETRIES"] = str(rc["max_retries"])
+        if rc.get("request_timeout_seconds") is not None:
+            env["API_TIMEOUT_MS"] = str(int(rc["request_timeout_seconds"] * 1000))
+        env.update(self.model_env(plan.model))
+
+        mcp_config = scratch / "mcp.json"
+        server = {"type": "stdio", "command": worker.command, "args": worker.args, "env": worker.env}
+        write_private_file(mcp_config, json.dumps({"mcpServers": {worker.name: server}}).encode())
+        worker_tools = [f"mcp__{worker.name}__{tool}" for tool in worker.tools]
+        if plan.profile == "write":
+            allowed, mode, denied = READ_TOOLS + WRITE_TOOLS + worker_tools, "acceptEdits", []
+        else:
+            allowed, mode, denied = READ_TOOLS + worker_tools, "default", WRITE_TOOLS
+        argv = [rc.get("binary") or "claude", "-p", "--output-format", "stream-json",
+                "--input-format", "stream-json", "--verbose", "--model", plan.model,
+                "--setting-sources", "", "--strict-mcp-config", "--mcp-config", str(mcp_config),
+                "--allowedTools", ",".join(allowed), "--permission-mode", mode]
+        if denied:
+            argv += ["--disallowedTools", ",".join(denied)]
+        if plan.resume_session_id:
+            argv += ["--resume", plan.resume_session_id]
+        else:
+            argv += ["--session-id", str(uuid.uuid4())]
+        for root in plan.read_roots:
+            argv += ["--add-dir", root]
+        return LaunchSpec(argv=argv, env=env, cwd=plan.workdir, stdin_pipe=True, token_files=[mcp_config])
+
+    def model_env(self, model: str) -> dict[str, str]:
+        return {}
+
+    def initial_input(self, plan: ExecutionPlan) -> list[bytes]:
+        return [user_message(plan.prompt)]
+
+    def parse_line(self, line: str) -> list[EngineEvent]:
+        return parse_stream_json_line(line)
+
+    def steer_input(self, text: str) -> bytes | None:
+        return user_message(text)
+
+    def interrupt_input(self) -> bytes | None:
+        return control_request("agent-run-interrupt", "interrupt")
+
+    def classify(self, completion: Completion) -> FailureKind | None:
+        if not completion.is_error:
+            return None
+        return (kind_for_http_status(completion.error_status, completion.text)
+                or kind_from_text(completion.text, _TEXT_KINDS) or FailureKind.ERROR_REPLY)
+
+
+class GlmEngine(ClaudeEngine):
+    name = "glm"
+    key_variable = "ANTHROPIC_AUTH_TOKEN"  # sent as a Bearer token
+
+    def model_env(self, model: str) -> dict[str, str]:
+        return {"ANTHROPIC_MODEL": model, "ANTHROPIC_DEFAULT_OPUS_MODEL": model,
+                "ANTHROPIC_DEFAULT_SONNET_MODEL": model, "ANTHROPIC_DEFAULT_HAIKU_MODEL": model,
+                "ANTHROPIC_SMALL_FAST_MODEL": model}

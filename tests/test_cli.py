@@ -1,0 +1,484 @@
+"""The `agent-run` command line as a user runs it: real processes against a real daemon."""
+
+import json
+import os
+import plistlib
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import click
+import pytest
+
+from agent_run.cli import cli as root_command
+from agent_run.domain.failures import FailureKind
+from agent_run.home import Home
+from agent_run.tools import TOOLS
+from tests.harness import (
+    DaemonProcess, cli, cli_json, kill_leftovers, make_home, remove_home, short_tmpdir, wait_for,
+)
+
+SLOW_TASK = "steps: 50\nstep_seconds: 0.1\nanswer: x"
+ADMIN_VERBS = {"init", "doctor", "api", "demo", "mcp"}
+NO_AUTOSTART = {"AGENT_RUN_NO_AUTOSTART": "1"}
+
+
+# -- autostarted daemons: found by the home's lock, stopped by pid ----------------------------
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+    return state != "Z"
+
+
+def _is_daemon_of(pid: int, home: Home) -> bool:
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except FileNotFoundError:
+        return False
+    return str(home.root).encode() in argv and b"serve" in argv
+
+
+def lock_pid(home: Home) -> int | None:
+    try:
+        text = home.lock_path.read_text().strip()
+    except FileNotFoundError:
+        return None
+    return int(text) if text else None
+
+
+def stop_autostarted_daemon(home: Home) -> None:
+    pid = lock_pid(home)
+    if pid is not None and _alive(pid) and _is_daemon_of(pid, home):
+        os.kill(pid, signal.SIGTERM)
+        wait_for(lambda: not _alive(pid), timeout=30, what=f"autostarted daemon {pid} to stop")
+    kill_leftovers(home)
+
+
+@pytest.fixture
+def bare_home() -> Iterator[Home]:
+    """A configured home with no daemon: whatever a test autostarts is stopped afterwards."""
+    home = make_home()
+    yield home
+    stop_autostarted_daemon(home)
+    remove_home(home)
+
+
+@pytest.fixture
+def fresh_home() -> Iterator[Home]:
+    """A home path that does not exist yet (no config, no folders)."""
+    home = Home(short_tmpdir() / "h")
+    yield home
+    stop_autostarted_daemon(home)
+    remove_home(home)
+
+
+def json_lines(stdout: str) -> list[dict[str, Any]]:
+    """Every line of stdout, each required to be exactly one JSON object."""
+    lines = stdout.splitlines()
+    assert lines, "no output"
+    objects = []
+    for line in lines:
+        obj = json.loads(line)
+        assert isinstance(obj, dict), line
+        objects.append(obj)
+    return objects
+
+
+def start_agent(home: Home, workdir: Path, task: str) -> str:
+    return cli_json(home, "start", "--task", task, "--workdir", str(workdir))["id"]
+
+
+# -- autostart --------------------------------------------------------------------------------
+
+
+def test_a_verb_autostarts_a_daemon_and_says_so_on_stderr_only_once(bare_home: Home) -> None:
+    assert not bare_home.socket_path.exists()
+    first = cli(bare_home, "agents")
+    assert first.returncode == 0, first.stderr
+    assert json_lines(first.stdout)[0]["total"] == 0
+    said = re.search(r"started one \(pid (\d+)\)", first.stderr)
+    assert said, first.stderr
+    pid = int(said.group(1))
+    assert lock_pid(bare_home) == pid
+    assert _alive(pid) and _is_daemon_of(pid, bare_home)
+
+    second = cli(bare_home, "agents")
+    assert second.returncode == 0, second.stderr
+    assert "started" not in second.stderr
+    assert "no daemon" not in second.stderr
+    assert lock_pid(bare_home) == pid, "the second call must reuse the running daemon"
+
+
+def test_with_autostart_off_and_no_daemon_a_verb_fails_with_daemon_unavailable(bare_home: Home) -> None:
+    result = cli(bare_home, "agents", env=NO_AUTOSTART)
+    assert result.returncode == 1
+    error = json_lines(result.stdout)[-1]["error"]
+    assert error["code"] == "DaemonUnavailable"
+    assert "AGENT_RUN_NO_AUTOSTART" in error["message"]
+    assert "started" not in result.stderr
+    assert not bare_home.socket_path.exists()
+    assert lock_pid(bare_home) is None
+
+
+def test_with_autostart_off_a_running_daemon_is_still_used(daemon: DaemonProcess, home: Home) -> None:
+    result = cli(home, "agents", env=NO_AUTOSTART)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert json_lines(result.stdout)[0]["total"] == 0
+
+
+def test_autostart_under_an_invalid_config_fails_fast_naming_the_field() -> None:
+    home = make_home('schema_version = 1\ncolour = "red"\n')
+    try:
+        began = time.monotonic()
+        result = cli(home, "agents", timeout=30)
+        assert result.returncode == 1
+        error = json_lines(result.stdout)[-1]["error"]
+        assert "`colour`" in error["message"]
+        # It gives up when the daemon it started exits, not after the 20 s autostart bound.
+        assert time.monotonic() - began < 12
+    finally:
+        stop_autostarted_daemon(home)
+        remove_home(home)
+
+
+# -- the quick start --------------------------------------------------------------------------
+
+
+def test_demo_in_a_fresh_home_verifies_every_answer_and_shows_where_to_look(fresh_home: Home) -> None:
+    result = cli(fresh_home, "demo", timeout=120)
+    repo = re.search(r"^demo repository: (.+)$", result.stdout, re.M)
+    try:
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "started one" in result.stderr  # a fresh machine has no daemon yet
+        proofs = re.findall(r"^\s+sha256 ([0-9a-f]{64}) \((\d+) bytes, (\w+)\)$", result.stdout, re.M)
+        assert len(proofs) == 4, result.stdout
+        assert all(mark == "verified" for _sha, _n, mark in proofs)
+        assert "look further:" in result.stdout
+        first = re.search(r"answer (ag_[0-9a-z]+) --format text", result.stdout)
+        assert first, result.stdout
+        for verb in ("agents --format text", f"answer {first.group(1)}", f"transcript {first.group(1)}",
+                     f"agent {first.group(1)}"):
+            assert f"agent-run --home {fresh_home.root} {verb}" in result.stdout
+        # The printed proof is the daemon's: `answer` of the first agent reports the same sha256.
+        answer = cli_json(fresh_home, "answer", first.group(1))
+        assert answer["sha256"] == proofs[0][0]
+        assert answer["bytes"] == int(proofs[0][1])
+        assert cli_json(fresh_home, "agents")["total"] == 4
+    finally:
+        if repo:
+            shutil.rmtree(repo.group(1), ignore_errors=True)
+
+
+# -- exit codes of start --wait and wait ------------------------------------------------------
+
+
+def test_start_wait_exits_0_when_the_agent_succeeds(daemon: DaemonProcess, home: Home, workdir: Path) -> None:
+    result = cli(home, "start", "--task", "answer: hi", "--workdir", str(workdir), "--wait")
+    assert result.returncode == 0, result.stdout + result.stderr
+    started, waited = json_lines(result.stdout)
+    assert waited["timed_out"] is False
+    assert waited["agent"]["id"] == started["id"]
+    assert waited["agent"]["state"] == "succeeded"
+    assert cli_json(home, "answer", started["id"])["text"] == "hi"
+
+
+def test_start_wait_exits_2_when_the_agent_fails(daemon: DaemonProcess, home: Home, workdir: Path) -> None:
+    result = cli(home, "start", "--task", "fail: auth", "--workdir", str(workdir), "--wait")
+    assert result.returncode == 2, result.stdout + result.stderr
+    waited = json_lines(result.stdout)[-1]
+    assert waited["agent"]["state"] == "failed"
+    assert waited["agent"]["failure_kind"] == "auth_failed"
+
+
+def test_wait_exits_3_when_the_agent_is_cancelled_meanwhile(
+        daemon: DaemonProcess, home: Home, workdir: Path) -> None:
+    agent_id = start_agent(home, workdir, SLOW_TASK)
+    env = {k: v for k, v in os.environ.items() if k != "AGENT_RUN_HOME"}
+    waiter = subprocess.Popen([sys.executable, "-m", "agent_run", "--home", str(home.root),
+                               "wait", agent_id, "--timeout", "30"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        cancelled = cli_json(home, "cancel", agent_id)
+        assert cancelled["accepted"] is True
+        out, err = waiter.communicate(timeout=30)
+    finally:
+        if waiter.poll() is None:
+            waiter.kill()
+            waiter.wait()
+    assert waiter.returncode == 3, out + err
+    assert json_lines(out)[-1]["agent"]["state"] == "cancelled"
+
+
+def test_start_wait_exits_3_when_the_agent_is_cancelled_meanwhile(
+        daemon: DaemonProcess, home: Home, workdir: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "AGENT_RUN_HOME"}
+    starter = subprocess.Popen([sys.executable, "-m", "agent_run", "--home", str(home.root), "start",
+                                "--task", SLOW_TASK, "--workdir", str(workdir), "--wait"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert starter.stdout is not None
+        agent_id = json.loads(starter.stdout.readline())["id"]  # printed before it waits
+        assert cli_json(home, "cancel", agent_id)["accepted"] is True
+        rest, err = starter.communicate(timeout=30)
+    finally:
+        if starter.poll() is None:
+            starter.kill()
+            starter.wait()
+    assert starter.returncode == 3, rest + err
+    assert json_lines(rest)[-1]["agent"]["state"] == "cancelled"
+
+
+def test_wait_with_a_short_timeout_on_a_slow_agent_exits_4_with_timed_out(
+        daemon: DaemonProcess, home: Home, workdir: Path) -> None:
+    agent_id = start_agent(home, workdir, SLOW_TASK)
+    began = time.monotonic()
+    result = cli(home, "wait", agent_id, "--timeout", "0.2")
+    assert result.returncode == 4, result.stdout + result.stderr
+    waited = json_lines(result.stdout)[-1]
+    assert waited["timed_out"] is True
+    assert waited["agent"]["state"] in ("starting", "running")
+    assert time.monotonic() - began < 15
+    cli_json(home, "cancel", agent_id)
+
+
+def test_an_error_exits_1_with_one_json_error_line(daemon: DaemonProcess, home: Home) -> None:
+    result = cli(home, "agent", "ag_zzzz")
+    assert result.returncode == 1
+    (line,) = json_lines(result.stdout)
+    assert line["error"]["code"] == "AgentNotFound"
+    assert line["error"]["field"] == "agent_id"
+
+
+def test_an_error_in_text_format_goes_to_stderr_with_code_and_field(daemon: DaemonProcess, home: Home) -> None:
+    result = cli(home, "agent", "ag_zzzz", "--format", "text")
+    assert result.returncode == 1
+    assert result.stdout == ""
+    assert "AgentNotFound [agent_id]" in result.stderr
+
+
+def test_bad_params_from_the_cli_are_invalid_params_naming_the_field(daemon: DaemonProcess, home: Home) -> None:
+    result = cli(home, "agent", "nope")
+    assert result.returncode == 1
+    error = json_lines(result.stdout)[-1]["error"]
+    assert error["code"] == "InvalidParams"
+    assert error["field"] == "agent_id"
+
+
+# -- output format ----------------------------------------------------------------------------
+
+
+def test_every_verb_prints_one_json_object_per_line(daemon: DaemonProcess, home: Home, workdir: Path) -> None:
+    started = cli(home, "start", "--task", "steps: 2\nstep_seconds: 0.05\nanswer: hi", "--workdir",
+                  str(workdir), "--wait")
+    assert started.returncode == 0, started.stderr
+    agent_id = json_lines(started.stdout)[0]["id"]
+    runs = {
+        "start": started,
+        "agents": cli(home, "agents"),
+        "agent": cli(home, "agent", agent_id),
+        "answer": cli(home, "answer", agent_id),
+        "transcript": cli(home, "transcript", agent_id),
+        "transcript --follow": cli(home, "transcript", agent_id, "--follow"),
+        "wait": cli(home, "wait", agent_id),
+        "cancel": cli(home, "cancel", agent_id),
+        "steer": cli(home, "steer", agent_id, "--text", "more please"),
+        "doc": cli(home, "doc"),
+        "doctor": cli(home, "doctor"),
+        "init": cli(home, "init"),
+    }
+    # A verb added to the table later is covered too: called with the agent and a value per
+    # required option, it must answer (result or error) in the same one-object-per-line form.
+    for tool in TOOLS.values():
+        if tool.cli_verb in {name.split()[0] for name in runs}:
+            continue
+        args = [tool.cli_verb]
+        for name, field in tool.params.model_fields.items():
+            if name == "agent_id":
+                args += [agent_id] if name in tool.positional else ["--agent-id", agent_id]
+            elif field.is_required():
+                args += ["x"] if name in tool.positional else [f"--{name.replace('_', '-')}", "x"]
+        runs[" ".join(args)] = cli(home, *args)
+    for name, result in runs.items():
+        objects = json_lines(result.stdout)
+        assert objects, name
+    assert len(json_lines(runs["transcript --follow"].stdout)) >= 3  # user, progress, answer
+    assert json_lines(runs["cancel"].stdout)[0]["accepted"] is False
+    assert json_lines(runs["steer"].stdout)[0]["error"]["code"] == "NotRunning"
+    assert json_lines(runs["init"].stdout)[0]["error"]["code"] == "ConfigInvalid"
+    for name in ("agents", "agent", "answer", "transcript", "wait", "cancel", "doc", "doctor"):
+        assert len(runs[name].stdout.splitlines()) == 1, (name, runs[name].stdout)
+
+
+def test_format_text_works_before_and_after_the_verb(daemon: DaemonProcess, home: Home, workdir: Path) -> None:
+    result = cli(home, "start", "--task", "answer: hello there", "--workdir", str(workdir), "--wait")
+    agent_id = json_lines(result.stdout)[0]["id"]
+    before = cli(home, "--format", "text", "agents")
+    after = cli(home, "agents", "--format", "text")
+    assert before.returncode == after.returncode == 0
+    ago = re.compile(r"\d+[smh] ago")  # the age column may tick between the two calls
+    assert ago.sub("_", before.stdout) == ago.sub("_", after.stdout)
+    assert "1 of 1 agents" in after.stdout
+    assert agent_id in after.stdout
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(after.stdout.splitlines()[0])
+    answer = cli(home, "answer", agent_id, "--format", "text")
+    assert answer.stdout.startswith("hello there\n-- verified:")
+    agent = cli(home, "--format", "text", "agent", agent_id)
+    assert agent.stdout.startswith(f"{agent_id}  succeeded")
+    doctor = cli(home, "doctor", "--format", "text")
+    assert re.search(r"^ok\s+daemon\s", doctor.stdout, re.M), doctor.stdout
+
+
+# -- doctor, service files, doc ---------------------------------------------------------------
+
+
+def test_doctor_reports_ok_for_home_config_daemon_runtime_and_supervisor_spawn(
+        daemon: DaemonProcess, home: Home) -> None:
+    result = cli(home, "doctor")
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json_lines(result.stdout)[0]
+    assert report["ok"] is True
+    checks = {c["check"]: c for c in report["checks"]}
+    for name in ("home", "config", "daemon", "runtime demo", "supervisor spawn"):
+        assert checks[name]["ok"] is True, checks.get(name)
+    assert str(daemon.proc.pid) in checks["daemon"]["detail"]
+
+
+def test_doctor_flags_a_home_that_is_too_open(bare_home: Home) -> None:
+    bare_home.root.chmod(0o755)
+    result = cli(bare_home, "doctor")
+    assert result.returncode == 1
+    checks = {c["check"]: c for c in json_lines(result.stdout)[0]["checks"]}
+    assert checks["home"]["ok"] is False
+    assert "755" in checks["home"]["detail"]
+
+
+def test_doctor_flags_a_runtime_whose_binary_is_missing() -> None:
+    home = make_home('schema_version = 1\n[runtimes.demo]\nengine = "demo"\n'
+                     '[runtimes.codex]\nengine = "codex"\nbinary = "/nonexistent/codex-xyz"\n')
+    try:
+        result = cli(home, "doctor")
+        assert result.returncode == 1
+        checks = {c["check"]: c for c in json_lines(result.stdout)[0]["checks"]}
+        assert checks["runtime demo"]["ok"] is True
+        assert checks["runtime codex"]["ok"] is False
+        assert "not found" in checks["runtime codex"]["detail"]
+    finally:
+        remove_home(home)
+
+
+def _expected_argv(home: Home) -> list[str]:
+    return [sys.executable, "-m", "agent_run", "--home", str(home.root), "api", "serve"]
+
+
+def test_api_systemd_prints_a_unit_running_this_interpreter_on_this_home(home: Home) -> None:
+    result = cli(home, "api", "systemd")
+    assert result.returncode == 0, result.stderr
+    exec_start = re.search(r"^ExecStart=(.+)$", result.stdout, re.M)
+    assert exec_start, result.stdout
+    assert sys.executable in exec_start.group(1)
+    assert f"--home {home.root}" in exec_start.group(1)
+    assert "api serve" in exec_start.group(1)
+    assert shlex.split(exec_start.group(1)) == _expected_argv(home)
+    assert "[Service]" in result.stdout and "[Install]" in result.stdout
+    assert not home.socket_path.exists(), "printing a unit must not start a daemon"
+
+
+def test_api_launchd_prints_a_plist_that_parses_and_runs_this_interpreter_on_this_home(home: Home) -> None:
+    result = cli(home, "api", "launchd")
+    assert result.returncode == 0, result.stderr
+    assert sys.executable in result.stdout
+    assert f"<string>{home.root}</string>" in result.stdout
+    plist = plistlib.loads(result.stdout.encode())
+    assert plist["ProgramArguments"] == _expected_argv(home)
+    assert plist["KeepAlive"] is True and plist["RunAtLoad"] is True
+
+
+def test_api_launchd_plist_escapes_a_home_with_xml_characters() -> None:
+    home = Home(short_tmpdir() / "a&b<c>")
+    try:
+        result = cli(home, "api", "launchd")
+        assert result.returncode == 0, result.stderr
+        assert plistlib.loads(result.stdout.encode())["ProgramArguments"] == _expected_argv(home)
+    finally:
+        shutil.rmtree(home.root.parent, ignore_errors=True)
+
+
+def test_api_systemd_quotes_a_home_with_a_space() -> None:
+    home = Home(short_tmpdir() / "my home")
+    try:
+        result = cli(home, "api", "systemd")
+        assert result.returncode == 0, result.stderr
+        exec_start = re.search(r"^ExecStart=(.+)$", result.stdout, re.M)
+        assert exec_start is not None
+        assert shlex.split(exec_start.group(1)) == _expected_argv(home)
+    finally:
+        shutil.rmtree(home.root.parent, ignore_errors=True)
+
+
+def test_doc_without_a_topic_lists_the_topics(daemon: DaemonProcess, home: Home) -> None:
+    result = cli_json(home, "doc")
+    assert result["topic"] == "overview"
+    assert {"overview", "states", "failures", "demo", "config"} <= set(result["topics"])
+    for topic in result["topics"]:
+        assert topic in result["text"]
+
+
+def test_doc_failures_lists_every_failure_kind(daemon: DaemonProcess, home: Home) -> None:
+    result = cli_json(home, "doc", "failures")
+    assert result["topic"] == "failures"
+    for kind in FailureKind:
+        assert re.search(rf"^\s+{kind.value}\s+\S", result["text"], re.M), kind.value
+        assert kind.advice in result["text"]
+
+
+def test_doc_of_an_unknown_topic_exits_1_with_invalid_request_naming_topic(
+        daemon: DaemonProcess, home: Home) -> None:
+    result = cli(home, "doc", "nope")
+    assert result.returncode == 1
+    error = json_lines(result.stdout)[-1]["error"]
+    assert error["code"] == "InvalidRequest"
+    assert error["field"] == "topic"
+    assert "failures" in error["message"]  # it says which topics exist
+
+
+# -- one tool table, one CLI ------------------------------------------------------------------
+
+
+def _param_names(command: click.Command) -> set[str]:
+    return {p.name for p in command.params if p.name is not None}
+
+
+@pytest.mark.parametrize("tool_name", sorted(TOOLS))
+def test_every_tool_has_a_cli_verb_covering_all_its_params(tool_name: str) -> None:
+    tool = TOOLS[tool_name]
+    command = root_command.commands.get(tool.cli_verb)
+    assert command is not None, f"no CLI verb {tool.cli_verb} for tool {tool_name}"
+    fields = tool.params.model_fields
+    assert set(fields) <= _param_names(command), set(fields) - _param_names(command)
+    by_name = {p.name: p for p in command.params}
+    for name, field in fields.items():
+        param = by_name[name]
+        assert param.required == field.is_required(), name
+        if name in tool.positional:
+            assert isinstance(param, click.Argument), name
+        else:
+            assert isinstance(param, click.Option), name
+            assert f"--{name.replace('_', '-')}" in param.opts, (name, param.opts)
+    assert "format" in _param_names(command) or any("--format" in p.opts for p in command.params
+                                                    if isinstance(p, click.Option))
+
+
+def test_the_cli_grows_no_verbs_of_its_own_beyond_the_tool_table_and_admin() -> None:
+    assert set(root_command.commands) == {t.cli_verb for t in TOOLS.values()} | ADMIN_VERBS
