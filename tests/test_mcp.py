@@ -9,6 +9,7 @@ import time
 import pytest
 
 from agent_run.cli import cli as cli_group
+from agent_run.mcp_server import error_data
 from agent_run.tools import TOOLS
 from tests.harness import wait_for
 from tests.mcp_harness import mcp_session
@@ -112,13 +113,13 @@ async def test_long_poll_on_list_agents_wakes_soon_after_a_change(daemon, workdi
 async def test_invalid_arguments_name_the_field(daemon, workdir):
     async with mcp_session(daemon.home) as s:
         bad = await s.call_tool("start", {"task": "x", "workdir": str(workdir), "profile": "root"})
-        assert bad.is_error and bad.structured_content["field"] == "profile"
+        assert bad.is_error and error_data(bad)["field"] == "profile"
         bad_wait = await s.call_tool("wait", {"agent_id": "ag_x", "timeout_seconds": 9999})
-        assert bad_wait.is_error and bad_wait.structured_content["field"] == "timeout_seconds"
+        assert bad_wait.is_error and error_data(bad_wait)["field"] == "timeout_seconds"
         missing = await s.call_tool("answer", {})
-        assert missing.is_error and missing.structured_content["field"] == "agent_id"
+        assert missing.is_error and error_data(missing)["field"] == "agent_id"
         unknown = await s.call_tool("agent", {"agent_id": "ag_0000000000"})
-        assert unknown.is_error and unknown.structured_content["code"] == "AgentNotFound"
+        assert unknown.is_error and error_data(unknown)["code"] == "AgentNotFound"
         assert "AgentNotFound" in unknown.content[0].text
 
 
@@ -126,7 +127,7 @@ async def test_daemon_down_and_not_startable_gives_clear_is_error(home, workdir)
     async with mcp_session(home, env={"AGENT_RUN_NO_AUTOSTART": "1"}) as s:
         result = await s.call_tool("start", {"task": "answer: x", "workdir": str(workdir)})
         assert result.is_error
-        assert result.structured_content["code"] == "DaemonUnavailable"
+        assert error_data(result)["code"] == "DaemonUnavailable"
         assert "Nothing was executed" in result.content[0].text
     assert not home.socket_path.exists()
     assert not home.db_path.exists(), "the MCP server must never touch the database itself"
@@ -137,7 +138,7 @@ async def test_daemon_that_fails_to_start_gives_is_error_naming_the_cause(home, 
     async with mcp_session(home) as s:
         result = await s.call_tool("list_agents", {})
         assert result.is_error
-        assert result.structured_content["code"] == "DaemonUnavailable"
+        assert error_data(result)["code"] == "DaemonUnavailable"
         assert "bogus" in result.content[0].text
 
 

@@ -6,6 +6,7 @@ short human text; domain errors are `isError` results carrying the stable code a
 """
 
 import asyncio
+import json
 import time
 from typing import Any
 
@@ -51,10 +52,18 @@ def ok_result(name: str, result: dict[str, Any]) -> types.CallToolResult:
 
 
 def error_result(data: dict[str, Any]) -> types.CallToolResult:
+    """A human line, then the error as JSON. No structuredContent: clients (the Inspector among
+    them) validate it against the tool's output schema even on errors."""
     field = f" (field `{data['field']}`)" if data.get("field") else ""
     text = f"{data['code']}{field}: {data['message']}"
-    return types.CallToolResult(content=[types.TextContent(text=text)], structured_content=data,
-                                is_error=True)
+    error = {"error": {k: data[k] for k in ("code", "message", "field") if data.get(k) is not None}}
+    return types.CallToolResult(content=[types.TextContent(text=text),
+                                         types.TextContent(text=json.dumps(error))], is_error=True)
+
+
+def error_data(result: types.CallToolResult) -> dict[str, Any]:
+    """The `{code, message, field?}` of an isError result (for clients of this server)."""
+    return json.loads(result.content[-1].text)["error"]
 
 
 class DaemonProxy:

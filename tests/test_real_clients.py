@@ -1,0 +1,129 @@
+"""Real MCP clients, not only ours: the MCP Inspector CLI, `claude mcp`, `codex mcp`, and the
+Python SDK snippet of docs/mcp.md. The CLIs come from the pinned package.json (`npm ci`)."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.harness import kill_leftovers, short_tmpdir
+
+ROOT = Path(__file__).parent.parent
+NODE_BIN = ROOT / "node_modules" / ".bin"
+VENV_BIN = Path(sys.executable).parent
+MCP_DOC = ROOT / "docs" / "mcp.md"
+
+
+def node_tool(name: str) -> str:
+    path = NODE_BIN / name
+    assert path.exists(), f"{path} is missing: run `npm ci` (scripts/test does)"
+    return str(path)
+
+
+# The pinned Inspector exits 5 when a tool returns isError (and still prints the result).
+INSPECTOR_TOOL_ERROR_EXIT = 5
+
+
+def inspector(home, *args: str) -> dict:
+    """Run the Inspector CLI on `agent-run mcp` and parse its JSON output."""
+    result = subprocess.run([node_tool("mcp-inspector"), "--cli", sys.executable, "-m", "agent_run",
+                             "--home", str(home.root), "mcp", *args],
+                            capture_output=True, text=True, timeout=120, cwd="/tmp")
+    assert result.returncode in (0, INSPECTOR_TOOL_ERROR_EXIT), result.stderr
+    output = json.loads(result.stdout)
+    assert (result.returncode == INSPECTOR_TOOL_ERROR_EXIT) == bool(output.get("isError")), result
+    return output
+
+
+def test_inspector_lists_tools_and_runs_start_wait_answer(daemon, workdir):
+    from agent_run.tools import TOOLS
+
+    listed = inspector(daemon.home, "--method", "tools/list")
+    assert {t["name"] for t in listed["tools"]} == set(TOOLS)
+    start_tool = next(t for t in listed["tools"] if t["name"] == "start")
+    assert start_tool["outputSchema"]["properties"]["id"]["type"] == "string"
+    assert start_tool["annotations"]["readOnlyHint"] is False
+
+    started = inspector(daemon.home, "--method", "tools/call", "--tool-name", "start",
+                        "--tool-arg", "task=answer: hello inspector", "--tool-arg", f"workdir={workdir}")
+    assert started["isError"] is False
+    agent_id = started["structuredContent"]["id"]
+    waited = inspector(daemon.home, "--method", "tools/call", "--tool-name", "wait",
+                       "--tool-arg", f"agent_id={agent_id}", "--tool-arg", "timeout_seconds=60")
+    assert waited["structuredContent"]["agent"]["state"] == "succeeded"
+    answer = inspector(daemon.home, "--method", "tools/call", "--tool-name", "answer",
+                       "--tool-arg", f"agent_id={agent_id}")
+    assert answer["structuredContent"]["text"] == "hello inspector"
+    bad = inspector(daemon.home, "--method", "tools/call", "--tool-name", "answer",
+                    "--tool-arg", "agent_id=nope")
+    assert bad["isError"] is True and "structuredContent" not in bad
+    assert json.loads(bad["content"][-1]["text"])["error"]["field"] == "agent_id"
+
+
+def _doc_block(language: str, starts_with: str) -> str:
+    for block in re.findall(rf"```{language}\n(.*?)```", MCP_DOC.read_text(), re.S):
+        if block.lstrip().startswith(starts_with):
+            return block
+    raise AssertionError(f"docs/mcp.md has no {language} block starting with {starts_with!r}")
+
+
+@pytest.fixture
+def user_home():
+    """A generated HOME for an engine CLI, with agent-run and the CLIs on PATH."""
+    home = short_tmpdir("aru-")
+    env = {"HOME": str(home), "PATH": f"{VENV_BIN}:{NODE_BIN}:/usr/local/bin:/usr/bin:/bin",
+           "CLAUDE_CONFIG_DIR": str(home / ".claude"), "CODEX_HOME": str(home / ".codex"),
+           "DISABLE_AUTOUPDATER": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"}
+    (home / ".codex").mkdir()
+    yield home, env
+    from agent_run.home import Home
+
+    agent_home = Home(home / ".agent-run")
+    lock = agent_home.lock_path
+    if lock.exists() and lock.read_text().strip():
+        try:
+            os.kill(int(lock.read_text().strip()), signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    kill_leftovers(agent_home)
+
+
+def _run_doc_lines(block: str, env: dict, cwd: Path) -> list[subprocess.CompletedProcess]:
+    results = []
+    for line in block.strip().splitlines():
+        result = subprocess.run(line, shell=True, env=env, cwd=cwd, capture_output=True, text=True,
+                                timeout=120)
+        assert result.returncode == 0, f"{line}: {result.stdout}{result.stderr}"
+        results.append(result)
+    return results
+
+
+def test_claude_mcp_add_registers_agent_run_and_list_shows_it_connected(user_home):
+    home, env = user_home
+    results = _run_doc_lines(_doc_block("sh", "claude mcp add"), env, home)
+    listing = results[-1].stdout
+    assert "agent-run" in listing and "Connected" in listing, listing
+
+
+def test_codex_mcp_add_registers_agent_run_and_list_shows_it_enabled(user_home):
+    home, env = user_home
+    results = _run_doc_lines(_doc_block("sh", "codex mcp add"), env, home)
+    listing = results[-1].stdout
+    assert re.search(r"agent-run\s+agent-run\s+mcp\s.*enabled", listing), listing
+    config = (home / ".codex" / "config.toml").read_text()
+    assert '[mcp_servers.agent-run]' in config and 'args = ["mcp"]' in config
+
+
+def test_generic_python_client_snippet_runs_start_wait_answer(daemon, workdir):
+    block = _doc_block("python", "import os")
+    env = {**os.environ, "AGENT_RUN_HOME": str(daemon.home.root),
+           "PATH": f"{VENV_BIN}:{os.environ['PATH']}"}
+    result = subprocess.run([sys.executable, "-c", block], cwd=workdir, env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "succeeded hello over MCP"
