@@ -97,7 +97,23 @@ class Unparsed:
     line: str
 
 
-EngineEvent = SessionStarted | MessageEvent | RetryEvent | Completion | ControlAck | Unparsed
+@dataclass(frozen=True)
+class SendInput:
+    """Bytes the engine's protocol needs written to its stdin now (a reply, the next request)."""
+
+    data: bytes
+
+
+@dataclass(frozen=True)
+class EngineNote:
+    """Something worth an event that is neither a message nor a completion (e.g. a warning)."""
+
+    kind: str
+    data: dict[str, Any]
+
+
+EngineEvent = (SessionStarted | MessageEvent | RetryEvent | Completion | ControlAck | Unparsed
+               | SendInput | EngineNote)
 
 
 class Engine(Protocol):
@@ -110,7 +126,10 @@ class Engine(Protocol):
 
     def initial_input(self, plan: ExecutionPlan) -> list[bytes]: ...
 
-    def parse_line(self, line: str) -> list[EngineEvent]: ...
+    def parse_line(self, line: str) -> list[EngineEvent]:
+        """Turn one stdout line into events. An engine object lives for one execution, so it
+        may keep protocol state (ids, the current turn) between lines."""
+        ...
 
     def steer_input(self, text: str) -> bytes | None: ...
 

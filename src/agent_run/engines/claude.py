@@ -25,7 +25,8 @@ WRITE_TOOLS = ["Bash", "Write", "Edit", "MultiEdit", "NotebookEdit"]
 _TEXT_KINDS = [
     (re.compile(r"Unable to connect|ConnectionRefused|ECONNREFUSED|fetch failed", re.I), FailureKind.NETWORK_ERROR),
     (re.compile(r"Request timed out|timed out", re.I), FailureKind.NETWORK_ERROR),
-    (re.compile(r"empty or malformed response|malformed", re.I), FailureKind.STREAM_ERROR),
+    (re.compile(r"empty or malformed response|malformed|Connection to the API was lost|ECONNRESET",
+                re.I), FailureKind.STREAM_ERROR),
     (re.compile(r"Invalid API key|Not logged in|authentication", re.I), FailureKind.AUTH_FAILED),
     (re.compile(r"overloaded", re.I), FailureKind.PROVIDER_OVERLOADED),
     (re.compile(r"rate limit|\(429\)", re.I), FailureKind.RATE_LIMITED),

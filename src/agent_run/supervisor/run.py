@@ -17,8 +17,8 @@ from agent_run.domain.failures import FailureKind
 from agent_run.domain.states import ExecutionState
 from agent_run.engines import engine_for
 from agent_run.engines.base import (
-    Completion, ControlAck, Engine, ExecutionPlan, LaunchSpec, MessageEvent, RetryEvent, SessionStarted,
-    Unparsed, WorkerMcp, kind_for_http_status,
+    Completion, ControlAck, Engine, EngineNote, ExecutionPlan, LaunchSpec, MessageEvent, RetryEvent,
+    SendInput, SessionStarted, Unparsed, WorkerMcp, kind_for_http_status,
 )
 from agent_run.home import Home
 from agent_run.store import agents as agents_q
@@ -232,6 +232,10 @@ class Supervisor:
         elif isinstance(event, Unparsed):
             self.unparsed_lines += 1
             self.log.event("unparsed", {"line": event.line[:500]})
+        elif isinstance(event, SendInput):
+            self._write_stdin(event.data)
+        elif isinstance(event, EngineNote):
+            self.log.event(event.kind, event.data)
 
     def _on_completion(self, completion: Completion) -> None:
         self.completion = completion
