@@ -40,6 +40,9 @@ main conversation takes the next reply from the front of the script:
 ``Fault.silent_after_headers()``, ``Fault.silent_before_headers()``
     Hold the connection open, with or without response headers, until the server is closed.
 
+``Dynamic(lambda request: ToolCall(...))``
+    A reply built from the request it answers (for example from a tool result in it).
+
 Every reply is used once; give it ``times=N`` to answer N consecutive main requests, or
 ``times=None`` to answer every main request until the script is changed (a fault that
 outlasts any retry policy). When the script is empty a main request gets
@@ -107,6 +110,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 __all__ = [
+    "Dynamic",
     "Fault",
     "MockProvider",
     "RecordedRequest",
@@ -175,7 +179,15 @@ class Fault:
         return cls("silent_before_headers", times=times)
 
 
-Reply = Text | ToolCall | Fault
+@dataclass
+class Dynamic:
+    """A reply computed from the request it answers, e.g. to reuse an id from a tool result."""
+
+    build: Callable[[RecordedRequest], Text | ToolCall | Fault]
+    times: int | None = 1
+
+
+Reply = Text | ToolCall | Fault | Dynamic
 
 
 # --------------------------------------------------------------------------- recording
@@ -543,6 +555,8 @@ class _Handler(BaseHTTPRequestHandler):
     def _choose_reply(self, request: RecordedRequest) -> Reply:
         if request.role == "main":
             reply = self.provider._take_reply()
+            if isinstance(reply, Dynamic):
+                reply = reply.build(request)
         else:
             reply = Text(self.provider.auxiliary_text)
         request.reply = reply
