@@ -9,6 +9,7 @@ import time
 import pytest
 
 from agent_run.cli import cli as cli_group
+from agent_run.cli import command_for
 from agent_run.mcp_server import error_data
 from agent_run.tools import TOOLS
 from tests.harness import wait_for
@@ -190,9 +191,8 @@ async def test_tool_table_is_identical_on_socket_mcp_and_cli(daemon):
         assert (annotations.read_only_hint, annotations.destructive_hint, annotations.idempotent_hint) == (
             sock["annotations"]["readOnlyHint"], sock["annotations"]["destructiveHint"],
             sock["annotations"]["idempotentHint"]), name
-    verbs = {cmd.name: cmd for cmd in cli_group.commands.values()}
     for name, tool in TOOLS.items():
-        command = verbs.get(tool.cli_verb)
+        command = command_for(cli_group, tool.cli_verb)
         assert command is not None, f"tool {name} has no CLI verb"
         covered = {param.name for param in command.params}
         missing = set(tool.params.model_fields) - covered

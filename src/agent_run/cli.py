@@ -143,6 +143,9 @@ def make_command(tool: Tool) -> click.Command:
                                   help="wait until the agent ends; exit 0/2/3 like `wait`"))
     if tool.name == "transcript":
         extra.append(click.Option(["--follow"], is_flag=True, help="keep printing until the agent ends"))
+    if tool.name == "batch":
+        extra.append(click.Option(["--follow"], is_flag=True,
+                                  help="draw live progress until the batch ends or is blocked"))
 
     @click.pass_obj
     def callback(session: Session, wait_for_it: bool = False, follow: bool = False, **kwargs: Any) -> None:
@@ -152,16 +155,42 @@ def make_command(tool: Tool) -> click.Command:
         if tool.name == "transcript" and follow:
             _follow_transcript(session, params)
             return
+        if tool.name == "batch" and follow:
+            from agent_run.cli_batch import follow_batch
+
+            sys.exit(follow_batch(session, params["batch_id"]))
         result = _run_tool(session, tool, params)
         if tool.name == "start" and wait_for_it:
             sys.exit(_wait_until_done(session, result["id"], None))
 
-    return click.Command(tool.cli_verb, callback=callback, help=tool.doc, short_help=tool.doc.split(". ")[0],
+    return click.Command(tool.cli_verb.split()[-1], callback=callback, help=tool.doc, short_help=tool.doc.split(". ")[0],
                          params=click_params(tool.params, tool.positional) + extra)
 
 
 class AgentRunGroup(click.Group):
-    """Turns domain errors into one JSON error line (or a readable line) and exit code 1."""
+    """Turns domain errors into one JSON error line (or a readable line) and exit code 1, and
+    usage errors (a bad option value, a missing argument) into a JSON line too, exit code 2."""
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        except click.exceptions.Exit as exc:
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            click.echo("Aborted!", err=True)
+            sys.exit(1)
+        except click.ClickException as exc:
+            text_wanted = "text" in sys.argv[1:] and "--format" in sys.argv[1:]
+            param = getattr(exc, "param", None)
+            if text_wanted or not isinstance(exc, click.UsageError):
+                exc.show()
+            else:
+                field = param.name if param is not None else None
+                error = {"code": "InvalidParams", "message": exc.format_message()}
+                if field:
+                    error["field"] = field
+                click.echo(json.dumps({"error": error}))
+            sys.exit(exc.exit_code)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -187,8 +216,25 @@ def cli(ctx: click.Context, home: str | None, output: str) -> None:
     ctx.obj = Session(home, output)
 
 
+def command_for(group: click.Group, verb: str) -> click.Command | None:
+    """The command at a (possibly nested) verb such as `batch start`."""
+    node: click.Command | None = group
+    for word in verb.split():
+        node = node.commands.get(word) if isinstance(node, click.Group) else None
+    return node
+
+
+_GROUP_HELP = {"batch": "Batches: many agents in parallel git worktrees.",
+               "run": "One run of a batch: stop, rerun, resume, follow up."}
+
 for _tool in TOOLS.values():
-    cli.add_command(make_command(_tool))
+    *_groups, _name = _tool.cli_verb.split()
+    _parent: click.Group = cli
+    for _word in _groups:
+        if _word not in _parent.commands:
+            _parent.add_command(click.Group(_word, help=_GROUP_HELP.get(_word)))
+        _parent = _parent.commands[_word]  # type: ignore[assignment]
+    _parent.add_command(make_command(_tool), _name)
 
 from agent_run import cli_admin  # noqa: E402  (registers init, doctor, api, demo)
 

@@ -55,4 +55,25 @@ def render(kind: str, data: Any) -> str:
         return f"{data['agent_id']}: {data['message']}"
     if kind == "doc":
         return data["text"]
+    if kind in ("batch", "batch_start", "batch_cancel"):
+        from agent_run.cli_batch import render_batch
+
+        return render_batch(data)
+    if kind == "list_batches":
+        rows = [f"{i['id']}  {i['workflow']:<9} {i['state']:<9} {i['runs']:>3} runs  {_ago(i['created_at'])}"
+                for i in data["items"]]
+        return "\n".join(rows + [f"{len(data['items'])} of {data['total']} batches"])
+    if kind in ("run_stop", "run_rerun", "run_resume", "run_followup"):
+        return f"{data['run']['id']} ({data['run']['title']}): {data['message']}"
+    if kind == "batch_review":
+        parts = []
+        for run in data["runs"]:
+            parts.append(f"== {run['title']} ({run['branch']}) {len(run['commits'])} commit(s)")
+            parts.append(run["diff"] or "(no changes to tracked files)")
+            parts += [f"?? {u['path']}" for u in run["untracked"]]
+        return "\n".join(parts)
+    if kind == "batch_clean":
+        rows = [f"{i['action']:<12} {i['worktree']}  dirty {len(i['dirty_files'])}  unmerged {i['unmerged_commits']}"
+                for i in data["items"]]
+        return "\n".join(rows + [data["message"]])
     return str(data)

@@ -11,6 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from agent_run.domain import batch_models as bm
 from agent_run.domain import requests as rq
 from agent_run.domain import views as vw
 
@@ -25,7 +26,7 @@ class Tool:
     read_only: bool
     destructive: bool = False
     idempotent: bool = True
-    verb: str | None = None  # CLI verb when it differs from the name
+    verb: str | None = None  # CLI verb when it differs from the name; "group verb" nests it
     positional: tuple[str, ...] = field(default_factory=tuple)  # CLI positional arguments
 
     @property
@@ -48,6 +49,7 @@ class Tool:
 
 
 _A = "agent_run.services.agents"
+_B = "agent_run.batches.service"
 
 TOOLS: dict[str, Tool] = {t.name: t for t in (
     Tool("start", rq.StartParams, vw.AgentView, f"{_A}:start",
@@ -87,6 +89,43 @@ TOOLS: dict[str, Tool] = {t.name: t for t in (
     Tool("doc", rq.DocParams, vw.DocResult, "agent_run.services.doc_tool:doc",
          "Built-in documentation: overview, states, failures, demo, config.",
          read_only=True, positional=("topic",)),
+    Tool("batch_start", bm.BatchStartParams, bm.BatchView, f"{_B}:batch_start",
+         "Start a batch: many agents at once, each in its own git worktree of the project, pinned to "
+         "base_ref's commit. Workflows: repeated (the prompt N times), generated (a read-only "
+         "generator makes N tasks), ranked (N candidates, each ending in one commit, scored by "
+         "read-only reviewers; optional verify_command), validated (N workers submit results, one "
+         "read-only validator picks a winner). Invalid config is refused before anything is made.",
+         read_only=False, idempotent=False, verb="batch start"),
+    Tool("list_batches", bm.ListBatchesParams, bm.BatchList, f"{_B}:list_batches",
+         "List batches, newest first, with run counts per state.", read_only=True, verb="batch list"),
+    Tool("batch", bm.BatchParams, bm.BatchView, f"{_B}:batch",
+         "One batch: state (queued, running, blocked, completed, failed, cancelled) and every run with "
+         "its state, attempts, worktree, score and rank.", read_only=True, verb="batch show",
+         positional=("batch_id",)),
+    Tool("batch_cancel", bm.BatchParams, bm.BatchView, f"{_B}:batch_cancel",
+         "Cancel a batch: running agents are cancelled, queued runs dropped, finished results kept.",
+         read_only=False, destructive=True, verb="batch cancel", positional=("batch_id",)),
+    Tool("run_stop", bm.RunParams, bm.RunActionResult, f"{_B}:run_stop",
+         "Stop one run of a batch (its agent is cancelled).", read_only=False, destructive=True,
+         verb="run stop", positional=("run_id",)),
+    Tool("run_rerun", bm.RunParams, bm.RunActionResult, f"{_B}:run_rerun",
+         "Run a settled run again as a new attempt in the same worktree; earlier attempts stay "
+         "readable. In ranked batches a candidate's reviews are redone; in validated ones the validator.",
+         read_only=False, idempotent=False, verb="run rerun", positional=("run_id",)),
+    Tool("run_resume", bm.RunResumeParams, bm.RunActionResult, f"{_B}:run_resume",
+         "Continue a failed or stopped run's agent in its own engine session.",
+         read_only=False, idempotent=False, verb="run resume", positional=("run_id",)),
+    Tool("run_followup", bm.RunFollowupParams, bm.RunActionResult, f"{_B}:run_followup",
+         "An extra turn on a settled run. Runs of ranked and validated batches are locked (their "
+         "results feed the ranking / verdict) until reopened with reopen=true.",
+         read_only=False, idempotent=False, verb="run followup", positional=("run_id",)),
+    Tool("batch_review", bm.BatchReviewParams, bm.BatchReview, f"{_B}:batch_review",
+         "Each run's changes against the pinned base: commits, the diff (committed and uncommitted) "
+         "and previews of untracked files.", read_only=True, verb="batch review", positional=("batch_id",)),
+    Tool("batch_clean", bm.BatchCleanParams, bm.BatchCleanResult, f"{_B}:batch_clean",
+         "Preview, then (confirm=true) remove a batch's worktrees and branches. Dirty worktrees and "
+         "unmerged branches are kept unless force=true.", read_only=False, destructive=True,
+         verb="batch clean", positional=("batch_id",)),
 )}
 
 # Served on the socket only: protocol plumbing, not operations.

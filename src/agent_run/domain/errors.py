@@ -67,11 +67,28 @@ class DaemonUnavailable(DomainError):
     code = "DaemonUnavailable"
 
 
+class BatchNotFound(DomainError):
+    code = "BatchNotFound"
+
+
+class RunNotFound(DomainError):
+    code = "RunNotFound"
+
+
+class RunLocked(DomainError):
+    code = "RunLocked"
+
+
+class GitError(DomainError):
+    code = "GitError"
+
+
 ERRORS_BY_CODE: dict[str, type[DomainError]] = {
     cls.code: cls
     for cls in (
         DomainError, AgentNotFound, Conflict, InvalidRequest, UnknownRuntime, NotRunning, NotResumable,
         AnswerNotReady, AnswerIntegrity, ConfigInvalid, SpawnFailed, DaemonUnavailable,
+        BatchNotFound, RunNotFound, RunLocked, GitError,
     )
 }
 

@@ -26,6 +26,7 @@ class ExecutionPlan:
     engine_home: str
     resume_session_id: str | None = None
     read_roots: list[str] = field(default_factory=list)
+    worker_tools: list[str] = field(default_factory=lambda: ["finish"])
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "ExecutionPlan":

@@ -16,6 +16,11 @@ order, and exits at end of input. The task text chooses the behaviour, one direc
     finish: SUMMARY         call the worker tool `finish` through MCP (from --mcp-config) ...
     finish_status: STATUS   ... with this status: done (default) | blocked | failed
     recall: yes             answer with the answers of earlier turns of this session (resume)
+    commit: MESSAGE         commit the files written this turn with the worker tool create_commit
+    score: N | auto         submit_score (auto: derived from the reviewed worktree's HEAD)
+    result: auto            submit_result listing the files written this turn
+    tasks: auto | broken    answer with the JSON tasks a generator must return ("exactly N tasks")
+    verdict: auto           finish with a validator verdict over the "- worker N: PATH" lines
 
 Sessions are kept in $HOME/.demo-sessions/ID.jsonl: `--session-id ID` starts one,
 `--resume ID` continues one with its history.
@@ -25,6 +30,7 @@ import argparse
 import json
 import os
 import queue
+import re
 import subprocess
 import sys
 import threading
@@ -54,6 +60,11 @@ class Directives:
     finish: str | None = None
     finish_status: str = "done"
     recall: bool = False
+    commit: str | None = None
+    score: str | None = None
+    result: bool = False
+    tasks: str | None = None
+    verdict: bool = False
 
 
 def parse_directives(task: str) -> Directives:
@@ -86,6 +97,16 @@ def parse_directives(task: str) -> Directives:
             d.finish_status = value
         elif key == "recall":
             d.recall = True
+        elif key == "commit":
+            d.commit = value
+        elif key == "score":
+            d.score = value
+        elif key == "result":
+            d.result = True
+        elif key == "tasks":
+            d.tasks = value
+        elif key == "verdict":
+            d.verdict = True
     return d
 
 
@@ -113,6 +134,26 @@ def call_worker_tool(mcp_config: str, tool: str, arguments: dict) -> tuple[str, 
                 return text, bool(result.is_error)
 
     return anyio.run(call)
+
+
+def auto_score() -> float:
+    """A stable score per reviewed change: derived from the working folder's HEAD commit."""
+    head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    return float(int(head[:6] or "0", 16) % 61 + 40)
+
+
+def generated_tasks(task: str) -> str:
+    match = re.search(r"exactly (\d+) tasks", task)
+    count = int(match.group(1)) if match else 1
+    return json.dumps([{"title": f"task {n}", "prompt": f"write: task{n}.txt = task {n}\nanswer: task {n} done"}
+                       for n in range(1, count + 1)])
+
+
+def validator_verdict(task: str) -> str:
+    workers = [(int(n), path.strip()) for n, path in re.findall(r"^- worker (\d+): (.+)$", task, re.M)]
+    verdicts = [{"worker": n, "pass": os.path.isdir(path), "reason": f"checked {path}"} for n, path in workers]
+    winner = next((v["worker"] for v in verdicts if v["pass"]), None)
+    return json.dumps({"workers": verdicts, "winner": winner})
 
 
 class DemoEngine:
@@ -191,12 +232,24 @@ class DemoEngine:
                 self.emit({"type": "user", "message": {"role": "user", "content": [
                     {"type": "tool_result", "tool_use_id": tool_id,
                      "content": f"File created successfully at: {path}"}]}})
+            written = [path for path, _ in d.writes]
+            if d.commit is not None:
+                self.tool("create_commit", {"message": d.commit, "files": written})
+            if d.score is not None:
+                self.tool("submit_score", {"score": auto_score() if d.score == "auto" else float(d.score),
+                                           "reason": "demo review"})
+            if d.result:
+                self.tool("submit_result", {"files": [{"path": p, "explanation": f"wrote {p}"} for p in written]})
+            if d.verdict:
+                self.finish(validator_verdict(task), "done")
             if d.finish is not None:
                 self.finish(d.finish, d.finish_status)
             if d.fail:
                 self.fail(d.fail, started)
                 return
             default = "Finished through the worker tools." if d.finish is not None else None
+            if d.tasks is not None:
+                default = generated_tasks(task) if d.tasks == "auto" else "this is not JSON"
             answer = d.answer or default or f"Demo answer to: {task.strip().splitlines()[0] if task.strip() else ''}"
             if d.recall:
                 earlier = "; ".join(turn["answer"] for turn in self.history) or "nothing"
@@ -218,9 +271,11 @@ class DemoEngine:
             fh.write(json.dumps({"task": task, "answer": answer}) + "\n")
 
     def finish(self, summary: str, status: str) -> None:
+        self.tool("finish", {"summary": summary, "status": status})
+
+    def tool(self, name: str, arguments: dict) -> None:
+        """Call a worker tool through MCP, shown in the stream as Claude Code shows tool calls."""
         tool_id = f"toolu_{uuid.uuid4().hex[:12]}"
-        name = "finish"
-        arguments = {"summary": summary, "status": status}
         self.assistant([{"type": "tool_use", "id": tool_id, "name": f"mcp__worker__{name}",
                          "input": arguments}])
         if self.mcp_config is None:

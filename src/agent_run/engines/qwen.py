@@ -1,19 +1,38 @@
-"""The `qwen` engine (Qwen Code headless, stream-json in and out).
+"""The `qwen` engine (Qwen Code headless, stream-json in and out). Checked against 0.24.4.
 
-Qwen Code exits 0 with `is_error: false` on API failures; its result text carries
-`[API Error: ...]`, so classification reads the text. Interrupt is honoured only after the
-`initialize` control request, which is sent before anything else. It loads `.env` files
-walking up from the workdir, so every OPENAI_* variable it reads is set explicitly.
+Launch: `qwen --input-format stream-json --output-format stream-json` (no `-p`): each user
+line on stdin is a turn, a line sent mid-turn is queued as the next turn, and the CLI exits once
+stdin is closed and the queue is empty. Interrupt (`control_request` `interrupt`) is honoured
+only after the `initialize` control request, so that goes first. All state lives in
+`QWEN_HOME`; `settings.json` there carries the retry knobs (under `model.generationConfig`: a
+top-level `generationConfig` is ignored), turns off the post-turn memory-extraction request,
+and registers the worker tools as a trusted MCP server (`tools.exclude: ["tool_search"]` keeps
+them in the model's tool list instead of behind the search tool). `--allowed-mcp-server-names`
+keeps a workdir `.qwen/settings.json` from starting servers of its own. Qwen Code loads `.env`
+files walking up from the workdir, so every OPENAI_* variable it reads is set explicitly.
+
+The stream is Claude Code's envelope with three differences handled here:
+- a failed turn is `result` / `error_during_execution` with its text in `error.message`, not
+  `result` (0.15 gave `is_error: false` and the text in `result`: both are classified by the
+  `[API Error: ...]` text, never by flags or the exit code, which is 0 either way);
+- `result.usage` is cumulative over the whole session (resumes included), so a turn's usage is
+  summed from its assistant messages, each of which carries one model call's usage;
+- `system` / `retry` lines (a malformed or cut stream being replayed) are retry events.
+HTTP 429/5xx and refused connections are retried inside the CLI (7 attempts, 1.5 s to 30 s
+backoff, honouring `retry-after` on 429/503 only) with nothing on stdout meanwhile: 75-100 s of
+silence that `stall_seconds` must outlast for the failure to be classified rather than stalled.
 """
 
 import json
 import re
 import uuid
 from pathlib import Path
+from typing import Any
 
 from agent_run.domain.failures import FailureKind
 from agent_run.engines.base import (
-    Completion, EngineEvent, ExecutionPlan, LaunchSpec, WorkerMcp, kind_for_http_status,
+    Completion, EngineEvent, ExecutionPlan, LaunchSpec, RetryEvent, Unparsed, WorkerMcp,
+    kind_for_http_status,
 )
 from agent_run.engines.claude import kind_from_text
 from agent_run.engines.environment import base_environment, single_secret
@@ -21,23 +40,39 @@ from agent_run.engines.stream_json import control_request, parse_stream_json_lin
 from agent_run.home import write_private_file
 
 _API_ERROR = re.compile(r"\[API Error: (.*)", re.S)
-_STATUS = re.compile(r"\b(401|403|429|500|502|503|504|529)\b")
+# "[API Error: 429 ...]": the status leads; some SDK errors say "status code 500" instead.
+_STATUS = re.compile(r"^(\d{3})\b|\bstatus(?: code)? (\d{3})\b", re.I)
+# Quota exhaustion is its own message ("Quota exhausted: ..."); every other 429 gets a
+# "Possible quota limitations in place ..." hint on a second line, which is dropped before
+# classifying so that it does not read as quota.
 _TEXT_KINDS = [
-    (re.compile(r"Connection error|ECONNREFUSED|fetch failed", re.I), FailureKind.NETWORK_ERROR),
-    (re.compile(r"Request timeout|timed out", re.I), FailureKind.NETWORK_ERROR),
-    (re.compile(r"without a finish reason|Unexpected token|JSON|malformed", re.I), FailureKind.STREAM_ERROR),
-    (re.compile(r"quota", re.I), FailureKind.QUOTA_EXHAUSTED),
+    (re.compile(r"Quota exhausted|quota exceeded", re.I), FailureKind.QUOTA_EXHAUSTED),
+    (re.compile(r"Connection error|ECONNREFUSED|ENOTFOUND|EAI_AGAIN|fetch failed", re.I),
+     FailureKind.NETWORK_ERROR),
+    (re.compile(r"Request timeout|timed out|ETIMEDOUT", re.I), FailureKind.NETWORK_ERROR),
+    (re.compile(r"without a finish reason|in JSON at position|Unexpected token|malformed"
+                r"|terminated|UND_ERR_SOCKET|other side closed|ECONNRESET", re.I),
+     FailureKind.STREAM_ERROR),
     (re.compile(r"API key|Unauthorized|authentication", re.I), FailureKind.AUTH_FAILED),
+    (re.compile(r"overloaded", re.I), FailureKind.PROVIDER_OVERLOADED),
+    (re.compile(r"rate limit", re.I), FailureKind.RATE_LIMITED),
 ]
 # Variables Qwen Code (or its OpenAI SDK) would otherwise pick up from the environment or .env.
 _OPENAI_VARIABLES = ("OPENAI_BASE_URL", "OPENAI_API_KEY", "OPENAI_MODEL", "OPENAI_ORG_ID",
                      "OPENAI_ORGANIZATION", "OPENAI_PROJECT_ID", "OPENAI_API_BASE")
+# Tools that change the workdir or run commands; left out of the read-only profile.
+WRITE_TOOLS = ["run_shell_command", "write_file", "edit", "replace"]
 
 
 class QwenEngine:
     name = "qwen"
     supports_steer = True
     supports_interrupt = True
+
+    def __init__(self) -> None:
+        self._turn_usage: dict[str, float] = {}
+        self._counted: set[str] = set()  # assistant message ids whose usage is summed
+        self._retries = 0
 
     def launch(self, plan: ExecutionPlan, secrets: dict[str, str], worker: WorkerMcp,
                scratch: Path) -> LaunchSpec:
@@ -49,11 +84,17 @@ class QwenEngine:
             generation["maxRetries"] = rc["max_retries"]
         if rc.get("request_timeout_seconds") is not None:
             generation["timeout"] = int(rc["request_timeout_seconds"] * 1000)
+        exclude = ["tool_search"]  # keep the worker tools visible, not behind tool search
+        if plan.profile != "write":
+            exclude += WRITE_TOOLS
         settings = {
             "memory": {"enableManagedAutoMemory": False},
             "model": {"generationConfig": generation},
             "security": {"auth": {"selectedType": "openai"}},
-            "tools": {"exclude": ["tool_search"]},  # keep the worker tools visible
+            "tools": {"exclude": exclude},
+            "privacy": {"usageStatisticsEnabled": False},
+            "telemetry": {"enabled": False},
+            "general": {"enableAutoUpdate": False},
             "mcpServers": {worker.name: {"command": worker.command, "args": worker.args,
                                          "env": worker.env, "trust": True}},
         }
@@ -64,12 +105,18 @@ class QwenEngine:
         env.update(rc.get("env") or {})
         env.update({name: "" for name in _OPENAI_VARIABLES})
         env.update({"QWEN_HOME": str(qwen_home), "OPENAI_MODEL": plan.model,
-                    "OPENAI_BASE_URL": rc.get("base_url") or "", "OPENAI_API_KEY": single_secret(secrets) or ""})
+                    "OPENAI_BASE_URL": rc.get("base_url") or "",
+                    "OPENAI_API_KEY": single_secret(secrets) or "",
+                    "QWEN_CODE_UNATTENDED_RETRY": "0",  # never retry 429/529 forever
+                    "QWEN_USAGE_STATISTICS_ENABLED": "0", "QWEN_TELEMETRY_ENABLED": "0",
+                    "QWEN_CODE_SUPPRESS_YOLO_WARNING": "1"})
         if rc.get("request_timeout_seconds") is not None:
             env["QWEN_CODE_API_TIMEOUT_MS"] = str(int(rc["request_timeout_seconds"] * 1000))
         env = {k: v for k, v in env.items() if v != "" or k.startswith("OPENAI_")}
 
-        mode = "yolo" if plan.profile == "write" else "plan"
+        # yolo: every tool runs without a prompt. `default` in headless mode denies tools that
+        # would need one; the write tools are excluded above as well.
+        mode = "yolo" if plan.profile == "write" else "default"
         argv = [rc.get("binary") or "qwen", "--input-format", "stream-json", "--output-format",
                 "stream-json", "--model", plan.model, "--approval-mode", mode,
                 "--allowed-mcp-server-names", worker.name]
@@ -86,7 +133,41 @@ class QwenEngine:
         return [control_request("agent-run-init", "initialize"), user_message(plan.prompt)]
 
     def parse_line(self, line: str) -> list[EngineEvent]:
-        return parse_stream_json_line(line)
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError:
+            return [Unparsed(line)]
+        if not isinstance(obj, dict):
+            return [Unparsed(line)]
+        kind = obj.get("type")
+        if kind == "system" and obj.get("subtype") == "retry":
+            self._retries += 1
+            reason = (obj.get("data") or {}).get("reason", "retry")
+            return [RetryEvent(None, self._retries, f"model stream replayed ({reason})")]
+        if kind == "assistant":
+            self._add_usage(obj.get("message") or {})
+        events = parse_stream_json_line(line)
+        if kind == "result":
+            events = [self._completion(obj, event) for event in events if isinstance(event, Completion)]
+        return events
+
+    def _add_usage(self, message: dict[str, Any]) -> None:
+        message_id = str(message.get("id") or "")
+        if message_id in self._counted:
+            return
+        self._counted.add(message_id)
+        for key, value in (message.get("usage") or {}).items():
+            if isinstance(value, (int, float)):
+                self._turn_usage[key] = self._turn_usage.get(key, 0) + value
+
+    def _completion(self, obj: dict[str, Any], parsed: Completion) -> Completion:
+        error = obj.get("error")
+        text = parsed.text
+        if not text and isinstance(error, dict):
+            text = str(error.get("message") or "")
+        usage, self._turn_usage = self._turn_usage, {}
+        return Completion(text=text, is_error=parsed.is_error, error_status=parsed.error_status,
+                          subtype=parsed.subtype, usage=usage or None, cost_usd=parsed.cost_usd)
 
     def steer_input(self, text: str) -> bytes | None:
         return user_message(text)
@@ -98,7 +179,11 @@ class QwenEngine:
         api_error = _API_ERROR.search(completion.text)
         if api_error is None and not completion.is_error:
             return None
-        detail = api_error.group(1) if api_error else completion.text
-        status = _STATUS.search(detail)
-        return (kind_for_http_status(int(status.group(1)) if status else completion.error_status, detail)
-                or kind_from_text(detail, _TEXT_KINDS) or FailureKind.ERROR_REPLY)
+        detail = (api_error.group(1) if api_error else completion.text).strip()
+        first = detail.splitlines()[0].rstrip("]").strip() if detail else ""
+        if kind_from_text(first, _TEXT_KINDS[:1]):
+            return FailureKind.QUOTA_EXHAUSTED
+        match = _STATUS.search(first)
+        status = int(match.group(1) or match.group(2)) if match else completion.error_status
+        return (kind_for_http_status(status, first) or kind_from_text(first, _TEXT_KINDS)
+                or FailureKind.ERROR_REPLY)

@@ -87,8 +87,11 @@ class Daemon:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
+        from agent_run.batches.service import scheduler
+
         background = [asyncio.create_task(self.ctx.watcher.run()),
-                      asyncio.create_task(self._reconcile_loop())]
+                      asyncio.create_task(self._reconcile_loop()),
+                      asyncio.create_task(scheduler(self.ctx).run_forever(self.log))]
         self.log.info("daemon.started", pid=os.getpid(), socket=str(self.home.socket_path))
         async with server:
             await stop.wait()

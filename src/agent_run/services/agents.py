@@ -5,6 +5,7 @@ import json
 import sqlite3
 import time
 from pathlib import Path
+from typing import Any
 
 from agent_run.config import RuntimeConfig
 from agent_run.domain import errors
@@ -92,7 +93,7 @@ async def list_agents(ctx: ServiceContext, p: ListAgentsParams) -> AgentList:
 # -- admission ----------------------------------------------------------------------------
 
 
-def _runtime(ctx: ServiceContext, p: StartParams) -> tuple[str, RuntimeConfig, str]:
+def _runtime(ctx: ServiceContext, p: StartParams | Any) -> tuple[str, RuntimeConfig, str]:
     name = p.runtime or ctx.config.default_runtime
     runtime = ctx.config.runtimes.get(name)
     if runtime is None or not runtime.enabled:
@@ -147,7 +148,8 @@ def _mark_spawn_failed(conn: sqlite3.Connection, execution_id: str, message: str
                                 failure_kind=FailureKind.SUPERVISOR_FAILED.value, failure_message=message)
 
 
-async def start(ctx: ServiceContext, p: StartParams) -> AgentView:
+async def start(ctx: ServiceContext, p: StartParams, *, worker_tools: list[str] | None = None) -> AgentView:
+    """Admit an agent and spawn its supervisor. `worker_tools` is for batches (not a tool param)."""
     runtime_name, runtime, model = _runtime(ctx, p)
     workdir = Path(p.workdir).expanduser()
     if not workdir.is_absolute():
@@ -168,6 +170,7 @@ async def start(ctx: ServiceContext, p: StartParams) -> AgentView:
         # agents never share the files that carry their worker tokens.
         "engine_home": str(ctx.home.homes_dir / runtime_name / agent_id),
         "read_roots": _read_roots(p.read_roots),
+        "worker_tools": worker_tools or ["finish"],
     }
     agent_row = {"id": agent_id, "request_id": p.request_id,
                  "request_hash": _request_hash(p, runtime_name, model, str(workdir)),

@@ -71,6 +71,7 @@ class ServiceContext:
         self._local = threading.local()
         self.watcher = RevisionWatcher(lambda: self.db(current_revision))
         self.starting: set[str] = set()  # executions whose supervisor this daemon is spawning
+        self.batches: Any = None  # the batch scheduler, made on first use (batches.service)
 
     def connection(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)

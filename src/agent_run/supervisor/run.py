@@ -152,7 +152,7 @@ class Supervisor:
         token = token_source.token_urlsafe(32)
         with write(self.conn):
             agents_q.update_execution(self.conn, self.execution_id, worker_token_sha256=token_hash(token))
-        tools = ["finish"]
+        tools = self.plan.worker_tools
         env = {HOME_ENV: str(self.home.root), EXECUTION_ENV: self.execution_id, TOKEN_ENV: token,
                TOOLS_ENV: ",".join(tools)}
         return WorkerMcp(name=SERVER_NAME, command=sys.executable, args=["-m", "agent_run.worker_tools"],

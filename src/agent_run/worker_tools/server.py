@@ -5,6 +5,7 @@ token. A call is recorded only while the token's hash matches the execution's an
 execution is live; it writes the database directly, so it works while the daemon is down.
 """
 
+import json
 import os
 import sqlite3
 from pathlib import Path
@@ -16,6 +17,7 @@ from mcp.server.lowlevel.server import Server
 from mcp.server.stdio import stdio_server
 from pydantic import ValidationError
 
+from agent_run.domain.errors import DomainError
 from agent_run.domain.states import ExecutionState
 from agent_run.store.agents import get_execution
 from agent_run.store.db import connect, write
@@ -30,16 +32,42 @@ class ReportRefused(Exception):
     pass
 
 
+def _bound_row(conn: sqlite3.Connection, execution_id: str, token: str) -> sqlite3.Row:
+    row = get_execution(conn, execution_id)
+    if row is None or row["worker_token_sha256"] != token_hash(token):
+        raise ReportRefused("this worker-tools server is not bound to a known execution")
+    if ExecutionState(row["state"]).terminal:
+        raise ReportRefused(f"the execution already ended ({row['state']})")
+    return row
+
+
+def check_binding(conn: sqlite3.Connection, execution_id: str, token: str) -> None:
+    """Refuse before any effect when the token or the execution's state does not allow it."""
+    _bound_row(conn, execution_id, token)
+
+
 def record(conn: sqlite3.Connection, execution_id: str, token: str, tool: str,
            payload: dict[str, Any]) -> int:
     with write(conn):
-        row = get_execution(conn, execution_id)
-        if row is None or row["worker_token_sha256"] != token_hash(token):
-            raise ReportRefused("this worker-tools server is not bound to a known execution")
-        if ExecutionState(row["state"]).terminal:
-            raise ReportRefused(f"the execution already ended ({row['state']})")
+        row = _bound_row(conn, execution_id, token)
         return append_report(conn, agent_id=row["agent_id"], execution_id=execution_id, tool=tool,
                              payload=payload)
+
+
+def workdir_of(conn: sqlite3.Connection, execution_id: str) -> Path:
+    row = get_execution(conn, execution_id)
+    return Path(json.loads(row["plan_json"])["workdir"])
+
+
+def apply_effect(conn: sqlite3.Connection, execution_id: str, tool: str,
+                 payload: dict[str, Any]) -> dict[str, Any]:
+    """Tools that act before they are recorded: create_commit commits, and records the sha."""
+    if tool == "create_commit":
+        from agent_run.batches.git import commit_files
+
+        sha = commit_files(workdir_of(conn, execution_id), payload["message"], payload["files"])
+        return {**payload, "sha": sha}
+    return payload
 
 
 def _text(text: str, *, error: bool = False) -> types.CallToolResult:
@@ -68,10 +96,15 @@ def build_server(conn: sqlite3.Connection, execution_id: str, token: str,
             first = exc.errors()[0]
             return _text(f"invalid {'.'.join(map(str, first['loc']))}: {first['msg']}", error=True)
         try:
-            report_id = record(conn, execution_id, token, tool.name, parsed.model_dump())
+            check_binding(conn, execution_id, token)
+            payload = apply_effect(conn, execution_id, tool.name, parsed.model_dump())
+            report_id = record(conn, execution_id, token, tool.name, payload)
         except ReportRefused as exc:
             return _text(f"refused: {exc}", error=True)
-        return _text(f"recorded ({tool.name} #{report_id})")
+        except DomainError as exc:
+            return _text(f"{tool.name} failed: {exc.message}", error=True)
+        extra = f"; commit {payload['sha']}" if "sha" in payload else ""
+        return _text(f"recorded ({tool.name} #{report_id}{extra})")
 
     return Server(SERVER_NAME, on_list_tools=list_tools, on_call_tool=call_tool)
 

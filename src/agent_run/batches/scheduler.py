@@ -1,0 +1,249 @@
+"""The batch scheduler: lives in the daemon, keeps all its state in SQLite, so a restarted
+daemon picks up where the last one stopped (queued runs start, running ones carry on)."""
+
+import asyncio
+import json
+import sqlite3
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from agent_run.batches import git
+from agent_run.batches.workflows import WORKFLOWS, Evidence, RunSpec, Workflow
+from agent_run.domain.errors import DomainError
+from agent_run.domain.ids import new_id
+from agent_run.domain.requests import CancelParams, StartParams
+from agent_run.services import agents as agent_service
+from agent_run.services.context import ServiceContext
+from agent_run.store import agents as agents_q
+from agent_run.store import batches as batches_q
+from agent_run.store import reports as reports_q
+from agent_run.store.db import write
+
+TICK_SECONDS = 0.5
+VERIFY_OUTPUT_BYTES = 20_000
+AGENT_TERMINAL = ("succeeded", "failed", "cancelled", "lost")
+
+
+def new_run_row(batch: sqlite3.Row, spec: RunSpec, runs: list[sqlite3.Row]) -> dict[str, Any]:
+    """A run row for `spec`: its own worktree on a new branch at the pinned base, or the folder
+    it works in (the project for generators and validators, its candidate's for reviewers)."""
+    root, subdir = Path(batch["project_root"]), batch["project_subdir"]
+    row: dict[str, Any] = {"id": new_id("rn"), "batch_id": batch["id"], "stage": spec.stage, "idx": spec.idx,
+                           "title": spec.title, "prompt": spec.prompt, "profile": spec.profile,
+                           "parent_run_id": spec.parent_run_id}
+    if spec.worktree:
+        project = git.Project(root, subdir)
+        label = git.ref_label(root, batch["base_ref"], batch["base_sha"])
+        path = git.worktree_path(Path(batch["worktree_root"]), project, label, batch["id"], spec.idx)
+        branch = f"agent-run/{batch['id']}/{spec.stage}-{spec.idx}"
+        git.add_worktree(root, path, branch, batch["base_sha"])
+        row.update(worktree=str(path), branch=branch, workdir=str(path / subdir) if subdir else str(path))
+    elif spec.parent_run_id:
+        parent = next(r for r in runs if r["id"] == spec.parent_run_id)
+        row.update(workdir=parent["workdir"])
+    else:
+        row.update(workdir=str(root / subdir) if subdir else str(root))
+    return row
+
+
+def insert_runs(conn: sqlite3.Connection, batch: sqlite3.Row, specs: list[RunSpec],
+                runs: list[sqlite3.Row]) -> None:
+    rows = [new_run_row(batch, spec, runs) for spec in specs]  # git work outside the lock
+    with write(conn):
+        for row, spec in zip(rows, specs, strict=True):
+            batches_q.insert_run(conn, row)
+            if spec.locked:
+                conn.execute("UPDATE batch_runs SET locked = 1 WHERE id = ?", (row["id"],))
+
+
+def evidence_for(conn: sqlite3.Connection, batch: sqlite3.Row, run: sqlite3.Row) -> Evidence:
+    reports: dict[str, list[dict[str, Any]]] = {}
+    for execution in conn.execute("SELECT id FROM executions WHERE agent_id = ? ORDER BY number",
+                                  (run["agent_id"],)).fetchall():
+        for report in reports_q.reports(conn, execution["id"]):
+            reports.setdefault(report["tool"], []).append(json.loads(report["payload"]))
+    latest = agents_q.latest_execution(conn, run["agent_id"])
+    answer = Path(latest["answer_path"]).read_text() if latest["answer_path"] else None
+    commits = git.commits_since(Path(run["worktree"]), batch["base_sha"]) if run["worktree"] else []
+    return Evidence(answer=answer, reports=reports, commits=commits)
+
+
+def run_verify(command: str, workdir: str, timeout: float) -> tuple[bool, str]:
+    try:
+        done = subprocess.run(command, shell=True, cwd=workdir, capture_output=True, text=True,
+                              timeout=timeout, stdin=subprocess.DEVNULL, start_new_session=True)
+    except subprocess.TimeoutExpired:
+        return False, f"verify_command timed out after {timeout:g}s"
+    output = (done.stdout + done.stderr)[-VERIFY_OUTPUT_BYTES:]
+    return done.returncode == 0, f"exit {done.returncode}\n{output}"
+
+
+class BatchScheduler:
+    def __init__(self, ctx: ServiceContext) -> None:
+        self.ctx = ctx
+        self.lock = asyncio.Lock()  # one mutation of batch state at a time (scheduler or a tool)
+
+    async def run_forever(self, log: Any) -> None:
+        while True:
+            revision = self.ctx.watcher.revision
+            try:
+                await self.tick()
+            except Exception as exc:  # keep scheduling; the next tick may succeed
+                log.exception("batch.tick_error", error=repr(exc))
+            await self.ctx.watcher.wait_past(revision, TICK_SECONDS)
+
+    async def tick(self) -> None:
+        for batch in await self.ctx.db(batches_q.live_batches):
+            async with self.lock:
+                await self.advance(batch["id"])
+
+    async def advance(self, batch_id: str) -> None:
+        batch = await self.ctx.db(batches_q.get_batch, batch_id)
+        workflow, cfg = WORKFLOWS[batch["workflow"]], json.loads(batch["config_json"])
+        for run in await self.ctx.db(batches_q.runs, batch_id):
+            if run["state"] == "running":
+                await self._sync_run(batch, workflow, cfg, run)
+        runs = await self.ctx.db(batches_q.runs, batch_id)
+        if batch["cancel_requested"]:
+            await self._cancel(batch, runs)
+            return
+        specs = workflow.follow_on_runs(cfg, runs)
+        if specs:
+            await self.ctx.db(insert_runs, batch, specs, runs)
+            runs = await self.ctx.db(batches_q.runs, batch_id)
+        running = sum(r["state"] == "running" for r in runs)
+        for run in runs:
+            if running >= cfg["concurrency"]:
+                break
+            if run["state"] == "queued" and workflow.ready(run, runs):
+                await self.start_attempt(batch, workflow, cfg, run, kind="start")
+                running += 1
+        await self._settle_batch(batch, workflow)
+
+    # -- runs ----------------------------------------------------------------------------
+
+    async def start_attempt(self, batch: sqlite3.Row, workflow: Workflow, cfg: dict[str, Any],
+                            run: sqlite3.Row, *, kind: str) -> None:
+        """Start (or, after a crash, re-find) the agent of the run's next attempt.
+
+        The attempt number is committed first and the agent's request_id derives from it, so a
+        daemon that dies in between starts no second agent: the same request returns the same one.
+        """
+        attempt = run["attempt"] if run["state"] == "running" and run["agent_id"] is None else run["attempt"] + 1
+
+        def begin(conn: sqlite3.Connection) -> None:
+            with write(conn):
+                batches_q.update_run(conn, run, state="running", attempt=attempt, agent_id=None, failure=None)
+                if batch["state"] == "queued":
+                    batches_q.update_batch(conn, batch["id"], state="running")
+
+        await self.ctx.db(begin)
+        runs = await self.ctx.db(batches_q.runs, batch["id"])
+        read_roots = [r["workdir"] for r in runs if r["stage"] == "worker"] if run["stage"] == "validator" else []
+        params = StartParams(task=run["prompt"], workdir=run["workdir"], runtime=cfg.get("runtime"),
+                             model=cfg.get("model"), profile=run["profile"], request_id=f"{run['id']}-a{attempt}",
+                             read_roots=read_roots, stall_seconds=cfg.get("stall_seconds"),
+                             wall_seconds=cfg.get("wall_seconds"))
+        try:
+            agent = await agent_service.start(self.ctx, params, worker_tools=workflow.worker_tools(run["stage"]))
+        except DomainError as exc:
+            await self.ctx.db(self._write_run, run["id"], state="failed", failure=f"start: {exc.message}")
+            return
+
+        def attach(conn: sqlite3.Connection) -> None:
+            with write(conn):
+                fresh = batches_q.get_run(conn, run["id"])
+                batches_q.update_run(conn, fresh, agent_id=agent.id)
+                batches_q.record_attempt(conn, fresh, attempt=attempt, kind=kind if attempt > 1 else "start",
+                                         agent_id=agent.id)
+
+        await self.ctx.db(attach)
+
+    @staticmethod
+    def _write_run(conn: sqlite3.Connection, run_id: str, **fields: Any) -> None:
+        with write(conn):
+            batches_q.update_run(conn, batches_q.get_run(conn, run_id), **fields)
+
+    async def _sync_run(self, batch: sqlite3.Row, workflow: Workflow, cfg: dict[str, Any],
+                        run: sqlite3.Row) -> None:
+        if run["agent_id"] is None:  # the daemon died between committing the attempt and the agent
+            await self.start_attempt(batch, workflow, cfg, run, kind="rerun")
+            return
+        latest = await self.ctx.db(agents_q.latest_execution, run["agent_id"])
+        state = latest["state"]
+        if state not in AGENT_TERMINAL:
+            return
+        if state == "cancelled":
+            await self.ctx.db(self._write_run, run["id"], state="cancelled", failure="stopped")
+            return
+        if state != "succeeded":
+            failure = f"{latest['failure_kind']}: {(latest['failure_message'] or '')[:300]}"
+            await self._fail_run(batch, workflow, cfg, run, failure)
+            return
+        evidence = await self.ctx.db(evidence_for, batch, run)
+        outcome = workflow.judge(run, evidence, cfg)
+        if not outcome.ok:
+            await self._fail_run(batch, workflow, cfg, run, outcome.failure or "failed")
+            return
+        fields: dict[str, Any] = {"state": "succeeded", "failure": None,
+                                  "result_json": json.dumps(outcome.result) if outcome.result is not None else None}
+        if run["stage"] == "candidate" and cfg.get("verify_command"):
+            passed, output = await asyncio.to_thread(run_verify, cfg["verify_command"], run["workdir"],
+                                                     cfg["verify_timeout_seconds"])
+            fields.update(verify_passed=int(passed), verify_output=output)
+        await self.ctx.db(self._write_run, run["id"], **fields)
+
+    async def _fail_run(self, batch: sqlite3.Row, workflow: Workflow, cfg: dict[str, Any],
+                        run: sqlite3.Row, failure: str) -> None:
+        await self.ctx.db(self._write_run, run["id"], state="failed", failure=failure)
+        if run["stage"] == "generator" and run["attempt"] <= 1:  # a generator is retried once
+            fresh = await self.ctx.db(batches_q.get_run, run["id"])
+            await self.start_attempt(batch, workflow, cfg, fresh, kind="rerun")
+
+    # -- the batch -------------------------------------------------------------------------
+
+    async def _settle_batch(self, batch: sqlite3.Row, workflow: Workflow) -> None:
+        def settle(conn: sqlite3.Connection) -> None:
+            with write(conn):
+                current = batches_q.get_batch(conn, batch["id"])
+                runs = batches_q.runs(conn, batch["id"])
+                failed = [r for r in runs if r["state"] == "failed"]
+                active = [r for r in runs if r["state"] in ("queued", "running")]
+                if workflow.staged and failed:
+                    first = failed[0]
+                    state, reason = "blocked", (f"{first['title']} failed ({first['failure']}); rerun or "
+                                                "resume it to continue")
+                elif active:
+                    state = "running" if any(r["state"] == "running" or r["attempt"] for r in runs) else "queued"
+                    reason = None
+                elif failed:
+                    state, reason = "failed", f"{len(failed)} run(s) failed"
+                else:
+                    for run_id, fields in workflow.rank(runs).items():
+                        batches_q.update_run(conn, next(r for r in runs if r["id"] == run_id), **fields)
+                    state, reason = "completed", None
+                if (state, reason) != (current["state"], current["state_reason"]):
+                    ended = {"ended_at": time.time()} if state in ("completed", "failed") else {}
+                    batches_q.update_batch(conn, batch["id"], state=state, state_reason=reason, **ended)
+
+        await self.ctx.db(settle)
+
+    async def _cancel(self, batch: sqlite3.Row, runs: list[sqlite3.Row]) -> None:
+        """Stop what runs, drop what waits, keep what finished."""
+        still_running = False
+        for run in runs:
+            if run["state"] == "queued":
+                await self.ctx.db(self._write_run, run["id"], state="cancelled", failure="batch cancelled")
+            elif run["state"] == "running" and run["agent_id"]:
+                still_running = True  # synced to cancelled (or its result) on a later tick
+                await agent_service.cancel(self.ctx, CancelParams(agent_id=run["agent_id"]))
+            elif run["state"] == "running":
+                await self.ctx.db(self._write_run, run["id"], state="cancelled", failure="batch cancelled")
+        if not still_running:
+            def done(conn: sqlite3.Connection) -> None:
+                with write(conn):
+                    batches_q.update_batch(conn, batch["id"], state="cancelled", state_reason="cancelled by the user",
+                                           ended_at=time.time())
+            await self.ctx.db(done)

@@ -1,0 +1,247 @@
+"""The four workflows as small modules the scheduler asks questions of: which runs exist, when
+a run is ready, how it runs (prompt, profile, worker tools), what makes it a success, which
+failures block, what a rerun resets, and how the batch ends."""
+
+import json
+import re
+import sqlite3
+from dataclasses import dataclass, field
+from statistics import mean
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """A run the workflow wants to exist."""
+
+    stage: str
+    idx: int
+    title: str
+    prompt: str
+    profile: str
+    worktree: bool  # True: its own worktree; False: the project folder or its parent's worktree
+    parent_run_id: str | None = None
+    locked: bool = False
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """What the workflow makes of a run whose agent succeeded."""
+
+    ok: bool
+    failure: str | None = None
+    result: Any = None
+
+
+@dataclass
+class Evidence:
+    """What a settled run left behind: its agent's answer and worker-tool reports, its commits."""
+
+    answer: str | None
+    reports: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    commits: list[str] = field(default_factory=list)
+
+
+class Task(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    title: str = Field(min_length=1, max_length=200)
+    prompt: str = Field(min_length=1, max_length=100_000)
+
+
+class WorkerVerdict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    worker: int = Field(ge=1)
+    passed: bool = Field(alias="pass")
+    reason: str
+
+
+class Verdict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    workers: list[WorkerVerdict]
+    winner: int | None
+
+
+def parse_json_reply(text: str) -> Any:
+    """JSON from an agent's reply: the whole text, or the first ```json fenced block."""
+    fenced = re.search(r"```(?:json)?\s*\n(.*?)```", text, re.S)
+    return json.loads(fenced.group(1) if fenced else text)
+
+
+class Workflow:
+    name = ""
+    staged = False  # only staged workflows can be `blocked`
+    main_stage = "worker"
+
+    def initial_runs(self, cfg: dict[str, Any]) -> list[RunSpec]:
+        return [RunSpec(self.main_stage, n, f"run {n}", cfg["prompt"], cfg["profile"], worktree=True,
+                        locked=self.staged) for n in range(1, cfg["runs"] + 1)]
+
+    def follow_on_runs(self, cfg: dict[str, Any], runs: list[sqlite3.Row]) -> list[RunSpec]:
+        return []
+
+    def ready(self, run: sqlite3.Row, runs: list[sqlite3.Row]) -> bool:
+        return True
+
+    def worker_tools(self, stage: str) -> list[str]:
+        return ["finish"]
+
+    def judge(self, run: sqlite3.Row, evidence: Evidence, cfg: dict[str, Any]) -> RunOutcome:
+        return RunOutcome(True)
+
+    def blocks(self, run: sqlite3.Row) -> bool:
+        return self.staged
+
+    def reset_on_rerun(self, run: sqlite3.Row, runs: list[sqlite3.Row]) -> tuple[list[str], list[str]]:
+        """(run ids to delete, run ids to queue again) when `run` is rerun."""
+        return [], []
+
+    def rank(self, runs: list[sqlite3.Row]) -> dict[str, dict[str, Any]]:
+        """Updates per run id once every run succeeded (scores, ranks)."""
+        return {}
+
+
+class Repeated(Workflow):
+    name = "repeated"
+
+
+class Generated(Workflow):
+    name = "generated"
+    GENERATOR_RETRIES = 1
+
+    def initial_runs(self, cfg: dict[str, Any]) -> list[RunSpec]:
+        prompt = (f"{cfg['prompt']}\n\nReply with a JSON array of exactly {cfg['runs']} tasks, each an "
+                  'object {"title": "...", "prompt": "..."}, and nothing else.')
+        return [RunSpec("generator", 1, "generator", prompt, "read_only", worktree=False)]
+
+    def follow_on_runs(self, cfg: dict[str, Any], runs: list[sqlite3.Row]) -> list[RunSpec]:
+        generator = next(r for r in runs if r["stage"] == "generator")
+        if generator["state"] != "succeeded" or any(r["stage"] == "worker" for r in runs):
+            return []
+        tasks = json.loads(generator["result_json"])
+        return [RunSpec("worker", n, task["title"], task["prompt"], cfg["profile"], worktree=True)
+                for n, task in enumerate(tasks, start=1)]
+
+    def judge(self, run: sqlite3.Row, evidence: Evidence, cfg: dict[str, Any]) -> RunOutcome:
+        if run["stage"] != "generator":
+            return RunOutcome(True)
+        try:
+            tasks = [Task.model_validate(t) for t in parse_json_reply(evidence.answer or "")]
+        except (ValueError, TypeError, ValidationError) as exc:
+            return RunOutcome(False, f"error_reply: the generator's reply is not a JSON list of tasks ({exc})")
+        if len(tasks) != cfg["runs"]:
+            return RunOutcome(False, f"error_reply: {len(tasks)} tasks, not exactly {cfg['runs']}")
+        return RunOutcome(True, result=[t.model_dump() for t in tasks])
+
+    def blocks(self, run: sqlite3.Row) -> bool:
+        return False
+
+
+class Ranked(Workflow):
+    name = "ranked"
+    staged = True
+    main_stage = "candidate"
+
+    def initial_runs(self, cfg: dict[str, Any]) -> list[RunSpec]:
+        prompt = (f"{cfg['prompt']}\n\nWork on your own branch. When you are done, commit your change "
+                  "exactly once with the worker tool create_commit (message and the files you changed).")
+        return [RunSpec("candidate", n, f"candidate {n}", prompt, "write", worktree=True, locked=True)
+                for n in range(1, cfg["runs"] + 1)]
+
+    def follow_on_runs(self, cfg: dict[str, Any], runs: list[sqlite3.Row]) -> list[RunSpec]:
+        wanted = []
+        reviewed = {r["parent_run_id"] for r in runs if r["stage"] == "reviewer"}
+        k = cfg["reviewers"]
+        for candidate in runs:
+            if candidate["stage"] != "candidate" or candidate["state"] != "succeeded" or candidate["id"] in reviewed:
+                continue
+            focus = cfg.get("review_prompt") or "correctness, simplicity and tests"
+            prompt = (f"Review candidate {candidate['idx']}: the change committed on branch {candidate['branch']} "
+                      f"in this worktree, against the base commit. Judge it on the following.\n{focus}\n"
+                      "Then call the worker tool submit_score exactly once with a score from 0 to 100 "
+                      "and your reason.")
+            wanted += [RunSpec("reviewer", (candidate["idx"] - 1) * k + j, f"review {j} of candidate "
+                               f"{candidate['idx']}", prompt, "read_only", worktree=False,
+                               parent_run_id=candidate["id"], locked=True) for j in range(1, k + 1)]
+        return wanted
+
+    def worker_tools(self, stage: str) -> list[str]:
+        return ["finish", "create_commit"] if stage == "candidate" else ["finish", "submit_score"]
+
+    def judge(self, run: sqlite3.Row, evidence: Evidence, cfg: dict[str, Any]) -> RunOutcome:
+        if run["stage"] == "candidate":
+            if not evidence.reports.get("create_commit"):
+                return RunOutcome(False, "no_commit: the candidate never called create_commit")
+            return RunOutcome(True, result={"commits": evidence.commits})
+        scores = evidence.reports.get("submit_score") or []
+        if not scores:
+            return RunOutcome(False, "no_score: the reviewer never called submit_score")
+        return RunOutcome(True, result=scores[-1])
+
+    def reset_on_rerun(self, run: sqlite3.Row, runs: list[sqlite3.Row]) -> tuple[list[str], list[str]]:
+        if run["stage"] == "candidate":
+            return [r["id"] for r in runs if r["parent_run_id"] == run["id"]], []
+        return [], []
+
+    def rank(self, runs: list[sqlite3.Row]) -> dict[str, dict[str, Any]]:
+        candidates = [r for r in runs if r["stage"] == "candidate"]
+        scores = {}
+        for c in candidates:
+            reviews = [json.loads(r["result_json"])["score"] for r in runs
+                       if r["parent_run_id"] == c["id"] and r["result_json"]]
+            scores[c["id"]] = round(mean(reviews), 2) if reviews else 0.0
+        # Candidates whose verify_command failed rank after every other one.
+        order = sorted(candidates, key=lambda c: (c["verify_passed"] == 0, -scores[c["id"]], c["idx"]))
+        return {c["id"]: {"score": scores[c["id"]], "rank": n} for n, c in enumerate(order, start=1)}
+
+
+class Validated(Workflow):
+    name = "validated"
+    staged = True
+
+    def initial_runs(self, cfg: dict[str, Any]) -> list[RunSpec]:
+        prompt = (f"{cfg['prompt']}\n\nWhen you are done, call the worker tool submit_result exactly once, "
+                  "listing each file you changed with an explanation.")
+        runs = [RunSpec("worker", n, f"worker {n}", prompt, cfg["profile"], worktree=True, locked=True)
+                for n in range(1, cfg["runs"] + 1)]
+        return runs
+
+    def follow_on_runs(self, cfg: dict[str, Any], runs: list[sqlite3.Row]) -> list[RunSpec]:
+        workers = [r for r in runs if r["stage"] == "worker"]
+        if any(r["stage"] == "validator" for r in runs) or not all(w["state"] == "succeeded" for w in workers):
+            return []
+        listing = "\n".join(f"- worker {w['idx']}: {w['workdir']}" for w in workers)
+        focus = cfg.get("validator_prompt") or "Does each worker's change do the task correctly?"
+        prompt = (f"Validate the work of {len(workers)} workers on this task:\n{cfg['prompt']}\n\n"
+                  f"Their folders (read-only for you):\n{listing}\n\n{focus}\n"
+                  'Then call the worker tool finish with status done and, as the summary, only JSON: '
+                  '{"workers": [{"worker": N, "pass": true, "reason": "..."}], "winner": N}.')
+        return [RunSpec("validator", 1, "validator", prompt, "read_only", worktree=False, locked=True)]
+
+    def ready(self, run: sqlite3.Row, runs: list[sqlite3.Row]) -> bool:
+        return True
+
+    def worker_tools(self, stage: str) -> list[str]:
+        return ["finish", "submit_result"] if stage == "worker" else ["finish"]
+
+    def judge(self, run: sqlite3.Row, evidence: Evidence, cfg: dict[str, Any]) -> RunOutcome:
+        if run["stage"] == "worker":
+            results = evidence.reports.get("submit_result") or []
+            if len(results) != 1:
+                return RunOutcome(False, f"submit_result: called {len(results)} times, not exactly once")
+            return RunOutcome(True, result=results[0])
+        finish = evidence.reports.get("finish") or []
+        try:
+            verdict = Verdict.model_validate(parse_json_reply(finish[-1]["summary"] if finish else ""))
+        except (ValueError, TypeError, ValidationError) as exc:
+            return RunOutcome(False, f"error_reply: the validator's verdict is not valid JSON ({exc})")
+        return RunOutcome(True, result=verdict.model_dump(by_alias=True))
+
+    def reset_on_rerun(self, run: sqlite3.Row, runs: list[sqlite3.Row]) -> tuple[list[str], list[str]]:
+        if run["stage"] == "worker":
+            return [r["id"] for r in runs if r["stage"] == "validator"], []
+        return [], []
+
+
+WORKFLOWS: dict[str, Workflow] = {w.name: w for w in (Repeated(), Generated(), Ranked(), Validated())}

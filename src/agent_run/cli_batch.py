@@ -1,0 +1,57 @@
+"""`agent-run batch show --follow`: live progress of a batch in a terminal, and its text form."""
+
+import sys
+import time
+from typing import Any
+
+SETTLED = ("completed", "failed", "cancelled", "blocked")
+_MARK = {"queued": ".", "running": ">", "succeeded": "+", "failed": "x", "cancelled": "-"}
+
+
+def render_batch(b: dict[str, Any]) -> str:
+    lines = [f"{b['id']}  {b['workflow']}  {b['state']}" + (f"  ({b['state_reason']})" if b["state_reason"] else ""),
+             f"  project {b['project_root']}{'/' + b['project_subdir'] if b['project_subdir'] else ''}"
+             f"  base {b['base_ref']} @ {b['base_sha'][:12]}"]
+    for run in b["runs"]:
+        extra = []
+        if run["score"] is not None:
+            extra.append(f"score {run['score']:g}")
+        if run["rank"] is not None:
+            extra.append(f"rank {run['rank']}")
+        if run["verify_passed"] is not None:
+            extra.append("verify ok" if run["verify_passed"] else "verify FAILED")
+        if run["failure"]:
+            extra.append(run["failure"][:60])
+        lines.append(f"  {_MARK.get(run['state'], '?')} {run['id']}  {run['title']:<26} {run['state']:<9}"
+                     f" a{run['attempt']}  {'  '.join(extra)}")
+    return "\n".join(lines)
+
+
+def render_ranking(b: dict[str, Any]) -> str:
+    ranked = sorted((r for r in b["runs"] if r["rank"] is not None), key=lambda r: r["rank"])
+    lines = ["ranking:"]
+    for run in ranked:
+        verify = "" if run["verify_passed"] is None else ("  verify ok" if run["verify_passed"] else "  verify FAILED")
+        lines.append(f"  #{run['rank']}  {run['title']:<14} score {run['score']:>5g}  {run['branch']}{verify}")
+    return "\n".join(lines)
+
+
+def follow_batch(session: Any, batch_id: str) -> int:
+    """Redraw the batch on every change until it settles; exit 0 completed, 2 failed/blocked, 3 cancelled."""
+    tty = sys.stdout.isatty()
+    drawn, last = 0, None
+    while True:
+        b = session.call("batch", {"batch_id": batch_id})
+        text = render_batch(b)
+        if text != last:
+            if tty and drawn:
+                sys.stdout.write(f"\x1b[{drawn}F\x1b[J")
+            sys.stdout.write(text + "\n")
+            sys.stdout.flush()
+            drawn, last = text.count("\n") + 1, text
+        if b["state"] in SETTLED:
+            if b["workflow"] == "ranked" and b["state"] == "completed":
+                print(render_ranking(b))
+            return {"completed": 0, "cancelled": 3}.get(b["state"], 2)
+        session.call("list_agents", {"after_revision": b["revision"], "wait_seconds": 2, "limit": 1})
+        time.sleep(0.1)  # coalesce bursts of changes into one redraw
