@@ -9,6 +9,10 @@ def engine_for(name: str) -> Engine:
         from agent_run.engines.demo import DemoEngine
 
         return DemoEngine()
+    if name == "codex":
+        from agent_run.engines.codex import CodexEngine
+
+        return CodexEngine()
     if name == "claude":
         from agent_run.engines.claude import ClaudeEngine
 

@@ -21,6 +21,7 @@ order, and exits at end of input. The task text chooses the behaviour, one direc
     result: auto            submit_result listing the files written this turn
     tasks: auto | broken    answer with the JSON tasks a generator must return ("exactly N tasks")
     verdict: auto           finish with a validator verdict over the "- worker N: PATH" lines
+    require: PATH           fail (an error reply) unless PATH exists in the working folder
 
 Sessions are kept in $HOME/.demo-sessions/ID.jsonl: `--session-id ID` starts one,
 `--resume ID` continues one with its history.
@@ -65,6 +66,7 @@ class Directives:
     result: bool = False
     tasks: str | None = None
     verdict: bool = False
+    require: str | None = None
 
 
 def parse_directives(task: str) -> Directives:
@@ -107,6 +109,8 @@ def parse_directives(task: str) -> Directives:
             d.tasks = value
         elif key == "verdict":
             d.verdict = True
+        elif key == "require":
+            d.require = value
     return d
 
 
@@ -217,6 +221,9 @@ class DemoEngine:
         d = parse_directives(task)
         try:
             self.wait(d.sleep)
+            if d.require is not None and not os.path.exists(d.require):
+                self.fail("error_reply", started)
+                return
             if d.spawn is not None:
                 subprocess.Popen(["sleep", str(d.spawn)], stdin=subprocess.DEVNULL,
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -317,6 +324,8 @@ class DemoEngine:
             self.result(f"unknown failure {kind!r}", is_error=True, started=started)
 
     def serve(self) -> int:
+        os.makedirs(os.path.dirname(self.session_file), exist_ok=True)
+        open(self.session_file, "a").close()  # the session exists from its first event on
         self.emit({"type": "system", "subtype": "init", "session_id": self.session_id,
                    "model": self.model, "tools": ["Write"], "permissionMode": "default",
                    "cwd": os.getcwd()})

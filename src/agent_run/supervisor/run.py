@@ -275,10 +275,12 @@ class Supervisor:
             return "refused", "the execution is stopping"
         if not self._stdin_open():
             return "refused", "the engine has finished its last turn; start a follow-up instead"
-        self.turns_outstanding += 1
+        joins = not getattr(engine, "steer_opens_turn", True)  # Codex: joins the running turn
+        if not joins:
+            self.turns_outstanding += 1
         self._write_stdin(data)
         self.log.message("user", text, "steer")
-        return "delivered", "queued as the engine's next turn"
+        return "delivered", "added to the running turn" if joins else "queued as the engine's next turn"
 
     def _request_stop(self, engine: Engine, reason: str, failure: FailureKind | None) -> None:
         if self.stop is not None:
