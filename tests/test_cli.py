@@ -164,22 +164,26 @@ def test_demo_in_a_fresh_home_verifies_every_answer_and_shows_where_to_look(fres
         assert result.returncode == 0, result.stdout + result.stderr
         assert "started one" in result.stderr  # a fresh machine has no daemon yet
         proofs = re.findall(r"^\s+sha256 ([0-9a-f]{64}) \((\d+) bytes, (\w+)\)$", result.stdout, re.M)
-        assert len(proofs) == 4, result.stdout
+        assert len(proofs) == 3, result.stdout  # one per candidate
         assert all(mark == "verified" for _sha, _n, mark in proofs)
+        ranking = re.findall(r"^\s+#(\d)\s+candidate \d\s+score\s+[\d.]+", result.stdout, re.M)
+        assert ranking == ["1", "2", "3"], result.stdout
         assert "look further:" in result.stdout
+        batch_id = re.search(r"batch show (bt_[0-9a-z]+) --format text", result.stdout).group(1)
         first = re.search(r"answer (ag_[0-9a-z]+) --format text", result.stdout)
         assert first, result.stdout
-        for verb in ("agents --format text", f"answer {first.group(1)}", f"transcript {first.group(1)}",
-                     f"agent {first.group(1)}"):
+        for verb in (f"batch show {batch_id}", f"batch review {batch_id}", f"answer {first.group(1)}",
+                     f"transcript {first.group(1)}"):
             assert f"agent-run --home {fresh_home.root} {verb}" in result.stdout
-        # The printed proof is the daemon's: `answer` of the first agent reports the same sha256.
+        # The printed proof is the daemon's: `answer` of the winner reports the same sha256.
         answer = cli_json(fresh_home, "answer", first.group(1))
         assert answer["sha256"] == proofs[0][0]
         assert answer["bytes"] == int(proofs[0][1])
-        assert cli_json(fresh_home, "agents")["total"] == 4
+        batch = cli_json(fresh_home, "batch", "show", batch_id)
+        assert batch["state"] == "completed" and batch["workflow"] == "ranked"
     finally:
         if repo:
-            shutil.rmtree(repo.group(1), ignore_errors=True)
+            shutil.rmtree(Path(repo.group(1)).parent, ignore_errors=True)
 
 
 # -- exit codes of start --wait and wait ------------------------------------------------------

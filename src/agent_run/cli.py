@@ -83,6 +83,9 @@ def click_params(model: type[BaseModel], positional: tuple[str, ...]) -> list[cl
         ctype, multiple = click_type(field.annotation)
         if name in positional:
             params.append(click.Argument([name], type=ctype, required=field.is_required()))
+        elif _unwrap_optional(field.annotation) is bool:
+            flag = name.replace("_", "-")
+            params.append(click.Option([f"--{flag}/--no-{flag}", name], default=None, help=field.description))
         else:
             params.append(click.Option(option_names(name) + [name], type=ctype, multiple=multiple,
                                        required=field.is_required(), help=field.description,

@@ -147,10 +147,10 @@ def api_launchd(ctx: click.Context) -> None:
 
 
 @click.command("demo")
-@click.option("--agents", "count", default=4, show_default=True, type=click.IntRange(1, 20))
+@click.option("--candidates", "count", default=3, show_default=True, type=click.IntRange(1, 10))
 @click.pass_context
 def demo_cmd(ctx: click.Context, count: int) -> None:
-    """Quick start: a few demo agents in parallel in a temp git repo, shown live."""
+    """Quick start: a small ranked batch on the offline demo engine, shown live."""
     from agent_run.quickstart import run_quickstart
 
     sys.exit(run_quickstart(_session(ctx), count))

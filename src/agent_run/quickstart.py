@@ -1,6 +1,12 @@
-"""`agent-run demo`: a few demo agents in parallel in a temp git repo, shown live, then verified."""
+"""`agent-run demo`: a small ranked batch on the offline demo engine, shown live.
+
+Three candidate agents each change a fresh git repository in their own worktree and commit
+through the worker tools; two read-only reviewers score each candidate; a verify command runs
+in every worktree; the batch ends with the ranking and each candidate's verified answer.
+"""
 
 import hashlib
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -8,87 +14,82 @@ import time
 from pathlib import Path
 from typing import Any
 
-DEMO_TASKS = [
-    ("survey", "Survey the repository.\nsteps: 4\nstep_seconds: 0.5\n"
-               "answer: The repository holds a README and a tiny Python module."),
-    ("notes", "Write release notes.\nsteps: 2\nstep_seconds: 0.5\n"
-              "write: NOTES.md = Release notes drafted by a demo agent\nanswer: Wrote NOTES.md."),
-    ("count", "Count slowly to six.\nsteps: 6\nstep_seconds: 0.4\nanswer: 1 2 3 4 5 6"),
-    ("review", "Review hello.py.\nsteps: 3\nstep_seconds: 0.6\n"
-               "answer: hello.py prints a greeting; no issues found."),
-]
+from agent_run.cli_batch import SETTLED, render_batch, render_ranking
+
+CANDIDATE_PROMPT = """Add a GREETING.md that greets new contributors.
+steps: 5
+step_seconds: 0.4
+write: GREETING.md = Welcome! Read README.md, then run hello.py.
+commit: Add a greeting for new contributors
+answer: Added GREETING.md and committed it."""
+
+REVIEW_PROMPT = """Is the greeting clear and friendly?
+steps: 3
+step_seconds: 0.3
+score: auto"""
 
 
 def make_demo_repo() -> Path:
-    repo = Path(tempfile.mkdtemp(prefix="agent-run-demo-"))
+    parent = Path(tempfile.mkdtemp(prefix="agent-run-demo-"))
+    repo = parent / "demo-project"
+    repo.mkdir()
     (repo / "README.md").write_text("# demo project\n")
     (repo / "hello.py").write_text('print("hello")\n')
     git = ["git", "-c", "user.name=agent-run demo", "-c", "user.email=demo@agent-run.invalid"]
-    subprocess.run([*git, "init", "-q", str(repo)], check=True)
+    subprocess.run([*git, "init", "-q", "-b", "main", str(repo)], check=True)
     subprocess.run([*git, "-C", str(repo), "add", "."], check=True)
     subprocess.run([*git, "-C", str(repo), "commit", "-q", "-m", "initial commit"], check=True)
     return repo
 
 
-def _line(name: str, view: dict[str, Any]) -> str:
-    last = (view.get("last_message") or "").splitlines()
-    return f"  {name:<7} {view['id']}  {view['state']:<10} events {view['event_count']:>3}  {last[0][:40] if last else ''}"
+def _draw(batch: dict[str, Any], drawn: int, tty: bool, last: str | None) -> tuple[int, str]:
+    text = render_batch(batch)
+    if text != last:
+        if tty and drawn:
+            sys.stdout.write(f"\x1b[{drawn}F\x1b[J")
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+    return text.count("\n") + 1, text
 
 
-def run_quickstart(session: Any, count: int) -> int:
-    out = sys.stdout
-    tty = out.isatty()
+def run_quickstart(session: Any, candidates: int) -> int:
+    if shutil.which("git") is None:
+        print("agent-run demo needs git on PATH", file=sys.stderr)
+        return 1
     repo = make_demo_repo()
     print(f"demo repository: {repo}")
-    tasks = [DEMO_TASKS[i % len(DEMO_TASKS)] for i in range(count)]
-    agents: list[tuple[str, str]] = []
-    for i, (name, task) in enumerate(tasks):
-        label = name if count <= len(DEMO_TASKS) else f"{name}{i + 1}"
-        view = session.call("start", {"task": task, "workdir": str(repo), "runtime": "demo",
-                                      "request_id": f"demo-{repo.name}-{i}"})
-        agents.append((label, view["id"]))
-    print(f"started {len(agents)} demo agents through the daemon; each runs under its own supervisor\n")
-
-    shown: dict[str, str] = {}
-    drawn = 0
+    batch = session.call("batch_start", {
+        "workflow": "ranked", "project": str(repo), "runs": candidates, "reviewers": 2, "concurrency": 4,
+        "runtime": "demo", "prompt": CANDIDATE_PROMPT, "review_prompt": REVIEW_PROMPT,
+        "verify_command": "test -s GREETING.md", "request_id": f"demo-{repo.parent.name}"})
+    print(f"started ranked batch {batch['id']}: {candidates} candidates in their own worktrees, "
+          "2 reviewers each, through the daemon\n")
+    tty, drawn, last = sys.stdout.isatty(), 0, None
     while True:
-        views = {agent_id: session.call("agent", {"agent_id": agent_id}) for _, agent_id in agents}
-        lines = [_line(label, views[agent_id]) for label, agent_id in agents]
-        if tty:
-            if drawn:
-                out.write(f"\x1b[{drawn}F")
-            out.write("".join(f"\x1b[2K{line}\n" for line in lines))
-            drawn = len(lines)
-        else:
-            for (label, agent_id), line in zip(agents, lines, strict=True):
-                key = f"{views[agent_id]['state']}/{views[agent_id]['event_count']}"
-                if shown.get(agent_id) != key:
-                    shown[agent_id] = key
-                    out.write(line + "\n")
-        out.flush()
-        if all(v["state"] in ("succeeded", "failed", "cancelled", "lost") for v in views.values()):
+        batch = session.call("batch", {"batch_id": batch["id"]})
+        drawn, last = _draw(batch, drawn, tty, last)
+        if batch["state"] in SETTLED:
             break
-        time.sleep(0.2)
-
+        session.call("list_agents", {"after_revision": batch["revision"], "wait_seconds": 2, "limit": 1})
+        time.sleep(0.1)
+    if batch["state"] != "completed":
+        print(f"\nthe batch ended {batch['state']}: {batch['state_reason']}")
+        return 1
+    print("\n" + render_ranking(batch))
     print("\nverified answers:")
-    ok = True
-    for label, agent_id in agents:
-        view = views[agent_id]
-        if view["state"] != "succeeded":
-            ok = False
-            print(f"  {label}: {view['state']} ({view['failure_kind']})")
-            continue
-        answer = session.call("answer", {"agent_id": agent_id})
+    for run in sorted((r for r in batch["runs"] if r["stage"] == "candidate"), key=lambda r: r["rank"]):
+        answer = session.call("answer", {"agent_id": run["agent_id"]})
         # Check the proof ourselves too: the file on disk hashes to what the daemon reports.
         on_disk = hashlib.sha256(Path(answer["path"]).read_bytes()).hexdigest()
         mark = "verified" if on_disk == answer["sha256"] else "MISMATCH"
-        print(f"  {label}: {answer['text']}")
+        print(f"  #{run['rank']} {run['title']}: {answer['text']}")
         print(f"         sha256 {answer['sha256']} ({answer['bytes']} bytes, {mark})")
-    first = agents[0][1]
-    home = f" --home {session.home.root}" if session.home.root != type(session.home).resolve().root else ""
+    winner = min((r for r in batch["runs"] if r["stage"] == "candidate"), key=lambda r: r["rank"])
+    home = "" if session.home.root == type(session.home).resolve().root else f" --home {session.home.root}"
     print("\nlook further:")
-    print(f"  agent-run{home} agents --format text")
-    print(f"  agent-run{home} answer {first} --format text")
-    print(f"  agent-run{home} transcript {first} --format text")
-    print(f"  agent-run{home} agent {first} --format text")
-    return 0 if ok else 1
+    print(f"  agent-run{home} batch show {batch['id']} --format text")
+    print(f"  agent-run{home} batch review {batch['id']} --format text")
+    print(f"  agent-run{home} answer {winner['agent_id']} --format text")
+    print(f"  agent-run{home} transcript {winner['agent_id']} --format text")
+    print(f"  agent-run{home} batch clean {batch['id']}          # preview; add --confirm --force to remove")
+    return 0
