@@ -36,8 +36,8 @@ def render_ranking(b: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def follow_batch(session: Any, batch_id: str) -> int:
-    """Redraw the batch on every change until it settles; exit 0 completed, 2 failed/blocked, 3 cancelled."""
+def watch_batch(session: Any, batch_id: str) -> dict[str, Any]:
+    """Redraw the batch on every change (in place on a terminal) until it settles; return it."""
     tty = sys.stdout.isatty()
     drawn, last = 0, None
     while True:
@@ -50,8 +50,14 @@ def follow_batch(session: Any, batch_id: str) -> int:
             sys.stdout.flush()
             drawn, last = text.count("\n") + 1, text
         if b["state"] in SETTLED:
-            if b["workflow"] == "ranked" and b["state"] == "completed":
-                print(render_ranking(b))
-            return {"completed": 0, "cancelled": 3}.get(b["state"], 2)
+            return b
         session.call("list_agents", {"after_revision": b["revision"], "wait_seconds": 2, "limit": 1})
         time.sleep(0.1)  # coalesce bursts of changes into one redraw
+
+
+def follow_batch(session: Any, batch_id: str) -> int:
+    """`batch show --follow`: exit 0 completed, 2 failed or blocked, 3 cancelled."""
+    b = watch_batch(session, batch_id)
+    if b["workflow"] == "ranked" and b["state"] == "completed":
+        print(render_ranking(b))
+    return {"completed": 0, "cancelled": 3}.get(b["state"], 2)

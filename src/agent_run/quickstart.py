@@ -10,11 +10,10 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-from agent_run.cli_batch import SETTLED, render_batch, render_ranking
+from agent_run.cli_batch import render_ranking, watch_batch
 
 CANDIDATE_PROMPT = """Add a GREETING.md that greets new contributors.
 steps: 5
@@ -42,16 +41,6 @@ def make_demo_repo() -> Path:
     return repo
 
 
-def _draw(batch: dict[str, Any], drawn: int, tty: bool, last: str | None) -> tuple[int, str]:
-    text = render_batch(batch)
-    if text != last:
-        if tty and drawn:
-            sys.stdout.write(f"\x1b[{drawn}F\x1b[J")
-        sys.stdout.write(text + "\n")
-        sys.stdout.flush()
-    return text.count("\n") + 1, text
-
-
 def run_quickstart(session: Any, candidates: int) -> int:
     if shutil.which("git") is None:
         print("agent-run demo needs git on PATH", file=sys.stderr)
@@ -64,14 +53,7 @@ def run_quickstart(session: Any, candidates: int) -> int:
         "verify_command": "test -s GREETING.md", "request_id": f"demo-{repo.parent.name}"})
     print(f"started ranked batch {batch['id']}: {candidates} candidates in their own worktrees, "
           "2 reviewers each, through the daemon\n")
-    tty, drawn, last = sys.stdout.isatty(), 0, None
-    while True:
-        batch = session.call("batch", {"batch_id": batch["id"]})
-        drawn, last = _draw(batch, drawn, tty, last)
-        if batch["state"] in SETTLED:
-            break
-        session.call("list_agents", {"after_revision": batch["revision"], "wait_seconds": 2, "limit": 1})
-        time.sleep(0.1)
+    batch = watch_batch(session, batch["id"])
     if batch["state"] != "completed":
         print(f"\nthe batch ended {batch['state']}: {batch['state_reason']}")
         return 1

@@ -11,11 +11,9 @@ import uuid
 from pathlib import Path
 
 from agent_run.domain.failures import FailureKind
-from agent_run.engines.base import (
-    Completion, EngineEvent, ExecutionPlan, LaunchSpec, WorkerMcp, kind_for_http_status,
-)
+from agent_run.engines.base import Completion, ExecutionPlan, LaunchSpec, WorkerMcp, kind_for_http_status
 from agent_run.engines.environment import base_environment, single_secret
-from agent_run.engines.stream_json import control_request, parse_stream_json_line, user_message
+from agent_run.engines.stream_json import StreamJsonProtocol
 from agent_run.home import write_private_file
 
 READ_TOOLS = ["Read", "Grep", "Glob", "LS"]
@@ -40,10 +38,8 @@ def kind_from_text(text: str, table: list[tuple[re.Pattern[str], FailureKind]]) 
     return None
 
 
-class ClaudeEngine:
+class ClaudeEngine(StreamJsonProtocol):
     name = "claude"
-    supports_steer = True
-    supports_interrupt = True
     key_variable = "ANTHROPIC_API_KEY"  # sent as x-api-key
 
     def launch(self, plan: ExecutionPlan, secrets: dict[str, str], worker: WorkerMcp,
@@ -95,18 +91,6 @@ class ClaudeEngine:
 
     def model_env(self, model: str) -> dict[str, str]:
         return {}
-
-    def initial_input(self, plan: ExecutionPlan) -> list[bytes]:
-        return [user_message(plan.prompt)]
-
-    def parse_line(self, line: str) -> list[EngineEvent]:
-        return parse_stream_json_line(line)
-
-    def steer_input(self, text: str) -> bytes | None:
-        return user_message(text)
-
-    def interrupt_input(self) -> bytes | None:
-        return control_request("agent-run-interrupt", "interrupt")
 
     def classify(self, completion: Completion) -> FailureKind | None:
         if not completion.is_error:

@@ -7,17 +7,15 @@ from pathlib import Path
 
 from agent_run.domain.failures import FailureKind
 from agent_run.engines.base import (
-    Completion, EngineEvent, ExecutionPlan, LaunchSpec, WorkerMcp, kind_for_http_status,
+    Completion, ExecutionPlan, LaunchSpec, WorkerMcp, kind_for_http_status,
 )
 from agent_run.home import write_private_file
 from agent_run.engines.environment import base_environment
-from agent_run.engines.stream_json import control_request, parse_stream_json_line, user_message
+from agent_run.engines.stream_json import StreamJsonProtocol
 
 
-class DemoEngine:
+class DemoEngine(StreamJsonProtocol):
     name = "demo"
-    supports_steer = True
-    supports_interrupt = True
 
     def launch(self, plan: ExecutionPlan, secrets: dict[str, str], worker: WorkerMcp,
                scratch: Path) -> LaunchSpec:
@@ -36,18 +34,6 @@ class DemoEngine:
             argv += ["--session-id", str(uuid.uuid4())]
         return LaunchSpec(argv=argv, env=env, cwd=plan.workdir, stdin_pipe=True,
                           token_files=[mcp_config])
-
-    def initial_input(self, plan: ExecutionPlan) -> list[bytes]:
-        return [user_message(plan.prompt)]
-
-    def parse_line(self, line: str) -> list[EngineEvent]:
-        return parse_stream_json_line(line)
-
-    def steer_input(self, text: str) -> bytes | None:
-        return user_message(text)
-
-    def interrupt_input(self) -> bytes | None:
-        return control_request("interrupt-1", "interrupt")
 
     def classify(self, completion: Completion) -> FailureKind | None:
         if completion.is_error:

@@ -36,7 +36,7 @@ from agent_run.engines.base import (
 )
 from agent_run.engines.claude import kind_from_text
 from agent_run.engines.environment import base_environment, single_secret
-from agent_run.engines.stream_json import control_request, parse_stream_json_line, user_message
+from agent_run.engines.stream_json import StreamJsonProtocol, control_request, parse_stream_json_line, user_message
 from agent_run.home import write_private_file
 
 _API_ERROR = re.compile(r"\[API Error: (.*)", re.S)
@@ -64,10 +64,11 @@ _OPENAI_VARIABLES = ("OPENAI_BASE_URL", "OPENAI_API_KEY", "OPENAI_MODEL", "OPENA
 WRITE_TOOLS = ["run_shell_command", "write_file", "edit", "replace"]
 
 
-class QwenEngine:
+class QwenEngine(StreamJsonProtocol):
+    """Stream-json like Claude Code; it differs in its first input (initialize), its retry
+    lines, its usage totals and its error results."""
+
     name = "qwen"
-    supports_steer = True
-    supports_interrupt = True
 
     def __init__(self) -> None:
         self._turn_usage: dict[str, float] = {}
@@ -168,12 +169,6 @@ class QwenEngine:
         usage, self._turn_usage = self._turn_usage, {}
         return Completion(text=text, is_error=parsed.is_error, error_status=parsed.error_status,
                           subtype=parsed.subtype, usage=usage or None, cost_usd=parsed.cost_usd)
-
-    def steer_input(self, text: str) -> bytes | None:
-        return user_message(text)
-
-    def interrupt_input(self) -> bytes | None:
-        return control_request("agent-run-interrupt", "interrupt")
 
     def classify(self, completion: Completion) -> FailureKind | None:
         api_error = _API_ERROR.search(completion.text)

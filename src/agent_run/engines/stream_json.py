@@ -4,7 +4,7 @@ import json
 from typing import Any
 
 from agent_run.engines.base import (
-    Completion, ControlAck, EngineEvent, MessageEvent, RetryEvent, SessionStarted, Unparsed,
+    Completion, ControlAck, EngineEvent, ExecutionPlan, MessageEvent, RetryEvent, SessionStarted, Unparsed,
 )
 
 
@@ -69,3 +69,24 @@ def parse_stream_json_line(line: str) -> list[EngineEvent]:
         response = obj.get("response") or {}
         return [ControlAck(str(response.get("request_id", "")), str(response.get("subtype", "")))]
     return []
+
+
+class StreamJsonProtocol:
+    """The stdin/stdout side shared by engines that speak stream-json (Claude Code, demo):
+    the task is the first user message, a steer is another (the next turn), and interrupt is
+    a control request."""
+
+    supports_steer = True
+    supports_interrupt = True
+
+    def initial_input(self, plan: ExecutionPlan) -> list[bytes]:
+        return [user_message(plan.prompt)]
+
+    def parse_line(self, line: str) -> list[EngineEvent]:
+        return parse_stream_json_line(line)
+
+    def steer_input(self, text: str) -> bytes | None:
+        return user_message(text)
+
+    def interrupt_input(self) -> bytes | None:
+        return control_request("agent-run-interrupt", "interrupt")
