@@ -43,3 +43,43 @@ def test_ranked_batch_with_the_real_claude_cli(workdir):
             names = set(request.tool_names())
             assert "Read" in names and not {"Bash", "Write", "Edit", "MultiEdit"} & names, names
         assert mp.unscripted == 0
+
+
+def _worker_paths(request) -> list[str]:
+    import re
+
+    return re.findall(r"^- worker \d+: (\S+)$", request.text(), re.M)
+
+
+def test_validated_batch_with_the_real_codex_cli(workdir):
+    import json
+
+    from tests.support.mock_provider import Dynamic
+
+    repo = make_repo()
+    worker = [ToolCall("exec_command", {"cmd": "echo 42 > answer.txt"}),
+              ToolCall("mcp__agent_run_worker__submit_result",
+                       {"files": [{"path": "answer.txt", "explanation": "the answer"}]}),
+              Text("Submitted.")]
+    verdict = {"workers": [{"worker": 1, "pass": True, "reason": "42"},
+                           {"worker": 2, "pass": False, "reason": "late"}], "winner": 1}
+    validator = [Dynamic(lambda r: ToolCall("exec_command", {"cmd": "cat " + " ".join(
+                     f"{p}/answer.txt" for p in _worker_paths(r))})),
+                 ToolCall("mcp__agent_run_worker__finish", {"summary": json.dumps(verdict), "status": "done"}),
+                 Text("Validated.")]
+    with MockProvider(worker + worker + validator) as mp, engine_daemon(
+            runtime_block("codex", "codex", mp.url + "/v1", "gpt-5.5")) as (home, daemon):
+        batch = daemon.call("batch_start", {"workflow": "validated", "project": str(repo), "runs": 2,
+                                            "concurrency": 1, "runtime": "codex",
+                                            "prompt": "Write the answer to answer.txt."})
+        done = wait_batch(daemon, batch["id"], timeout=240)
+        assert done["state"] == "completed", done
+        workers = runs_of(done, "worker")
+        assert all((Path(w["workdir"]) / "answer.txt").read_text() == "42\n" for w in workers)
+        assert all(w["result"]["files"][0]["path"] == "answer.txt" for w in workers)
+        result = runs_of(done, "validator")[0]["result"]
+        assert result["winner"] == 1 and [v["pass"] for v in result["workers"]] == [True, False]
+        # The validator read both worker worktrees (read-only sandbox, from the project folder).
+        cat_output = mp.main_requests()[-2].tool_results()[-1].output
+        assert cat_output.count("42") == 2, cat_output
+        assert mp.unscripted == 0
