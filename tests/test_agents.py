@@ -1,15 +1,12 @@
 """Agent lifecycle through the real daemon, real supervisors and the real demo engine."""
 
 import hashlib
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from agent_run.domain.errors import AnswerIntegrity, AnswerNotReady, Conflict, NotRunning
-from tests.harness import cli, cli_json, db_rows, pgid_alive, wait_for
+from tests.harness import cli_json, db_rows, pgid_alive, wait_for
 
 SLOW = "steps: 40\nstep_seconds: 0.1\nanswer: slow done"
 

@@ -36,8 +36,8 @@ def test_every_failure_kind_has_advice():
 
 
 OK = Completion(text="done", is_error=False)
-CANCEL = StopRequest("cancel requested", None, 0.0)
-STALL = StopRequest("silent", FailureKind.STALLED, 0.0)
+CANCEL = StopRequest("cancel requested", None)
+STALL = StopRequest("silent", FailureKind.STALLED)
 
 
 @pytest.mark.parametrize(("evidence", "state", "kind"), [

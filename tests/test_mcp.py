@@ -12,7 +12,6 @@ from agent_run.cli import cli as cli_group
 from agent_run.cli import command_for
 from agent_run.mcp_server import error_data
 from agent_run.tools import TOOLS
-from tests.harness import wait_for
 from tests.mcp_harness import mcp_session
 
 pytestmark = pytest.mark.anyio

@@ -15,7 +15,6 @@ from agent_run.domain.ids import new_id
 from agent_run.domain.requests import CancelParams, ResumeParams
 from agent_run.services import agents as agent_service
 from agent_run.services.context import ServiceContext
-from agent_run.store import agents as agents_q
 from agent_run.store import batches as batches_q
 from agent_run.store.db import write
 from agent_run.store.events import current_revision

@@ -26,7 +26,8 @@ from agent_run.store import commands as commands_q
 from agent_run.store import reports as reports_q
 from agent_run.store.db import connect, write
 from agent_run.supervisor.eventlog import ExecutionLog
-from agent_run.supervisor.identity import ProcessIdentity, engine_group_alive, group_members, kill_group
+from agent_run.supervisor.engine_process import EngineProcess, Escalation
+from agent_run.supervisor.identity import ProcessIdentity, kill_group
 from agent_run.supervisor.outcome import Outcome, decide_outcome
 from agent_run.supervisor.redact import Redactor
 from agent_run.supervisor.secrets import resolve_secrets
@@ -36,7 +37,6 @@ from agent_run.worker_tools.binding import (
 )
 
 COMMAND_POLL_SECONDS = 0.2
-KILL_WAIT_SECONDS = 5.0
 MAX_LINE_BYTES = 8 * 1024 * 1024
 
 
@@ -46,9 +46,7 @@ class StopRequest:
 
     reason: str
     failure: FailureKind | None  # None: a cancel
-    deadline_term: float
-    sent_term: bool = False
-    sent_kill: bool = False
+    escalation: Escalation | None = None
 
 
 class Supervisor:
@@ -65,8 +63,7 @@ class Supervisor:
         self.retrying_since: float | None = None  # start of an unbroken run of retry events
         self.last_retry: RetryEvent | None = None
         self.signalled: int | None = None
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.engine_identity: ProcessIdentity | None = None
+        self.child: EngineProcess | None = None
         self.stop: StopRequest | None = None
         self.completion: Completion | None = None
         self.completions = 0
@@ -123,22 +120,22 @@ class Supervisor:
         spec = self.spec
         stderr_log = open(self.dir / "engine.log", "ab")
         try:
-            self.proc = subprocess.Popen(
+            self.child = EngineProcess(subprocess.Popen(
                 spec.argv, env=spec.env, cwd=spec.cwd, start_new_session=True,
                 stdin=subprocess.PIPE if spec.stdin_pipe else subprocess.DEVNULL,
                 stdout=subprocess.PIPE, stderr=stderr_log,
-            )
+            ))
         except OSError as exc:
             self._finish(Outcome(ExecutionState.FAILED, FailureKind.SPAWN_FAILED,
                                  f"cannot start {spec.argv[0]}: {exc.strerror}"))
             return
         finally:
             stderr_log.close()
-        self.engine_identity = ProcessIdentity.of(self.proc.pid)
+        identity = self.child.identity
         with write(self.conn):
             agents_q.update_execution(
-                self.conn, self.execution_id, engine_pid=self.proc.pid,
-                engine_start_ticks=self.engine_identity.start_ticks if self.engine_identity else None)
+                self.conn, self.execution_id, engine_pid=self.child.pgid,
+                engine_start_ticks=identity.start_ticks if identity else None)
             agents_q.transition(self.conn, self.execution_id, ExecutionState.RUNNING)
         for data in engine.initial_input(self.plan):
             self._write_stdin(data)
@@ -160,11 +157,11 @@ class Supervisor:
 
     def _pump(self, engine: Engine, redact: Redactor, raw: IO[bytes]) -> None:
         """Read the engine's stdout until EOF, obeying commands and watchdogs meanwhile."""
-        assert self.proc and self.proc.stdout
+        assert self.child and self.child.proc.stdout
         started = last_event = time.monotonic()
         next_poll = 0.0
         pending = b""
-        stdout = self.proc.stdout
+        stdout = self.child.proc.stdout
         selector = selectors.DefaultSelector()
         selector.register(stdout, selectors.EVENT_READ)
         eof = False
@@ -189,7 +186,8 @@ class Supervisor:
                 next_poll = now + COMMAND_POLL_SECONDS
                 self._poll_commands(engine)
             self._watchdogs(now, started, last_event)
-            self._escalate(now)
+            if self.stop is not None and self.stop.escalation is not None:
+                self.child.escalate(self.stop.escalation, now)
         if pending.strip():
             self._on_line(engine, redact, raw, pending)
         self.log.flush()
@@ -286,7 +284,7 @@ class Supervisor:
         if self.stop is not None:
             return
         grace = self.plan.cancel_grace_seconds
-        self.stop = StopRequest(reason, failure, time.monotonic() + grace)
+        self.stop = StopRequest(reason, failure, Escalation(time.monotonic() + grace, max(grace, 1.0)))
         self.log.event("stopping", {"reason": reason, "failure_kind": failure})
         self.log.flush()
         if failure is None:
@@ -297,7 +295,7 @@ class Supervisor:
             self._write_stdin(interrupt)
             self._close_stdin()
         else:
-            self.stop.deadline_term = time.monotonic()
+            self.stop.escalation.term_at = time.monotonic()
 
     def _watchdogs(self, now: float, started: float, last_event: float) -> None:
         if self.stop is not None:
@@ -318,66 +316,25 @@ class Supervisor:
     def _give_up_seconds(self) -> float:
         return float(self.plan.runtime_config.get("retry_give_up_seconds") or 120.0)
 
-    def _escalate(self, now: float) -> None:
-        """After the grace: TERM the engine's group; a grace later, KILL it."""
-        if self.stop is None or self.proc is None:
-            return
-        if not self.stop.sent_term and now >= self.stop.deadline_term:
-            self.stop.sent_term = True
-            kill_group(self.proc.pid, signal.SIGTERM)
-        elif (self.stop.sent_term and not self.stop.sent_kill
-              and now >= self.stop.deadline_term + max(self.plan.cancel_grace_seconds, 1.0)):
-            self.stop.sent_kill = True
-            kill_group(self.proc.pid, signal.SIGKILL)
-
     def _stdin_open(self) -> bool:
-        return bool(self.proc and self.proc.stdin and not self.proc.stdin.closed)
+        return self.child is not None and self.child.stdin_open()
 
     def _write_stdin(self, data: bytes) -> None:
-        if not self._stdin_open():
-            return
-        try:
-            self.proc.stdin.write(data)
-            self.proc.stdin.flush()
-        except (BrokenPipeError, OSError):
-            self._close_stdin()
+        if self.child is not None:
+            self.child.write(data)
 
     def _close_stdin(self) -> None:
-        if self._stdin_open():
-            try:
-                self.proc.stdin.close()
-            except OSError:
-                pass
+        if self.child is not None:
+            self.child.close_stdin()
 
     # -- the end ----------------------------------------------------------------------------
 
-    def _wait_engine(self) -> int | None:
-        """Wait for the engine leader after EOF; kill its group if it lingers."""
-        assert self.proc
-        try:
-            return self.proc.wait(timeout=max(self.plan.cancel_grace_seconds, 2.0))
-        except subprocess.TimeoutExpired:
-            kill_group(self.proc.pid, signal.SIGKILL)
-            return self.proc.wait()
-
-    def _reap_group(self) -> bool:
-        """Kill whatever is left of the engine's group; True if it is proven gone."""
-        assert self.proc
-        pgid = self.proc.pid
-        if not engine_group_alive(pgid, self.engine_identity):
-            return True
-        survivors = group_members(pgid)
-        kill_group(pgid, signal.SIGKILL)
-        deadline = time.monotonic() + KILL_WAIT_SECONDS
-        while engine_group_alive(pgid, self.engine_identity) and time.monotonic() < deadline:
-            time.sleep(0.02)
-        gone = not engine_group_alive(pgid, self.engine_identity)
-        self.log.event("group_killed", {"pids": survivors, "gone": gone})
-        return gone
-
     def _decide(self, engine: Engine, redact: Redactor) -> Outcome:
-        exit_code = self._wait_engine()
-        group_gone = self._reap_group()
+        assert self.child
+        exit_code = self.child.wait(max(self.plan.cancel_grace_seconds, 2.0))
+        group_gone, survivors = self.child.reap_group()
+        if survivors:
+            self.log.event("group_killed", {"pids": survivors, "gone": group_gone})
         with write(self.conn):
             agents_q.update_execution(self.conn, self.execution_id, exit_code=exit_code)
         stderr_tail = ""
@@ -420,8 +377,8 @@ class Supervisor:
     def _fail_hard(self, trace: str) -> None:
         """An internal error: never leave the engine behind or the row undecided."""
         print(trace, flush=True)
-        if self.proc is not None:
-            kill_group(self.proc.pid, signal.SIGKILL)
+        if self.child is not None:
+            kill_group(self.child.pgid, signal.SIGKILL)
         try:
             with write(self.conn):
                 row = agents_q.get_execution(self.conn, self.execution_id)

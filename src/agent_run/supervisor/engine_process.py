@@ -1,0 +1,78 @@
+"""The engine child as the supervisor holds it: its stdin, its process group, and the
+TERM-then-KILL escalation and reaping that prove the group gone."""
+
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+
+from agent_run.supervisor.identity import ProcessIdentity, engine_group_alive, group_members, kill_group
+
+KILL_WAIT_SECONDS = 5.0
+
+
+@dataclass
+class Escalation:
+    """When to TERM the group (a grace after the native interrupt), and a grace later, KILL."""
+
+    term_at: float
+    grace: float
+    sent_term: bool = False
+    sent_kill: bool = False
+
+
+class EngineProcess:
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        self.proc = proc
+        self.pgid = proc.pid  # started with start_new_session: its own group
+        self.identity = ProcessIdentity.of(proc.pid)
+
+    # -- stdin -------------------------------------------------------------------------------
+
+    def stdin_open(self) -> bool:
+        return bool(self.proc.stdin and not self.proc.stdin.closed)
+
+    def write(self, data: bytes) -> None:
+        if not self.stdin_open():
+            return
+        try:
+            self.proc.stdin.write(data)  # type: ignore[union-attr]
+            self.proc.stdin.flush()  # type: ignore[union-attr]
+        except OSError:  # the engine went away (BrokenPipeError included)
+            self.close_stdin()
+
+    def close_stdin(self) -> None:
+        if self.stdin_open():
+            try:
+                self.proc.stdin.close()  # type: ignore[union-attr]
+            except OSError:
+                pass
+
+    # -- stopping ----------------------------------------------------------------------------
+
+    def escalate(self, escalation: Escalation, now: float) -> None:
+        if not escalation.sent_term and now >= escalation.term_at:
+            escalation.sent_term = True
+            kill_group(self.pgid, signal.SIGTERM)
+        elif escalation.sent_term and not escalation.sent_kill and now >= escalation.term_at + escalation.grace:
+            escalation.sent_kill = True
+            kill_group(self.pgid, signal.SIGKILL)
+
+    def wait(self, grace: float) -> int | None:
+        """Wait for the engine leader after its output ended; kill the group if it lingers."""
+        try:
+            return self.proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            kill_group(self.pgid, signal.SIGKILL)
+            return self.proc.wait()
+
+    def reap_group(self) -> tuple[bool, list[int]]:
+        """Kill whatever is left of the group: (proven gone, the pids that had survived)."""
+        if not engine_group_alive(self.pgid, self.identity):
+            return True, []
+        survivors = group_members(self.pgid)
+        kill_group(self.pgid, signal.SIGKILL)
+        deadline = time.monotonic() + KILL_WAIT_SECONDS
+        while engine_group_alive(self.pgid, self.identity) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return not engine_group_alive(self.pgid, self.identity), survivors
