@@ -22,6 +22,7 @@ from agent_run.store import reports as reports_q
 from agent_run.store.db import write
 
 TICK_SECONDS = 0.5
+IDLE_SECONDS = 5.0
 VERIFY_OUTPUT_BYTES = 20_000
 AGENT_TERMINAL = ("succeeded", "failed", "cancelled", "lost")
 
@@ -84,20 +85,32 @@ class BatchScheduler:
     def __init__(self, ctx: ServiceContext) -> None:
         self.ctx = ctx
         self.lock = asyncio.Lock()  # one mutation of batch state at a time (scheduler or a tool)
+        self.wake = asyncio.Event()  # set when a batch is started or a run is redone
 
     async def run_forever(self, log: Any) -> None:
         while True:
             revision = self.ctx.watcher.revision
+            self.wake.clear()  # before the tick: a wake during the tick is not lost
+            live = 1
             try:
-                await self.tick()
+                live = await self.tick()
             except Exception as exc:  # keep scheduling; the next tick may succeed
                 log.exception("batch.tick_error", error=repr(exc))
-            await self.ctx.watcher.wait_past(revision, TICK_SECONDS)
+            if live:
+                await self.ctx.watcher.wait_past(revision, TICK_SECONDS)
+            else:  # nothing to schedule: do not keep the revision watcher polling fast
+                try:
+                    await asyncio.wait_for(self.wake.wait(), IDLE_SECONDS)
+                except TimeoutError:
+                    pass
 
-    async def tick(self) -> None:
-        for batch in await self.ctx.db(batches_q.live_batches):
+    async def tick(self) -> int:
+        """Advance every live batch once; return how many there were."""
+        batches = await self.ctx.db(batches_q.live_batches)
+        for batch in batches:
             async with self.lock:
                 await self.advance(batch["id"])
+        return len(batches)
 
     async def advance(self, batch_id: str) -> None:
         batch = await self.ctx.db(batches_q.get_batch, batch_id)

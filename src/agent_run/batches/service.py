@@ -21,6 +21,8 @@ from agent_run.store.events import current_revision
 
 
 def scheduler(ctx: ServiceContext) -> BatchScheduler:
+    """The daemon's one scheduler. Handlers that change a batch call `wake.set()` after their
+    commit, so an idle scheduler looks again at once."""
     if ctx.batches is None:
         ctx.batches = BatchScheduler(ctx)
     return ctx.batches
@@ -63,6 +65,7 @@ async def batch_start(ctx: ServiceContext, p: bm.BatchStartParams) -> bm.BatchVi
             except DomainError as exc:
                 await ctx.db(_fail_batch, found_id, f"could not create the worktrees: {exc.message}")
             await sched.advance(found_id)
+    sched.wake.set()
     return await ctx.db(batch_view, found_id)
 
 
@@ -98,6 +101,7 @@ async def batch_cancel(ctx: ServiceContext, p: bm.BatchParams) -> bm.BatchView:
     async with sched.lock:
         await ctx.db(request)
         await sched.advance(p.batch_id)
+    sched.wake.set()
     return await ctx.db(batch_view, p.batch_id)
 
 
@@ -136,6 +140,7 @@ async def run_stop(ctx: ServiceContext, p: bm.RunParams) -> bm.RunActionResult:
             message = "cancel sent to its agent"
         else:
             message = f"run is {run['state']}; nothing to stop"
+    sched.wake.set()
     return await _result(ctx, p.run_id, message)
 
 
@@ -171,6 +176,7 @@ async def run_rerun(ctx: ServiceContext, p: bm.RunParams) -> bm.RunActionResult:
         fresh = await ctx.db(batches_q.get_run, run["id"])
         await sched.start_attempt(await ctx.db(batches_q.get_batch, batch_row["id"]), workflow, cfg,
                                   fresh, kind="rerun")
+    sched.wake.set()  # the batch may have been settled: make sure the scheduler looks again
     return await _result(ctx, p.run_id, f"attempt {fresh['attempt'] + 1} started in the same worktree; "
                                         "earlier attempts stay readable")
 
@@ -199,6 +205,7 @@ async def run_resume(ctx: ServiceContext, p: bm.RunResumeParams) -> bm.RunAction
             raise Conflict(f"run {run['id']} is {run['state']}; only a failed or stopped run resumes",
                            field="run_id", state=run["state"])
         await _continue_agent(ctx, batch_row, run, p.prompt, "resume")
+    sched.wake.set()
     return await _result(ctx, p.run_id, "resumed in the agent's own session")
 
 
@@ -215,6 +222,7 @@ async def run_followup(ctx: ServiceContext, p: bm.RunFollowupParams) -> bm.RunAc
         if p.reopen:
             await ctx.db(sched._write_run, run["id"], locked=0)
         await _continue_agent(ctx, batch_row, run, p.text, "followup")
+    sched.wake.set()
     return await _result(ctx, p.run_id, "follow-up turn started")
 
 
