@@ -71,6 +71,11 @@ def evidence_for(conn: sqlite3.Connection, batch: sqlite3.Row, run: sqlite3.Row)
     return Evidence(answer=answer, reports=reports, commits=commits)
 
 
+def write_run(conn: sqlite3.Connection, run_id: str, **fields: Any) -> None:
+    with write(conn):
+        batches_q.update_run(conn, batches_q.get_run(conn, run_id), **fields)
+
+
 def run_verify(command: str, workdir: str, timeout: float) -> tuple[bool, str]:
     try:
         done = subprocess.run(command, shell=True, cwd=workdir, capture_output=True, text=True,
@@ -162,7 +167,7 @@ class BatchScheduler:
         try:
             agent = await agent_service.start(self.ctx, params, worker_tools=workflow.worker_tools(run["stage"]))
         except DomainError as exc:
-            await self.ctx.db(self._write_run, run["id"], state="failed", failure=f"start: {exc.message}")
+            await self.ctx.db(write_run, run["id"], state="failed", failure=f"start: {exc.message}")
             return
 
         def attach(conn: sqlite3.Connection) -> None:
@@ -174,11 +179,6 @@ class BatchScheduler:
 
         await self.ctx.db(attach)
 
-    @staticmethod
-    def _write_run(conn: sqlite3.Connection, run_id: str, **fields: Any) -> None:
-        with write(conn):
-            batches_q.update_run(conn, batches_q.get_run(conn, run_id), **fields)
-
     async def _sync_run(self, batch: sqlite3.Row, workflow: Workflow, cfg: dict[str, Any],
                         run: sqlite3.Row) -> None:
         if run["agent_id"] is None:  # the daemon died between committing the attempt and the agent
@@ -189,7 +189,7 @@ class BatchScheduler:
         if state not in AGENT_TERMINAL:
             return
         if state == "cancelled":
-            await self.ctx.db(self._write_run, run["id"], state="cancelled", failure="stopped")
+            await self.ctx.db(write_run, run["id"], state="cancelled", failure="stopped")
             return
         if state != "succeeded":
             failure = f"{latest['failure_kind']}: {(latest['failure_message'] or '')[:300]}"
@@ -206,11 +206,11 @@ class BatchScheduler:
             passed, output = await asyncio.to_thread(run_verify, cfg["verify_command"], run["workdir"],
                                                      cfg["verify_timeout_seconds"])
             fields.update(verify_passed=int(passed), verify_output=output)
-        await self.ctx.db(self._write_run, run["id"], **fields)
+        await self.ctx.db(write_run, run["id"], **fields)
 
     async def _fail_run(self, batch: sqlite3.Row, workflow: Workflow, cfg: dict[str, Any],
                         run: sqlite3.Row, failure: str) -> None:
-        await self.ctx.db(self._write_run, run["id"], state="failed", failure=failure)
+        await self.ctx.db(write_run, run["id"], state="failed", failure=failure)
         if run["stage"] == "generator" and run["attempt"] <= 1:  # a generator is retried once
             fresh = await self.ctx.db(batches_q.get_run, run["id"])
             await self.start_attempt(batch, workflow, cfg, fresh, kind="rerun")
@@ -248,12 +248,12 @@ class BatchScheduler:
         still_running = False
         for run in runs:
             if run["state"] == "queued":
-                await self.ctx.db(self._write_run, run["id"], state="cancelled", failure="batch cancelled")
+                await self.ctx.db(write_run, run["id"], state="cancelled", failure="batch cancelled")
             elif run["state"] == "running" and run["agent_id"]:
                 still_running = True  # synced to cancelled (or its result) on a later tick
                 await agent_service.cancel(self.ctx, CancelParams(agent_id=run["agent_id"]))
             elif run["state"] == "running":
-                await self.ctx.db(self._write_run, run["id"], state="cancelled", failure="batch cancelled")
+                await self.ctx.db(write_run, run["id"], state="cancelled", failure="batch cancelled")
         if not still_running:
             def done(conn: sqlite3.Connection) -> None:
                 with write(conn):

@@ -6,7 +6,7 @@ import json
 import sqlite3
 from pathlib import Path
 from agent_run.batches import git
-from agent_run.batches.scheduler import BatchScheduler, insert_runs
+from agent_run.batches.scheduler import BatchScheduler, insert_runs, write_run
 from agent_run.batches.views import batch_summary, batch_view, get_run_or_raise, run_view
 from agent_run.batches.workflows import WORKFLOWS
 from agent_run.domain import batch_models as bm
@@ -30,7 +30,7 @@ def scheduler(ctx: ServiceContext) -> BatchScheduler:
 
 async def batch_start(ctx: ServiceContext, p: bm.BatchStartParams) -> bm.BatchView:
     # Everything that can be wrong is checked before a row, a branch or a folder exists.
-    agent_service._runtime(ctx, p)
+    agent_service.resolve_runtime(ctx, p)
     project = git.locate_project(p.project)
     base_sha = git.resolve_commit(project.root, p.base_ref)
     worktree_root = Path(p.worktree_root).expanduser() if p.worktree_root else project.root.parent
@@ -133,7 +133,7 @@ async def run_stop(ctx: ServiceContext, p: bm.RunParams) -> bm.RunActionResult:
     async with sched.lock:
         batch_row, run = await _run_context(ctx, p.run_id)
         if run["state"] == "queued":
-            await ctx.db(sched._write_run, run["id"], state="cancelled", failure="stopped")
+            await ctx.db(write_run, run["id"], state="cancelled", failure="stopped")
             message = "stopped before it started"
         elif run["state"] == "running" and run["agent_id"]:
             await agent_service.cancel(ctx, CancelParams(agent_id=run["agent_id"]))
@@ -220,7 +220,7 @@ async def run_followup(ctx: ServiceContext, p: bm.RunFollowupParams) -> bm.RunAc
             raise RunLocked(f"run {run['id']} is locked in a {batch_row['workflow']} batch: its result feeds "
                             "the ranking / verdict; pass reopen=true to unlock it", field="reopen")
         if p.reopen:
-            await ctx.db(sched._write_run, run["id"], locked=0)
+            await ctx.db(write_run, run["id"], locked=0)
         await _continue_agent(ctx, batch_row, run, p.text, "followup")
     sched.wake.set()
     return await _result(ctx, p.run_id, "follow-up turn started")

@@ -9,7 +9,7 @@ import sys
 import time
 from typing import Any
 
-from agent_run.domain.errors import DaemonUnavailable, DomainError, error_from_data
+from agent_run.domain.errors import DaemonUnavailable, error_from_data
 from agent_run.home import Home
 from agent_run.rpc import protocol as p
 
@@ -115,5 +115,3 @@ def _last_line(path: os.PathLike[str]) -> str:
         return ""
     return lines[-1] if lines else ""
 
-
-__all__ = ["RpcClient", "RpcError", "DomainError", "connect", "try_connect"]

@@ -93,7 +93,8 @@ async def list_agents(ctx: ServiceContext, p: ListAgentsParams) -> AgentList:
 # -- admission ----------------------------------------------------------------------------
 
 
-def _runtime(ctx: ServiceContext, p: StartParams | Any) -> tuple[str, RuntimeConfig, str]:
+def resolve_runtime(ctx: ServiceContext, p: StartParams | Any) -> tuple[str, RuntimeConfig, str]:
+    """(name, config, model) for a request's runtime and model, or an error naming the field."""
     name = p.runtime or ctx.config.default_runtime
     runtime = ctx.config.runtimes.get(name)
     if runtime is None or not runtime.enabled:
@@ -150,7 +151,7 @@ def _mark_spawn_failed(conn: sqlite3.Connection, execution_id: str, message: str
 
 async def start(ctx: ServiceContext, p: StartParams, *, worker_tools: list[str] | None = None) -> AgentView:
     """Admit an agent and spawn its supervisor. `worker_tools` is for batches (not a tool param)."""
-    runtime_name, runtime, model = _runtime(ctx, p)
+    runtime_name, runtime, model = resolve_runtime(ctx, p)
     workdir = Path(p.workdir).expanduser()
     if not workdir.is_absolute():
         raise errors.InvalidRequest("workdir must be an absolute path", field="workdir")
