@@ -36,7 +36,9 @@ from agent_run.engines.base import (
 )
 from agent_run.engines.claude import kind_from_text
 from agent_run.engines.environment import base_environment, single_secret
-from agent_run.engines.stream_json import StreamJsonProtocol, control_request, parse_stream_json_line, user_message
+from agent_run.engines.stream_json import (
+    StreamJsonProtocol, control_request, events_of, load_line, user_message,
+)
 from agent_run.home import write_private_file
 
 _API_ERROR = re.compile(r"\[API Error: (.*)", re.S)
@@ -134,11 +136,8 @@ class QwenEngine(StreamJsonProtocol):
         return [control_request("agent-run-init", "initialize"), user_message(plan.prompt)]
 
     def parse_line(self, line: str) -> list[EngineEvent]:
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError:
-            return [Unparsed(line)]
-        if not isinstance(obj, dict):
+        obj = load_line(line)
+        if obj is None:
             return [Unparsed(line)]
         kind = obj.get("type")
         if kind == "system" and obj.get("subtype") == "retry":
@@ -147,7 +146,7 @@ class QwenEngine(StreamJsonProtocol):
             return [RetryEvent(None, self._retries, f"model stream replayed ({reason})")]
         if kind == "assistant":
             self._add_usage(obj.get("message") or {})
-        events = parse_stream_json_line(line)
+        events = events_of(obj)
         if kind == "result":
             events = [self._completion(obj, event) for event in events if isinstance(event, Completion)]
         return events

@@ -32,13 +32,22 @@ def _tool_result_text(block: dict[str, Any]) -> str:
     return "" if content is None else str(content)
 
 
-def parse_stream_json_line(line: str) -> list[EngineEvent]:
+def load_line(line: str) -> dict[str, Any] | None:
+    """One stream-json line as an object, or None when it is not one."""
     try:
         obj = json.loads(line)
     except json.JSONDecodeError:
-        return [Unparsed(line)]
-    if not isinstance(obj, dict):
-        return [Unparsed(line)]
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+def parse_stream_json_line(line: str) -> list[EngineEvent]:
+    obj = load_line(line)
+    return [Unparsed(line)] if obj is None else events_of(obj)
+
+
+def events_of(obj: dict[str, Any]) -> list[EngineEvent]:
+    """The normalized events of one parsed stream-json object."""
     kind, subtype = obj.get("type"), obj.get("subtype")
     if kind == "system" and subtype == "init":
         return [SessionStarted(obj.get("session_id"), obj.get("model"))]

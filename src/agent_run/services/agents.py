@@ -30,6 +30,13 @@ from agent_run.supervisor.seal import read_verified_answer
 # -- views --------------------------------------------------------------------------------
 
 
+def latest_execution_or_raise(conn: sqlite3.Connection, agent_id: str) -> sqlite3.Row:
+    execution = agents_q.latest_execution(conn, agent_id)
+    if execution is None:
+        raise errors.AgentNotFound(f"no agent {agent_id}", field="agent_id")
+    return execution
+
+
 def execution_view(row: sqlite3.Row) -> ExecutionView:
     kind = FailureKind(row["failure_kind"]) if row["failure_kind"] else None
     return ExecutionView(
@@ -208,9 +215,7 @@ async def resume(ctx: ServiceContext, p: ResumeParams) -> AgentView:
 
     def admit(conn: sqlite3.Connection) -> None:
         with write(conn):
-            latest = agents_q.latest_execution(conn, p.agent_id)
-            if latest is None:
-                raise errors.AgentNotFound(f"no agent {p.agent_id}", field="agent_id")
+            latest = latest_execution_or_raise(conn, p.agent_id)
             state = ExecutionState(latest["state"])
             if not state.terminal:
                 raise errors.Conflict(f"agent {p.agent_id} is still {state.value}; steer it or wait",
@@ -238,9 +243,7 @@ async def resume(ctx: ServiceContext, p: ResumeParams) -> AgentView:
 
 async def answer(ctx: ServiceContext, p: AgentParams) -> AnswerView:
     def read(conn: sqlite3.Connection) -> AnswerView:
-        if agents_q.get_agent(conn, p.agent_id) is None:
-            raise errors.AgentNotFound(f"no agent {p.agent_id}", field="agent_id")
-        row = agents_q.latest_execution(conn, p.agent_id)
+        row = latest_execution_or_raise(conn, p.agent_id)
         if row["answer_sha256"] is None:
             state = ExecutionState(row["state"])
             why = "is still " + state.value if not state.terminal else f"ended {state.value}"
@@ -256,9 +259,7 @@ async def answer(ctx: ServiceContext, p: AgentParams) -> AnswerView:
 
 async def transcript(ctx: ServiceContext, p: TranscriptParams) -> TranscriptPage:
     def read(conn: sqlite3.Connection) -> TranscriptPage:
-        execution = agents_q.latest_execution(conn, p.agent_id)  # read state first: no lost tail
-        if execution is None:
-            raise errors.AgentNotFound(f"no agent {p.agent_id}", field="agent_id")
+        execution = latest_execution_or_raise(conn, p.agent_id)  # read state first: no lost tail
         rows = events_q.messages_page(conn, p.agent_id, after_id=p.cursor, limit=p.limit)
         items = [TranscriptItem(id=r["id"], execution_number=r["execution_number"], role=r["role"],
                                 name=r["name"], content=r["content"], ts=r["ts"]) for r in rows]
@@ -291,9 +292,7 @@ async def wait(ctx: ServiceContext, p: WaitParams) -> WaitResult:
 async def cancel(ctx: ServiceContext, p: CancelParams) -> CancelResult:
     def enqueue(conn: sqlite3.Connection) -> CancelResult:
         with write(conn):
-            execution = agents_q.latest_execution(conn, p.agent_id)
-            if execution is None:
-                raise errors.AgentNotFound(f"no agent {p.agent_id}", field="agent_id")
+            execution = latest_execution_or_raise(conn, p.agent_id)
             state = ExecutionState(execution["state"])
             if state.terminal:
                 return CancelResult(agent_id=p.agent_id, accepted=False, state=state,
@@ -312,9 +311,7 @@ async def cancel(ctx: ServiceContext, p: CancelParams) -> CancelResult:
 async def steer(ctx: ServiceContext, p: SteerParams) -> SteerResult:
     def enqueue(conn: sqlite3.Connection) -> int:
         with write(conn):
-            execution = agents_q.latest_execution(conn, p.agent_id)
-            if execution is None:
-                raise errors.AgentNotFound(f"no agent {p.agent_id}", field="agent_id")
+            execution = latest_execution_or_raise(conn, p.agent_id)
             state = ExecutionState(execution["state"])
             if state not in (ExecutionState.STARTING, ExecutionState.RUNNING):
                 raise errors.NotRunning(f"agent {p.agent_id} is {state.value}; only a running agent "
