@@ -173,6 +173,22 @@ def test_provider_fault_ends_failed_with_its_kind_and_no_process_left(provider, 
     assert files_containing(home.root, PLANTED_KEY) == []
 
 
+def test_a_refused_key_ends_auth_failed_at_once_not_after_the_give_up_window(engine, provider, workdir):
+    """Claude Code retries a 401 up to max_retries times (about two minutes for nine), each
+    retry event saying 401; two in a row are final."""
+    provider.add(Fault.http(401, times=None))
+    block = runtime_block("r", engine, provider.url, MODELS[engine], max_retries=9,
+                          stall_seconds=600.0, retry_give_up_seconds=600.0)
+    with engine_daemon(block) as (home, daemon):
+        view = run_agent(daemon, "r", "Say hello.", workdir, timeout=50)  # give-up: 600 s
+        assert (view["state"], view["failure_kind"]) == ("failed", "auth_failed"), view["execution"]
+        assert "401" in view["execution"]["failure_message"]
+        retries = db_rows(home, "SELECT data FROM events WHERE agent_id = ? AND kind = 'retry'", (view["id"],))
+        assert [json.loads(r["data"])["status"] for r in retries] == [401, 401]
+        assert len(provider.main_requests()) <= 3
+        assert engine_group_gone(home, view["id"])
+
+
 def test_refused_connection_is_a_network_error(engine, workdir):
     block = runtime_block("r", engine, f"http://127.0.0.1:{free_port()}", MODELS[engine])
     with engine_daemon(block) as (home, daemon):
