@@ -38,7 +38,7 @@ def outside():
 def test_read_only_profile_refuses_a_write_and_writes_nothing(daemon, workdir):
     agent = start(daemon, workdir, "write: out.txt = should not exist\nanswer: wrote it", profile="read_only")
     view = wait_terminal(daemon, agent["id"])
-    assert (view["state"], view["failure_kind"]) == ("failed", "error_reply"), view
+    assert view["state"] == "succeeded", view  # a refused tool call, as a real engine sees one
     assert not (workdir / "out.txt").exists()
     assert any("read_only profile does not allow" in text for text in tool_results(daemon, agent["id"]))
 
@@ -60,10 +60,9 @@ def escape_paths(workdir: Path, outside: Path) -> dict[str, tuple[str, Path]]:
 @pytest.mark.parametrize("how", ["dotdot", "absolute", "symlinked_dir", "symlinked_file", "dangling_symlink"])
 def test_a_write_that_leads_outside_the_workdir_is_refused(daemon, workdir, outside, how):
     path, victim = escape_paths(workdir, outside)[how]
-    assert ".." in path if how == "dotdot" else True
     agent = start(daemon, workdir, f"write: {path} = escaped\nanswer: wrote it")
     view = wait_terminal(daemon, agent["id"])
-    assert (view["state"], view["failure_kind"]) == ("failed", "error_reply"), view
+    assert view["state"] == "succeeded", view
     assert (outside / "keep.txt").read_text() == "untouched\n"
     assert sorted(p.name for p in outside.iterdir()) == ["keep.txt"], f"{victim} must not be written"
     assert any("outside the working directory" in text for text in tool_results(daemon, agent["id"]))

@@ -5,9 +5,9 @@ Run as `python -m agent_run.engines.demo_program --model M`. It reads user messa
 order, and exits at end of input. The task text chooses the behaviour, one directive a line:
 
     answer: TEXT            final answer (default: a short echo of the task)
-    write: PATH = CONTENT   write a file in the working directory (a Write tool call); refused,
-                            with an error reply and nothing written, under the read_only
-                            profile or when PATH leads outside the working directory
+    write: PATH = CONTENT   write a file in the working directory (a Write tool call); refused
+                            (an error tool result, nothing written, the turn goes on) under
+                            the read_only profile or when PATH leads outside the working directory
     steps: N                N progress messages before answering ...
     step_seconds: S         ... S seconds apart (default 0.2)
     sleep: S                silently wait S seconds before answering
@@ -259,14 +259,7 @@ class DemoEngine:
             for i in range(1, d.steps + 1):
                 self.wait(d.step_seconds)
                 self.assistant([{"type": "text", "text": f"step {i}/{d.steps}"}])
-            refusals = [refusal for path, content in d.writes
-                        if (refusal := self.write_tool(path, content)) is not None]
-            if refusals:
-                text = "\n".join(refusals)
-                self.assistant([{"type": "text", "text": text}])
-                self.result(text, is_error=True, started=started)
-                return
-            written = [path for path, _ in d.writes]
+            written = [path for path, content in d.writes if self.write_tool(path, content) is None]
             if d.commit is not None:
                 self.tool("create_commit", {"message": d.commit, "files": written})
             if d.score is not None:
