@@ -18,6 +18,7 @@ class Verdict:
     kind: FailureKind
     reason: str
     status: int | None
+    status_from_stderr: bool = False  # no retry event carried it: a signal row should
 
 
 class RetryWatch:
@@ -52,10 +53,11 @@ class RetryWatch:
         (Qwen Code's rate-limit loop), on the engine's stderr."""
         retry = self.last
         status = retry.status if retry else None
-        if status is None:
+        from_stderr = status is None
+        if from_stderr:
             status = last_status_in(stderr_tail)
         kind = kind_for_http_status(status, retry.message if retry else "") or (
             FailureKind.NETWORK_ERROR if status is None else FailureKind.PROVIDER_ERROR)
         reason = (f"the engine only retried for {self.give_up_seconds:g}s (last status: "
                   f"{status or 'none'}): {retry.message[:200] if retry else ''}")
-        return Verdict(kind, reason, status)
+        return Verdict(kind, reason, status, from_stderr and status is not None)

@@ -317,7 +317,7 @@ class Supervisor:
                                FailureKind.TIMED_OUT)
         elif self.retries.due(now):
             verdict = self.retries.give_up(self._stderr_tail())
-            if verdict.status is not None and self.retries.last and self.retries.last.status is None:
+            if verdict.status_from_stderr:
                 self.log.signal({429: "rate_limited"}.get(verdict.status, "retry"), verdict.status, None,
                                 f"HTTP {verdict.status} on the engine's stderr while it retried")
             self._request_stop(self.engine, verdict.reason, verdict.kind)
