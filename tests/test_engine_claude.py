@@ -8,8 +8,8 @@ from tests.engine_harness import (
     PLANTED_KEY, engine_daemon, engine_group_gone, files_containing, free_port, run_agent,
     runtime_block, wait_done,
 )
-from tests.harness import wait_for
-from tests.support.mock_provider import Fault, MockProvider, Text, ToolCall
+from tests.harness import db_rows, wait_for
+from tests.support.mock_provider import Dynamic, Fault, MockProvider, Text, ToolCall
 
 MODELS = {"claude": "claude-sonnet-4-5", "glm": "glm-4.6"}
 
@@ -113,6 +113,33 @@ def test_steer_is_queued_as_the_next_turn(provider, rig, workdir):
     assert "second thing" in provider.main_requests()[-1].text()
 
 
+def test_steer_during_a_tool_call_joins_the_turn_and_ends_with_the_steered_answer(engine, provider, workdir):
+    """Claude Code takes a message sent while a tool runs into the running turn (in the tool
+    result) and ends both with one `result`: no second turn comes, and the answer must be
+    kept at once, long before `stall_seconds`."""
+    started = workdir / "tool-started"
+    provider.add(ToolCall("Bash", {"command": f"touch {started} && sleep 5 && echo slept",
+                                   "description": "a slow command"}),
+                 Dynamic(lambda request: Text("Steered answer." if "second thing" in request.text()
+                                              else "Unsteered answer.")))
+    block = runtime_block("r", engine, provider.url, MODELS[engine], stall_seconds=100.0)
+    with engine_daemon(block) as (home, daemon):
+        agent = daemon.call("start", {"task": "Run the slow command.", "workdir": str(workdir),
+                                      "runtime": "r"})
+        wait_for(started.exists, timeout=60, what="the shell tool to start")
+        steer = daemon.call("steer", {"agent_id": agent["id"], "text": "Also do the second thing."})
+        assert steer["state"] == "delivered", steer
+        view = wait_done(daemon, agent["id"], timeout=50)  # stall_seconds is 100
+        assert view["state"] == "succeeded", view
+        assert daemon.call("answer", {"agent_id": agent["id"]})["text"] == "Steered answer."
+        requests = provider.main_requests()
+        assert len(requests) == 2, "no second turn: the steer went to the model with the tool result"
+        assert "second thing" in requests[1].text()
+        kinds = [r["kind"] for r in db_rows(home, "SELECT kind FROM events WHERE agent_id = ?", (agent["id"],))]
+        assert "steer_joined" in kinds and "idle_after_completion" not in kinds
+        assert engine_group_gone(home, agent["id"])
+
+
 def test_cancel_mid_turn_interrupts_and_leaves_no_process(provider, rig, workdir):
     home, daemon = rig
     provider.add(Text("A very long answer " * 50, seconds=60))
@@ -144,6 +171,22 @@ def test_provider_fault_ends_failed_with_its_kind_and_no_process_left(provider, 
     assert view["execution"]["answer_sha256"] is None
     assert engine_group_gone(home, view["id"])
     assert files_containing(home.root, PLANTED_KEY) == []
+
+
+def test_a_refused_key_ends_auth_failed_at_once_not_after_the_give_up_window(engine, provider, workdir):
+    """Claude Code retries a 401 up to max_retries times (about two minutes for nine), each
+    retry event saying 401; two in a row are final."""
+    provider.add(Fault.http(401, times=None))
+    block = runtime_block("r", engine, provider.url, MODELS[engine], max_retries=9,
+                          stall_seconds=600.0, retry_give_up_seconds=600.0)
+    with engine_daemon(block) as (home, daemon):
+        view = run_agent(daemon, "r", "Say hello.", workdir, timeout=50)  # give-up: 600 s
+        assert (view["state"], view["failure_kind"]) == ("failed", "auth_failed"), view["execution"]
+        assert "401" in view["execution"]["failure_message"]
+        retries = db_rows(home, "SELECT data FROM events WHERE agent_id = ? AND kind = 'retry'", (view["id"],))
+        assert [json.loads(r["data"])["status"] for r in retries] == [401, 401]
+        assert len(provider.main_requests()) <= 3
+        assert engine_group_gone(home, view["id"])
 
 
 def test_refused_connection_is_a_network_error(engine, workdir):

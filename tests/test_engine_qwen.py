@@ -181,6 +181,24 @@ def test_provider_fault_ends_failed_with_its_kind_and_no_process_left(provider, 
         assert files_containing(home.root, PLANTED_KEY) == []
 
 
+def test_a_429_that_never_clears_ends_rate_limited_with_its_signal_row(provider, workdir):
+    """After its silent inner retries Qwen Code starts an outer rate-limit loop ("Retrying in
+    60s (attempt 1/1)") whose `system/retry` lines carry no status: the status on its stderr
+    decides the give-up, not a guess of network_error."""
+    block = qwen_runtime("r", provider.url, max_retries=1, stall_seconds=40.0, retry_give_up_seconds=5.0)
+    with engine_daemon(block) as (home, daemon):
+        provider.add(Fault.http(429, retry_after=1, times=None))
+        view = run_agent(daemon, "r", "Say hello.", workdir, timeout=100)
+        assert (view["state"], view["failure_kind"]) == ("failed", "rate_limited"), view["execution"]
+        message = view["execution"]["failure_message"]
+        assert "only retried" in message and "last status: 429" in message, message
+        retries = db_rows(home, "SELECT data FROM events WHERE agent_id = ? AND kind = 'retry'", (view["id"],))
+        assert retries and "rate-limit retry 1/1" in json.loads(retries[0]["data"])["message"]
+        signals = db_rows(home, "SELECT kind, status FROM provider_signals WHERE agent_id = ?", (view["id"],))
+        assert ("rate_limited", 429) in {(s["kind"], s["status"]) for s in signals}, [dict(s) for s in signals]
+        assert engine_group_gone(home, view["id"])
+
+
 def test_silently_retried_faults_still_end_with_their_kind(workdir):
     """500, 529 and a refused connection: 7 silent attempts inside the CLI, run side by side."""
     with MockProvider([Fault.http(500, times=None)]) as p500, \

@@ -1,5 +1,6 @@
 """The engine interface: a launch plan, a line protocol, normalized events, a classified outcome."""
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -106,6 +107,11 @@ class SendInput:
 
 
 @dataclass(frozen=True)
+class SteerJoined:
+    """A message sent during a turn was taken into that turn: it opens no turn of its own."""
+
+
+@dataclass(frozen=True)
 class EngineNote:
     """Something worth an event that is neither a message nor a completion (e.g. a warning)."""
 
@@ -114,7 +120,7 @@ class EngineNote:
 
 
 EngineEvent = (SessionStarted | MessageEvent | RetryEvent | Completion | ControlAck | Unparsed
-               | SendInput | EngineNote)
+               | SendInput | SteerJoined | EngineNote)
 
 
 class Engine(Protocol):
@@ -151,3 +157,13 @@ def kind_for_http_status(status: int | None, text: str = "") -> FailureKind | No
     if status is not None and status >= 500:
         return FailureKind.PROVIDER_ERROR
     return None
+
+
+# An HTTP status as engines print it in error text: "[API Error: 429 ...]", "status code 503".
+_STATUS_IN_TEXT = re.compile(r"API Error:?\s*\(?(\d{3})\b|\bstatus(?: code)?:?\s*(\d{3})\b", re.I)
+
+
+def last_status_in(text: str) -> int | None:
+    """The last HTTP status an engine printed in `text` (its stderr), if any."""
+    matches = list(_STATUS_IN_TEXT.finditer(text))
+    return int(matches[-1].group(1) or matches[-1].group(2)) if matches else None

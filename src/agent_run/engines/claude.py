@@ -1,8 +1,13 @@
 """The `claude` engine (Claude Code, `claude -p` with stream-json in and out) and `glm`.
 
 GLM is the same CLI pointed at an Anthropic-compatible endpoint with a Bearer token and GLM
-model names. Steer is a user message on stdin, which Claude Code queues as the next turn;
-interrupt is the `interrupt` control request.
+model names. Steer is a user message on stdin; interrupt is the `interrupt` control request.
+
+A steer does not always open a turn: Claude Code (2.1.332) folds a message that arrives while a
+tool runs into the running turn (as a system reminder in the next tool result) and ends both
+with one `result`; one that arrives while the model streams text is queued as the next turn.
+With `--replay-user-messages` Claude Code echoes each user message (`isReplay: true`) when it
+takes it in, so a message echoed before the running turn's `result` joined that turn.
 """
 
 import json
@@ -11,9 +16,12 @@ import uuid
 from pathlib import Path
 
 from agent_run.domain.failures import FailureKind
-from agent_run.engines.base import Completion, ExecutionPlan, LaunchSpec, WorkerMcp, kind_for_http_status
+from agent_run.engines.base import (
+    Completion, EngineEvent, ExecutionPlan, LaunchSpec, SteerJoined, Unparsed, WorkerMcp,
+    kind_for_http_status,
+)
 from agent_run.engines.environment import base_environment, single_secret
-from agent_run.engines.stream_json import StreamJsonProtocol
+from agent_run.engines.stream_json import StreamJsonProtocol, events_of, load_line
 from agent_run.home import write_private_file
 
 READ_TOOLS = ["Read", "Grep", "Glob", "LS"]
@@ -41,6 +49,9 @@ def kind_from_text(text: str, table: list[tuple[re.Pattern[str], FailureKind]]) 
 class ClaudeEngine(StreamJsonProtocol):
     name = "claude"
     key_variable = "ANTHROPIC_API_KEY"  # sent as x-api-key
+
+    def __init__(self) -> None:
+        self._turn_open = False  # a user message of the running turn has been taken in
 
     def launch(self, plan: ExecutionPlan, secrets: dict[str, str], worker: WorkerMcp,
                scratch: Path) -> LaunchSpec:
@@ -76,7 +87,7 @@ class ClaudeEngine(StreamJsonProtocol):
         else:
             allowed, mode, denied = READ_TOOLS + worker_tools, "default", WRITE_TOOLS
         argv = [rc.get("binary") or "claude", "-p", "--output-format", "stream-json",
-                "--input-format", "stream-json", "--verbose", "--model", plan.model,
+                "--input-format", "stream-json", "--replay-user-messages", "--verbose", "--model", plan.model,
                 "--setting-sources", "", "--strict-mcp-config", "--mcp-config", str(mcp_config),
                 "--allowedTools", ",".join(allowed), "--permission-mode", mode]
         if denied:
@@ -91,6 +102,19 @@ class ClaudeEngine(StreamJsonProtocol):
 
     def model_env(self, model: str) -> dict[str, str]:
         return {}
+
+    def parse_line(self, line: str) -> list[EngineEvent]:
+        obj = load_line(line)
+        if obj is None:
+            return [Unparsed(line)]
+        if obj.get("type") == "user" and obj.get("isReplay"):
+            if self._turn_open:  # taken into the running turn (a steer sent mid-tool)
+                return [SteerJoined()]
+            self._turn_open = True  # the first message of a turn
+            return []
+        if obj.get("type") == "result":
+            self._turn_open = False
+        return events_of(obj)
 
     def classify(self, completion: Completion) -> FailureKind | None:
         if not completion.is_error:

@@ -27,7 +27,7 @@ class DemoEngine(StreamJsonProtocol):
         servers = {worker.name: {"command": worker.command, "args": worker.args, "env": worker.env}}
         write_private_file(mcp_config, json.dumps({"mcpServers": servers}).encode())
         argv = [sys.executable, "-m", "agent_run.engines.demo_program", "--model", plan.model,
-                "--mcp-config", str(mcp_config)]
+                "--mcp-config", str(mcp_config), "--profile", plan.profile]
         if plan.resume_session_id:
             argv += ["--resume", plan.resume_session_id]
         else:

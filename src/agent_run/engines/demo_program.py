@@ -5,7 +5,9 @@ Run as `python -m agent_run.engines.demo_program --model M`. It reads user messa
 order, and exits at end of input. The task text chooses the behaviour, one directive a line:
 
     answer: TEXT            final answer (default: a short echo of the task)
-    write: PATH = CONTENT   write a file in the working directory (a Write tool call)
+    write: PATH = CONTENT   write a file in the working directory (a Write tool call); refused
+                            (an error tool result, nothing written, the turn goes on) under
+                            the read_only profile or when PATH leads outside the working directory
     steps: N                N progress messages before answering ...
     step_seconds: S         ... S seconds apart (default 0.2)
     sleep: S                silently wait S seconds before answering
@@ -16,6 +18,8 @@ order, and exits at end of input. The task text chooses the behaviour, one direc
     finish: SUMMARY         call the worker tool `finish` through MCP (from --mcp-config) ...
     finish_status: STATUS   ... with this status: done (default) | blocked | failed
     recall: yes             answer with the answers of earlier turns of this session (resume)
+    fold_steers: yes        a message that arrives during this turn joins it (as Claude Code does
+                            with one sent while a tool runs) instead of queueing as the next turn
     commit: MESSAGE         commit the files written this turn with the worker tool create_commit
     score: N | auto         submit_score (auto: derived from the reviewed worktree's HEAD)
     result: auto            submit_result listing the files written this turn
@@ -24,7 +28,8 @@ order, and exits at end of input. The task text chooses the behaviour, one direc
     require: PATH           fail (an error reply) unless PATH exists in the working folder
 
 Sessions are kept in $HOME/.demo-sessions/ID.jsonl: `--session-id ID` starts one,
-`--resume ID` continues one with its history.
+`--resume ID` continues one with its history. `--profile read_only|write` (default write) is the
+agent's profile.
 """
 
 import argparse
@@ -61,6 +66,7 @@ class Directives:
     finish: str | None = None
     finish_status: str = "done"
     recall: bool = False
+    fold_steers: bool = False
     commit: str | None = None
     score: str | None = None
     result: bool = False
@@ -99,6 +105,8 @@ def parse_directives(task: str) -> Directives:
             d.finish_status = value
         elif key == "recall":
             d.recall = True
+        elif key == "fold_steers":
+            d.fold_steers = True
         elif key == "commit":
             d.commit = value
         elif key == "score":
@@ -116,6 +124,26 @@ def parse_directives(task: str) -> Directives:
 
 class Interrupted(Exception):
     pass
+
+
+def write_refusal(path: str, profile: str) -> str | None:
+    """Why a Write to `path` is refused, or None: only the write profile writes, and only
+    inside the working directory (after `..`, absolute paths and symlinks are resolved)."""
+    if profile != "write":
+        return f"Write refused: the {profile} profile does not allow writing {path}"
+    root = os.path.realpath(os.getcwd())
+    target = os.path.realpath(os.path.join(root, path))
+    if os.path.commonpath([root, target]) != root:
+        return f"Write refused: {path} is outside the working directory"
+    return None
+
+
+def write_inside(path: str, content: str) -> None:
+    """Write `path` (checked by write_refusal), never through a symlink in its last component."""
+    target = os.path.realpath(path)
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(content + "\n")
 
 
 def call_worker_tool(mcp_config: str, tool: str, arguments: dict) -> tuple[str, bool]:
@@ -162,8 +190,9 @@ def validator_verdict(task: str) -> str:
 
 class DemoEngine:
     def __init__(self, model: str, mcp_config: str | None = None, session_id: str | None = None,
-                 resume: str | None = None) -> None:
+                 resume: str | None = None, profile: str = "write") -> None:
         self.model = model
+        self.profile = profile
         self.mcp_config = mcp_config
         self.session_id = resume or session_id or str(uuid.uuid4())
         self.session_file = os.path.join(os.environ.get("HOME", "."), ".demo-sessions",
@@ -230,16 +259,7 @@ class DemoEngine:
             for i in range(1, d.steps + 1):
                 self.wait(d.step_seconds)
                 self.assistant([{"type": "text", "text": f"step {i}/{d.steps}"}])
-            for path, content in d.writes:
-                tool_id = f"toolu_{uuid.uuid4().hex[:12]}"
-                self.assistant([{"type": "tool_use", "id": tool_id, "name": "Write",
-                                 "input": {"file_path": path, "content": content}}])
-                with open(path, "w") as fh:
-                    fh.write(content + "\n")
-                self.emit({"type": "user", "message": {"role": "user", "content": [
-                    {"type": "tool_result", "tool_use_id": tool_id,
-                     "content": f"File created successfully at: {path}"}]}})
-            written = [path for path, _ in d.writes]
+            written = [path for path, content in d.writes if self.write_tool(path, content) is None]
             if d.commit is not None:
                 self.tool("create_commit", {"message": d.commit, "files": written})
             if d.score is not None:
@@ -255,6 +275,8 @@ class DemoEngine:
                 self.fail(d.fail, started)
                 return
             default = "Finished through the worker tools." if d.finish is not None else None
+            if d.fold_steers:
+                d.answer = "; ".join([d.answer or "first turn", *self.take_waiting_messages()])
             if d.tasks is not None:
                 default = generated_tasks(task) if d.tasks == "auto" else "this is not JSON"
             answer = d.answer or default or f"Demo answer to: {task.strip().splitlines()[0] if task.strip() else ''}"
@@ -270,6 +292,32 @@ class DemoEngine:
             self.interrupt.clear()
             self.result("Interrupted by user", is_error=True, subtype="error_during_execution",
                         started=started)
+
+    def write_tool(self, path: str, content: str) -> str | None:
+        """One Write tool call, shown as Claude Code shows it; the refusal text, if refused."""
+        tool_id = f"toolu_{uuid.uuid4().hex[:12]}"
+        self.assistant([{"type": "tool_use", "id": tool_id, "name": "Write",
+                         "input": {"file_path": path, "content": content}}])
+        refusal = write_refusal(path, self.profile)
+        if refusal is None:
+            write_inside(path, content)
+        self.emit({"type": "user", "message": {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": tool_id, "is_error": refusal is not None,
+             "content": refusal or f"File created successfully at: {path}"}]}})
+        return refusal
+
+    def take_waiting_messages(self) -> list[str]:
+        """The texts of user messages that arrived during this turn (fold_steers)."""
+        texts: list[str] = []
+        while True:
+            try:
+                message = self.inbox.get_nowait()
+            except queue.Empty:
+                return texts
+            if message is None:  # end of input: leave it for the turn loop
+                self.inbox.put(None)
+                return texts
+            texts.append(str((message.get("message") or {}).get("content", "")))
 
     def remember(self, task: str, answer: str) -> None:
         self.history.append({"task": task, "answer": answer})
@@ -344,8 +392,9 @@ def main() -> int:
     parser.add_argument("--mcp-config", default=None)
     parser.add_argument("--session-id", default=None)
     parser.add_argument("--resume", default=None)
+    parser.add_argument("--profile", choices=["read_only", "write"], default="write")
     args = parser.parse_args()
-    return DemoEngine(args.model, args.mcp_config, args.session_id, args.resume).serve()
+    return DemoEngine(args.model, args.mcp_config, args.session_id, args.resume, args.profile).serve()
 
 
 if __name__ == "__main__":

@@ -17,7 +17,11 @@ The stream is Claude Code's envelope with three differences handled here:
   `[API Error: ...]` text, never by flags or the exit code, which is 0 either way);
 - `result.usage` is cumulative over the whole session (resumes included), so a turn's usage is
   summed from its assistant messages, each of which carries one model call's usage;
-- `system` / `retry` lines (a malformed or cut stream being replayed) are retry events.
+- `system` / `retry` lines are retry events: a malformed or cut stream being replayed, or,
+  with `attempt`/`maxRetries`/`delayMs`, the outer rate-limit loop (429/503 and throttling
+  codes; `maxRetries` = `max_retries`, 60 s apart) that follows the silent inner retries. Those
+  lines carry no status; it is on stderr ("Retrying in 60s (attempt 1/2): [API Error: 429 ...]"),
+  where the supervisor's give-up reads it.
 HTTP 429/5xx and refused connections are retried inside the CLI (7 attempts, 1.5 s to 30 s
 backoff, honouring `retry-after` on 429/503 only) with nothing on stdout meanwhile: 75-100 s of
 silence that `stall_seconds` must outlast for the failure to be classified rather than stalled.
@@ -141,15 +145,21 @@ class QwenEngine(StreamJsonProtocol):
             return [Unparsed(line)]
         kind = obj.get("type")
         if kind == "system" and obj.get("subtype") == "retry":
-            self._retries += 1
-            reason = (obj.get("data") or {}).get("reason", "retry")
-            return [RetryEvent(None, self._retries, f"model stream replayed ({reason})")]
+            return [self._retry(obj.get("data") or {})]
         if kind == "assistant":
             self._add_usage(obj.get("message") or {})
         events = events_of(obj)
         if kind == "result":
             events = [self._completion(obj, event) for event in events if isinstance(event, Completion)]
         return events
+
+    def _retry(self, data: dict[str, Any]) -> RetryEvent:
+        self._retries += 1
+        if "maxRetries" in data:  # the outer rate-limit loop
+            seconds = (data.get("delayMs") or 0) / 1000
+            return RetryEvent(None, data.get("attempt") or self._retries, f"rate-limit retry "
+                              f"{data.get('attempt')}/{data.get('maxRetries')} in {seconds:g}s")
+        return RetryEvent(None, self._retries, f"model stream replayed ({data.get('reason', 'retry')})")
 
     def _add_usage(self, message: dict[str, Any]) -> None:
         message_id = str(message.get("id") or "")

@@ -37,6 +37,8 @@ def decide_outcome(*, engine: Engine, group_gone: bool, stop: "StopRequest | Non
     if not group_gone:
         return Outcome(failed, FailureKind.ENGINE_GROUP_SURVIVED,
                        "engine processes survived SIGKILL of their group")
+    if stop is not None and stop.answer_stands and completion is not None:
+        stop = None  # ended idle after a completed turn: that turn decides
     if stop is not None and stop.failure is None:
         return Outcome(ExecutionState.CANCELLED, message=stop.reason)
     if stop is not None:

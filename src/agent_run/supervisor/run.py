@@ -18,7 +18,7 @@ from agent_run.domain.states import ExecutionState
 from agent_run.engines import engine_for
 from agent_run.engines.base import (
     Completion, ControlAck, Engine, EngineNote, ExecutionPlan, LaunchSpec, MessageEvent, RetryEvent,
-    SendInput, SessionStarted, Unparsed, WorkerMcp, kind_for_http_status,
+    SendInput, SessionStarted, SteerJoined, Unparsed, WorkerMcp,
 )
 from agent_run.home import Home
 from agent_run.store import agents as agents_q
@@ -30,6 +30,7 @@ from agent_run.supervisor.engine_process import EngineProcess, Escalation
 from agent_run.supervisor.identity import ProcessIdentity, kill_group
 from agent_run.supervisor.outcome import Outcome, decide_outcome
 from agent_run.supervisor.redact import Redactor
+from agent_run.supervisor.retries import RetryWatch
 from agent_run.supervisor.secrets import resolve_secrets
 from agent_run.supervisor.seal import seal_answer
 from agent_run.worker_tools.binding import (
@@ -38,6 +39,7 @@ from agent_run.worker_tools.binding import (
 
 COMMAND_POLL_SECONDS = 0.2
 MAX_LINE_BYTES = 8 * 1024 * 1024
+STDERR_TAIL_BYTES = 4000
 
 
 @dataclass
@@ -47,6 +49,7 @@ class StopRequest:
     reason: str
     failure: FailureKind | None  # None: a cancel
     escalation: Escalation | None = None
+    answer_stands: bool = False  # idle after a completed turn: that turn decides the outcome
 
 
 class Supervisor:
@@ -60,14 +63,14 @@ class Supervisor:
         self.plan = ExecutionPlan.from_json(json.loads(row["plan_json"]))
         self.dir = home.execution_dir(self.plan.agent_id, execution_id)
         self.log = ExecutionLog(self.conn, self.plan.agent_id, execution_id, self.plan.runtime)
-        self.retrying_since: float | None = None  # start of an unbroken run of retry events
-        self.last_retry: RetryEvent | None = None
+        self.retries = RetryWatch(float(self.plan.runtime_config.get("retry_give_up_seconds") or 120.0))
         self.signalled: int | None = None
         self.child: EngineProcess | None = None
         self.stop: StopRequest | None = None
         self.completion: Completion | None = None
         self.completions = 0
         self.turns_outstanding = 1
+        self.idle_after_completion = False  # the engine's last event completed a turn
         self.unparsed_lines = 0
         self.engine: Engine = engine_for(self.plan.engine)
         self.spec: LaunchSpec | None = None
@@ -202,7 +205,8 @@ class Supervisor:
 
     def _on_event(self, event: object) -> None:
         if not isinstance(event, RetryEvent):
-            self.retrying_since = None  # anything but a retry is progress
+            self.retries.progress()  # anything but a retry is progress
+        self.idle_after_completion = isinstance(event, Completion)
         if isinstance(event, SessionStarted):
             self.log.event("session", {"session_id": event.session_id, "model": event.model})
             if event.session_id:
@@ -219,9 +223,9 @@ class Supervisor:
                                      "message": event.message[:500]})
             kind = {429: "rate_limited"}.get(event.status or 0, "retry")
             self.log.signal(kind, event.status, None, event.message)
-            self.last_retry = event
-            if self.retrying_since is None:
-                self.retrying_since = time.monotonic()
+            verdict = self.retries.retry(event)
+            if verdict is not None:
+                self._request_stop(self.engine, verdict.reason, verdict.kind)
             return
         elif isinstance(event, Completion):
             self._on_completion(event)
@@ -232,6 +236,9 @@ class Supervisor:
             self.log.event("unparsed", {"line": event.line[:500]})
         elif isinstance(event, SendInput):
             self._write_stdin(event.data)
+        elif isinstance(event, SteerJoined):  # the steer opens no turn: the running one answers it
+            self.turns_outstanding = max(1, self.turns_outstanding - 1)
+            self.log.event("steer_joined", {"turns_outstanding": self.turns_outstanding})
         elif isinstance(event, EngineNote):
             self.log.event(event.kind, event.data)
 
@@ -301,20 +308,39 @@ class Supervisor:
         if self.stop is not None:
             return
         stall = self.plan.stall_seconds
-        if now - last_event > stall:
+        if now - last_event > stall and self.idle_after_completion:
+            self._end_idle_after_completion(stall)
+        elif now - last_event > stall:
             self._request_stop(self.engine, f"no engine event for {stall:g}s", FailureKind.STALLED)
         elif self.plan.wall_seconds is not None and now - started > self.plan.wall_seconds:
             self._request_stop(self.engine, f"wall budget of {self.plan.wall_seconds:g}s spent",
                                FailureKind.TIMED_OUT)
-        elif self.retrying_since is not None and now - self.retrying_since > self._give_up_seconds():
-            retry = self.last_retry
-            kind = (kind_for_http_status(retry.status, retry.message) if retry else None) or (
-                FailureKind.NETWORK_ERROR if retry is None or retry.status is None else FailureKind.PROVIDER_ERROR)
-            self._request_stop(self.engine, f"the engine only retried for {self._give_up_seconds():g}s: "
-                               f"{retry.message[:200] if retry else ''}", kind)
+        elif self.retries.due(now):
+            verdict = self.retries.give_up(self._stderr_tail())
+            if verdict.status_from_stderr:
+                self.log.signal({429: "rate_limited"}.get(verdict.status, "retry"), verdict.status, None,
+                                f"HTTP {verdict.status} on the engine's stderr while it retried")
+            self._request_stop(self.engine, verdict.reason, verdict.kind)
 
-    def _give_up_seconds(self) -> float:
-        return float(self.plan.runtime_config.get("retry_give_up_seconds") or 120.0)
+    def _stderr_tail(self) -> str:
+        """The end of the engine's stderr as stored (not redacted: callers keep no text of it)."""
+        try:
+            with open(self.dir / "engine.log", "rb") as log:
+                log.seek(max(0, os.fstat(log.fileno()).st_size - STDERR_TAIL_BYTES))
+                return log.read().decode("utf-8", errors="replace")
+        except OSError:
+            return ""
+
+    def _end_idle_after_completion(self, stall: float) -> None:
+        """Silent since a completed turn: the turn we waited for (a steer the engine took into
+        the finished turn) never began. A completed answer is never discarded: it stands, and
+        the engine gets end of input (then TERM after the grace) instead of an interrupt."""
+        grace = self.plan.cancel_grace_seconds
+        self.stop = StopRequest(f"idle {stall:g}s after a completed turn; no further turn began", None,
+                                Escalation(time.monotonic() + grace, max(grace, 1.0)), answer_stands=True)
+        self.log.event("idle_after_completion", {"turns_outstanding": self.turns_outstanding})
+        self.log.flush()
+        self._close_stdin()
 
     def _stdin_open(self) -> bool:
         return self.child is not None and self.child.stdin_open()
