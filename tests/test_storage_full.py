@@ -11,6 +11,7 @@ import pytest
 
 from agent_run.domain.errors import StorageFull
 from agent_run.home import Home
+from agent_run.supervisor.ending import seal_verified
 from tests.harness import DaemonProcess, db_rows, kill_leftovers, short_tmpdir, wait_for
 
 CONFIG = """schema_version = 1
@@ -153,7 +154,27 @@ def test_a_disk_that_stays_full_ends_failed_storage_full_not_lost(running):
     assert done["failure_kind"] == "storage_full"
     assert "disk stayed full" in done["execution"]["failure_message"]
     assert "free space" in done["execution"]["failure_advice"]
-    assert not (daemon.home.execution_dir(agent["id"], agent["execution"]["id"]) / "answer.md").exists()
+    directory = daemon.home.execution_dir(agent["id"], agent["execution"]["id"])
+    assert not (directory / "answer.md").exists()
+    assert not (directory / ".storage-reserve").exists()
+    assert "storage_full:" in (directory / "supervisor.log").read_text()
+    assert "storage_full" in daemon.call("doc", {"topic": "failures"})["text"]
+
+
+def test_sealing_on_a_full_disk_never_leaves_a_truncated_answer(tmpfs):
+    directory = tmpfs.root / "ex"
+    directory.mkdir()
+    tmpfs.fill()
+    # Free a little: the answer starts to be written, then the disk fills mid-write.
+    with open(tmpfs.filler, "r+b") as fh:
+        fh.truncate(fh.seek(0, os.SEEK_END) - 64 * 1024)
+    with pytest.raises(StorageFull) as info:
+        seal_verified(directory, "x" * (512 * 1024), agent_id="ag_1", execution_id="ex_1")
+    assert "answer.md" in info.value.details["writing"]
+    assert sorted(p.name for p in directory.iterdir()) == []  # no answer.md, no temp file
+    tmpfs.free()
+    sealed = seal_verified(directory, "x" * (512 * 1024), agent_id="ag_1", execution_id="ex_1")
+    assert sealed["answer_bytes"] == 512 * 1024 == (directory / "answer.md").stat().st_size
 
 
 def test_reconciliation_names_a_full_disk_the_dead_supervisor_reported(running):

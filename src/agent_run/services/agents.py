@@ -218,7 +218,7 @@ async def resume(ctx: ServiceContext, p: ResumeParams) -> AgentView:
     execution_id = new_execution_id()
 
     def admit(conn: sqlite3.Connection) -> None:
-        with write(conn):
+        with write(conn, "the new execution (its executions and events rows)"):
             latest = latest_execution_or_raise(conn, p.agent_id)
             state = ExecutionState(latest["state"])
             if not state.terminal:

@@ -13,7 +13,7 @@ from agent_run.store.db import write
 from agent_run.supervisor.identity import (
     Liveness, ProcessIdentity, engine_group_alive, kill_group, liveness,
 )
-from agent_run.supervisor.storage import filesystem_full, supervisor_log_says_full
+from agent_run.supervisor.storage import RESERVE_NAME, filesystem_full, supervisor_log_says_full
 
 
 @dataclass(frozen=True)
@@ -93,6 +93,8 @@ def reconcile_execution(conn: sqlite3.Connection, execution_id: str,
         cause = storage_cause(home, row) if home is not None else None
         if cause:
             reason += f"; {cause}"
+        if home is not None:  # the dead supervisor's reserve is space nobody will use
+            (home.execution_dir(row["agent_id"], row["id"]) / RESERVE_NAME).unlink(missing_ok=True)
         agents_q.transition(conn, execution_id, ExecutionState.LOST,
                             failure_kind=FailureKind.SUPERVISOR_LOST.value, failure_message=reason)
         for command in commands_q.pending(conn, execution_id):
