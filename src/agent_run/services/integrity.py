@@ -69,8 +69,8 @@ def scrub_once(conn: sqlite3.Connection, period_seconds: float, limit: int = SCR
     """Re-hash the sealed answers not checked for `period_seconds`, oldest check first. Each
     answer's last check (its seal, at first) spreads the checks over the period."""
     due = conn.execute(
-        "SELECT * FROM executions WHERE answer_sha256 IS NOT NULL"
-        " AND coalesce(answer_checked_at, 0) <= ? ORDER BY coalesce(answer_checked_at, 0) LIMIT ?",
+        "SELECT * FROM executions WHERE answer_sha256 IS NOT NULL"  # the executions_sealed index
+        " AND (answer_checked_at IS NULL OR answer_checked_at <= ?) ORDER BY answer_checked_at LIMIT ?",
         (time.time() - period_seconds, limit)).fetchall()
     results = [(row, _check(row)[1]) for row in due]  # hashing happens outside the write lock
     if results:
