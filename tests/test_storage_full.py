@@ -193,3 +193,17 @@ def test_reconciliation_names_a_full_disk_the_dead_supervisor_reported(running):
     done = daemon.call("wait", {"agent_id": agent["id"], "timeout_seconds": 60})["agent"]
     assert done["state"] == "lost"
     assert "the disk was full" in done["execution"]["failure_message"], done["execution"]["failure_message"]
+
+
+def test_held_events_too_big_for_the_reserve_are_dropped_and_counted(running):
+    fs, made = running
+    daemon = tmpfs_daemon(fs, buffer=1024 * 1024).start()
+    made.append(daemon)
+    fast = "steps: 100000\nstep_seconds: 0.001\nanswer: never reached"
+    agent = daemon.call("start", {"task": fast, "workdir": str(workdir_on(fs))})
+    wait_for(lambda: len(events_of(daemon.home, agent["id"], "message")) >= 3, timeout=60,
+             what="the agent to stream")
+    fs.fill()
+    done = daemon.call("wait", {"agent_id": agent["id"], "timeout_seconds": 90})["agent"]
+    assert done["state"] == "failed" and done["failure_kind"] == "storage_full", done["execution"]
+    assert "buffered row(s) could not be stored" in done["execution"]["failure_message"]
