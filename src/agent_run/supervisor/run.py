@@ -11,6 +11,8 @@ import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
+
+from agent_run.domain.errors import StorageFull
 from agent_run.domain.failures import FailureKind
 from agent_run.domain.states import ExecutionState
 from agent_run.engines import engine_for
@@ -18,7 +20,6 @@ from agent_run.engines.base import (
     Completion, ControlAck, Engine, EngineNote, ExecutionPlan, LaunchSpec, MessageEvent, RetryEvent,
     SendInput, SessionStarted, Unparsed, WorkerMcp, kind_for_http_status,
 )
-from agent_run.domain.errors import StorageFull
 from agent_run.home import Home, write_private_file
 from agent_run.store import agents as agents_q
 from agent_run.store import commands as commands_q
