@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent_run.domain.errors import AnswerIntegrity
+from agent_run.domain.errors import AnswerIntegrity, StorageFull
 from agent_run.store.db import write
 from agent_run.store.events import append_event
 from agent_run.supervisor.seal import read_verified_answer
@@ -51,8 +51,11 @@ def verified_answer(conn: sqlite3.Connection, row: sqlite3.Row, by: str) -> str:
     A passing check writes nothing unless it clears an earlier failure (reads stay reads)."""
     text, failure = _check(row)
     if failure is not None or row["integrity_failed_at"] is not None:
-        with write(conn, "the answer's integrity check"):
-            record_check(conn, row, failure, by)
+        try:
+            with write(conn, "the answer's integrity check"):
+                record_check(conn, row, failure, by)
+        except StorageFull:
+            pass  # the check's verdict still stands; the scrub records it once space returns
     if failure is not None:
         raise failure
     assert text is not None
