@@ -20,6 +20,8 @@ def render_batch(b: dict[str, Any]) -> str:
             extra.append(f"rank {run['rank']}")
         if run["verify_passed"] is not None:
             extra.append("verify ok" if run["verify_passed"] else "verify FAILED")
+        if run.get("answer_verified") is False:
+            extra.append("answer NOT VERIFIED")
         if run["failure"]:
             extra.append(run["failure"][:60])
         lines.append(f"  {_MARK.get(run['state'], '?')} {run['id']}  {run['title']:<26} {run['state']:<9}"

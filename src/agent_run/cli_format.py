@@ -29,6 +29,8 @@ def _agent(a: dict[str, Any]) -> str:
         lines.append(f"  verdict {a['verdict']} (from the worker tool `finish`)")
     if ex.get("answer_sha256"):
         lines.append(f"  answer  {ex['answer_bytes']} bytes, sha256 {ex['answer_sha256']}")
+        if ex.get("answer_verified") is False:
+            lines.append("  answer  NOT VERIFIED: answer.md no longer matches its sha256 (see its integrity_failed event)")
     elif a.get("last_message"):
         lines.append(f"  last    {a['last_message'].splitlines()[0][:100]}")
     return "\n".join(lines)
@@ -42,6 +44,7 @@ def render(kind: str, data: Any) -> str:
         return prefix + _agent(data["agent"])
     if kind == "list_agents":
         rows = [f"{i['id']}  {i['state']:<10} {i['runtime']:<8} {_ago(i['created_at']):>8}  {i['task_preview'][:60]}"
+                + ("  [answer NOT VERIFIED]" if i.get("answer_verified") is False else "")
                 for i in data["items"]]
         return "\n".join(rows + [f"{len(data['items'])} of {data['total']} agents"])
     if kind == "answer":

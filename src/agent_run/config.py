@@ -100,10 +100,16 @@ class SupervisorConfig(StrictModel):
     stall_seconds: float = Field(default=600.0, gt=0)
     wall_seconds: float | None = Field(default=None, gt=0)
     cancel_grace_seconds: float = Field(default=5.0, ge=0)
+    storage_buffer_bytes: int = Field(default=4 * 1024 * 1024, ge=4096,
+                                      description="events held in memory while the disk is full")
+    storage_wait_seconds: float = Field(default=600.0, ge=0,
+                                        description="how long a finished run waits for disk space")
 
 
 class DaemonConfig(StrictModel):
     reconcile_interval_seconds: float = Field(default=2.0, gt=0)
+    answer_scrub_seconds: float = Field(default=3600.0, gt=0,
+                                        description="each sealed answer is re-hashed once per this period")
 
 
 def _default_runtimes() -> dict[str, RuntimeConfig]:
@@ -200,6 +206,8 @@ def render_init_config(found_binaries: dict[str, str]) -> str:
         "stall_seconds = 600.0",
         "# Seconds to wait after an interrupt before TERM, then KILL, of the engine group.",
         "cancel_grace_seconds = 5.0",
+        "# While the disk is full, hold up to this many bytes of a run's events in memory.",
+        "# storage_buffer_bytes = 4194304",
         "",
         "# The offline demo engine: pure Python, no network. The quick start uses it.",
         "[runtimes.demo]",

@@ -65,12 +65,20 @@ def private_dir(path: Path) -> Path:
 
 
 def write_private_file(path: Path, data: bytes) -> None:
-    """Write a file 0600 atomically: temp file, fsync, rename."""
+    """Write a file 0600 atomically: temp file, every byte written, fsync, rename. On any error
+    (ENOSPC included) the temp file is removed and `path` is left as it was: never truncated."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
-        os.write(fd, data)
+        view = memoryview(data)
+        while view:  # os.write may write less than asked (a disk filling up mid-write)
+            view = view[os.write(fd, view):]
         os.fsync(fd)
-    finally:
         os.close(fd)
-    os.replace(tmp, path)
+        fd = -1
+        os.replace(tmp, path)
+    except BaseException:
+        if fd >= 0:
+            os.close(fd)
+        tmp.unlink(missing_ok=True)
+        raise

@@ -2,7 +2,7 @@
 
 import os
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 import structlog
 
@@ -10,7 +10,23 @@ ROTATE_BYTES = 10 * 1024 * 1024
 KEEP_ROTATED = 3
 
 
-def _open_rotated(path: Path) -> TextIO:
+class _DiskFullTolerantFile:
+    """A log file whose writes never raise: a full disk loses log lines, never a request."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def write(self, text: str) -> None:
+        try:
+            os.write(self.fd, text.encode())
+        except OSError:
+            pass
+
+    def flush(self) -> None:
+        pass
+
+
+def _open_rotated(path: Path) -> "_DiskFullTolerantFile":
     if path.exists() and path.stat().st_size > ROTATE_BYTES:
         for n in range(KEEP_ROTATED - 1, 0, -1):
             older = path.with_name(f"{path.name}.{n}")
@@ -18,7 +34,7 @@ def _open_rotated(path: Path) -> TextIO:
                 older.replace(path.with_name(f"{path.name}.{n + 1}"))
         path.replace(path.with_name(f"{path.name}.1"))
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    return os.fdopen(fd, "a", buffering=1)
+    return _DiskFullTolerantFile(fd)
 
 
 def json_logger(path: Path, **context: Any) -> structlog.typing.FilteringBoundLogger:

@@ -11,11 +11,12 @@ from typing import Any
 
 from agent_run.batches import git
 from agent_run.batches.workflows import WORKFLOWS, Evidence, RunSpec, Workflow
-from agent_run.domain.errors import DomainError
+from agent_run.domain.errors import AnswerIntegrity, DomainError
 from agent_run.domain.ids import new_id
 from agent_run.domain.requests import CancelParams, StartParams
 from agent_run.services import agents as agent_service
 from agent_run.services.context import ServiceContext
+from agent_run.services.integrity import verified_answer
 from agent_run.store import agents as agents_q
 from agent_run.store import batches as batches_q
 from agent_run.store import reports as reports_q
@@ -66,7 +67,8 @@ def evidence_for(conn: sqlite3.Connection, batch: sqlite3.Row, run: sqlite3.Row)
         for report in reports_q.reports(conn, execution["id"]):
             reports.setdefault(report["tool"], []).append(json.loads(report["payload"]))
     latest = agents_q.latest_execution(conn, run["agent_id"])
-    answer = Path(latest["answer_path"]).read_text() if latest["answer_path"] else None
+    # Only a re-hashed answer is judged; a tampered one raises AnswerIntegrity (recorded).
+    answer = verified_answer(conn, latest, "batch judge") if latest["answer_sha256"] else None
     commits = git.commits_since(Path(run["worktree"]), batch["base_sha"]) if run["worktree"] else []
     return Evidence(answer=answer, reports=reports, commits=commits)
 
@@ -195,7 +197,11 @@ class BatchScheduler:
             failure = f"{latest['failure_kind']}: {(latest['failure_message'] or '')[:300]}"
             await self._fail_run(batch, workflow, cfg, run, failure)
             return
-        evidence = await self.ctx.db(evidence_for, batch, run)
+        try:
+            evidence = await self.ctx.db(evidence_for, batch, run)
+        except AnswerIntegrity as exc:
+            await self._fail_run(batch, workflow, cfg, run, f"integrity: {exc.message}")
+            return
         outcome = workflow.judge(run, evidence, cfg)
         if not outcome.ok:
             await self._fail_run(batch, workflow, cfg, run, outcome.failure or "failed")

@@ -6,20 +6,22 @@ from collections import Counter
 
 from agent_run.domain.batch_models import AttemptView, BatchSummary, BatchView, RunView
 from agent_run.domain.errors import BatchNotFound, RunNotFound
+from agent_run.services.integrity import answer_verified
 from agent_run.store import agents as agents_q
 from agent_run.store import batches as batches_q
 from agent_run.store.events import current_revision
 
 
 def run_view(conn: sqlite3.Connection, row: sqlite3.Row) -> RunView:
-    agent_state = None
+    agent_state = verified = None
     if row["agent_id"]:
         latest = agents_q.latest_execution(conn, row["agent_id"])
         agent_state = latest["state"] if latest else None
+        verified = answer_verified(latest) if latest else None
     return RunView(
         id=row["id"], stage=row["stage"], index=row["idx"], parent_run_id=row["parent_run_id"],
         title=row["title"], state=row["state"], failure=row["failure"], agent_id=row["agent_id"],
-        agent_state=agent_state, attempt=row["attempt"],
+        agent_state=agent_state, answer_verified=verified, attempt=row["attempt"],
         attempts=[AttemptView(attempt=a["attempt"], kind=a["kind"], agent_id=a["agent_id"])
                   for a in batches_q.attempts(conn, row["id"])],
         worktree=row["worktree"], branch=row["branch"], workdir=row["workdir"], locked=bool(row["locked"]),

@@ -97,6 +97,7 @@ class RunView(View):
     failure: str | None = None
     agent_id: str | None = None
     agent_state: str | None = None
+    answer_verified: bool | None = Field(default=None, description="the run's agent's answer_verified")
     attempt: int
     attempts: list[AttemptView]
     worktree: str | None = None

@@ -83,12 +83,19 @@ class GitError(DomainError):
     code = "GitError"
 
 
+class StorageFull(DomainError):
+    """The filesystem holding the home is full (ENOSPC / SQLITE_FULL); `details.writing` names
+    what could not be written. Nothing partial was kept: retry once space is freed."""
+
+    code = "StorageFull"
+
+
 ERRORS_BY_CODE: dict[str, type[DomainError]] = {
     cls.code: cls
     for cls in (
         DomainError, AgentNotFound, Conflict, InvalidRequest, UnknownRuntime, NotRunning, NotResumable,
         AnswerNotReady, AnswerIntegrity, ConfigInvalid, SpawnFailed, DaemonUnavailable,
-        BatchNotFound, RunNotFound, RunLocked, GitError,
+        BatchNotFound, RunNotFound, RunLocked, GitError, StorageFull,
     )
 }
 

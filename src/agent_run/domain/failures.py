@@ -22,6 +22,7 @@ class FailureKind(StrEnum):
     ENGINE_GROUP_SURVIVED = "engine_group_survived"
     SUPERVISOR_FAILED = "supervisor_failed"
     SUPERVISOR_LOST = "supervisor_lost"
+    STORAGE_FULL = "storage_full"
 
     @property
     def advice(self) -> str:
@@ -47,4 +48,5 @@ FAILURE_ADVICE: dict[FailureKind, str] = {
     FailureKind.ENGINE_GROUP_SURVIVED: "Engine processes survived the end of the run and were killed: the result is not trusted.",
     FailureKind.SUPERVISOR_FAILED: "The supervisor hit an internal error: read the supervisor log under agents/<id>/.",
     FailureKind.SUPERVISOR_LOST: "The supervisor died (killed or machine rebooted): resume or start the agent again.",
+    FailureKind.STORAGE_FULL: "The disk holding the home stayed full longer than the supervisor could hold the run's events in memory: free space (df on the home), then resume or start the agent again.",
 }

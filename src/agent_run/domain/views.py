@@ -8,6 +8,10 @@ from agent_run.domain.failures import FailureKind
 from agent_run.domain.states import ExecutionState, Verdict
 
 
+ANSWER_VERIFIED = ("null without a sealed answer; false once a re-hash (answer, the batch judge or "
+                   "the daemon's scrub) found answer.md not matching its sha256")
+
+
 class View(BaseModel):
     model_config = {"extra": "forbid"}
 
@@ -28,6 +32,8 @@ class ExecutionView(View):
     engine_session_id: str | None = None
     answer_sha256: str | None = None
     answer_bytes: int | None = None
+    answer_verified: bool | None = Field(default=None, description=ANSWER_VERIFIED)
+    answer_checked_at: float | None = Field(default=None, description="when the sealed answer was last re-hashed")
     usage: dict[str, float] | None = None
     cost_usd: float | None = None
 
@@ -45,6 +51,7 @@ class AgentView(View):
     state: ExecutionState = Field(description="the state of the latest execution")
     failure_kind: FailureKind | None = None
     verdict: Verdict | None = Field(default=None, description="done / blocked / failed, from the worker tools")
+    answer_verified: bool | None = Field(default=None, description=ANSWER_VERIFIED)
     execution: ExecutionView
     event_count: int
     last_message: str | None = Field(default=None, description="the last transcript line, truncated")
@@ -61,6 +68,7 @@ class AgentSummary(View):
     created_at: float
     updated_at: float
     answer_sha256: str | None = None
+    answer_verified: bool | None = Field(default=None, description=ANSWER_VERIFIED)
 
 
 class AgentList(View):

@@ -28,6 +28,8 @@ class ExecutionPlan:
     resume_session_id: str | None = None
     read_roots: list[str] = field(default_factory=list)
     worker_tools: list[str] = field(default_factory=lambda: ["finish"])
+    storage_buffer_bytes: int = 4 * 1024 * 1024  # events held in memory while the disk is full
+    storage_wait_seconds: float = 600.0  # how long the end waits for space before giving up
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "ExecutionPlan":

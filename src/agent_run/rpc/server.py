@@ -21,11 +21,13 @@ from agent_run.home import MAX_SOCKET_PATH, Home
 from agent_run.logs import daemon_logger
 from agent_run.rpc import protocol as p
 from agent_run.services.context import ServiceContext
+from agent_run.services.integrity import scrub_once
 from agent_run.services.reconcile import reconcile_once
-from agent_run.store.db import connect
+from agent_run.store.db import connect, is_storage_full, storage_full
 from agent_run.tools import SOCKET_ONLY, TOOLS, Tool, tool_schemas
 
 ALL_TOOLS: dict[str, Tool] = {**TOOLS, **SOCKET_ONLY}
+SCRUB_TICK_SECONDS = 10.0
 
 
 class DaemonAlreadyRunning(Exception):
@@ -91,6 +93,7 @@ class Daemon:
 
         background = [asyncio.create_task(self.ctx.watcher.run()),
                       asyncio.create_task(self._reconcile_loop()),
+                      asyncio.create_task(self._scrub_loop()),
                       asyncio.create_task(scheduler(self.ctx).run_forever(self.log))]
         self.log.info("daemon.started", pid=os.getpid(), socket=str(self.home.socket_path))
         async with server:
@@ -105,12 +108,24 @@ class Daemon:
     async def _reconcile_loop(self) -> None:
         while True:
             try:
-                lost = await self.ctx.db(reconcile_once, self.ctx.starting)
+                lost = await self.ctx.db(reconcile_once, self.ctx.starting, self.home)
                 for item in lost:
                     self.log.warning("execution.lost", execution_id=item.execution_id, reason=item.reason)
             except Exception as exc:  # keep reconciling; the next pass may succeed
                 self.log.error("reconcile.error", error=repr(exc))
             await asyncio.sleep(self.config.daemon.reconcile_interval_seconds)
+
+    async def _scrub_loop(self) -> None:
+        """Re-hash every sealed answer once per `answer_scrub_seconds`, a few per pass."""
+        period = self.config.daemon.answer_scrub_seconds
+        while True:
+            try:
+                result = await self.ctx.db(scrub_once, period)
+                for execution_id in result.failed:
+                    self.log.warning("answer.integrity_failed", execution_id=execution_id, by="scrub")
+            except Exception as exc:  # keep scrubbing; the next pass may succeed
+                self.log.error("scrub.error", error=repr(exc))
+            await asyncio.sleep(max(0.2, min(SCRUB_TICK_SECONDS, period / 20)))
 
     # -- connections ------------------------------------------------------------------------
 
@@ -197,6 +212,9 @@ class Daemon:
         except DomainError as exc:
             return p.error(request_id, p.DOMAIN_ERROR, exc.message, exc.to_data())
         except Exception as exc:
+            if is_storage_full(exc):  # a write outside store.db.write (a file, a directory)
+                full = storage_full(f"what `{method}` needed to store", exc)
+                return p.error(request_id, p.DOMAIN_ERROR, full.message, full.to_data())
             self.log.exception("rpc.internal_error", method=method)
             return p.error(request_id, p.INTERNAL_ERROR, f"internal error: {exc!r}")
         return p.response(request_id, result.model_dump(mode="json"))

@@ -20,12 +20,12 @@ from agent_run.domain.views import (
     TranscriptItem, TranscriptPage, WaitResult,
 )
 from agent_run.services.context import ServiceContext
+from agent_run.services.integrity import answer_verified, verified_answer
 from agent_run.store import agents as agents_q
 from agent_run.store import commands as commands_q
 from agent_run.store import events as events_q
 from agent_run.store.db import write
 from agent_run.supervisor.launch import spawn_supervisor
-from agent_run.supervisor.seal import read_verified_answer
 
 # -- views --------------------------------------------------------------------------------
 
@@ -45,6 +45,7 @@ def execution_view(row: sqlite3.Row) -> ExecutionView:
         created_at=row["created_at"], started_at=row["started_at"], ended_at=row["ended_at"],
         exit_code=row["exit_code"], verdict=row["verdict"], engine_session_id=row["engine_session_id"],
         answer_sha256=row["answer_sha256"], answer_bytes=row["answer_bytes"],
+        answer_verified=answer_verified(row), answer_checked_at=row["answer_checked_at"],
         usage=json.loads(row["usage_json"]) if row["usage_json"] else None, cost_usd=row["cost_usd"],
     )
 
@@ -63,7 +64,7 @@ def read_agent_view(conn: sqlite3.Connection, agent_id: str) -> AgentView:
             engine=agent["engine"], model=agent["model"], task=agent["task"], workdir=agent["workdir"],
             profile=agent["profile"], created_at=agent["created_at"], state=execution["state"],
             failure_kind=execution["failure_kind"], verdict=execution["verdict"],
-            execution=execution_view(execution),
+            answer_verified=answer_verified(execution), execution=execution_view(execution),
             event_count=events_q.count_events(conn, agent_id),
             last_message=last["content"][:300] if last else None,
             revision=events_q.current_revision(conn),
@@ -91,7 +92,8 @@ async def list_agents(ctx: ServiceContext, p: ListAgentsParams) -> AgentList:
         items = [AgentSummary(id=r["id"], runtime=r["runtime"], model=r["model"], state=r["state"],
                               failure_kind=r["failure_kind"], task_preview=r["task"].strip().splitlines()[0][:120] if r["task"].strip() else "",
                               created_at=r["created_at"], updated_at=r["updated_at"],
-                              answer_sha256=r["answer_sha256"]) for r in rows]
+                              answer_sha256=r["answer_sha256"], answer_verified=answer_verified(r))
+                 for r in rows]
         return AgentList(items=items, total=total, limit=p.limit, offset=p.offset, revision=revision)
 
     return await ctx.db(read)
@@ -135,7 +137,7 @@ def _request_hash(p: StartParams, runtime: str, model: str, workdir: str) -> str
 
 def _admit(conn: sqlite3.Connection, agent_row: dict, execution: dict) -> tuple[str, bool]:
     """Insert the agent, or return the one this request_id already made. (agent_id, created)."""
-    with write(conn):
+    with write(conn, "the new agent (its agents, executions and events rows)"):
         if agent_row["request_id"] is not None:
             existing = agents_q.get_agent_by_request(conn, agent_row["request_id"])
             if existing is not None:
@@ -174,6 +176,8 @@ async def start(ctx: ServiceContext, p: StartParams, *, worker_tools: list[str] 
         "stall_seconds": p.stall_seconds or runtime.stall_seconds or supervisor.stall_seconds,
         "wall_seconds": p.wall_seconds or runtime.wall_seconds or supervisor.wall_seconds,
         "cancel_grace_seconds": supervisor.cancel_grace_seconds,
+        "storage_buffer_bytes": supervisor.storage_buffer_bytes,
+        "storage_wait_seconds": supervisor.storage_wait_seconds,
         # One generated home per agent: its sessions live there for resume, and concurrent
         # agents never share the files that carry their worker tokens.
         "engine_home": str(ctx.home.homes_dir / runtime_name / agent_id),
@@ -214,7 +218,7 @@ async def resume(ctx: ServiceContext, p: ResumeParams) -> AgentView:
     execution_id = new_execution_id()
 
     def admit(conn: sqlite3.Connection) -> None:
-        with write(conn):
+        with write(conn, "the new execution (its executions and events rows)"):
             latest = latest_execution_or_raise(conn, p.agent_id)
             state = ExecutionState(latest["state"])
             if not state.terminal:
@@ -250,7 +254,7 @@ async def answer(ctx: ServiceContext, p: AgentParams) -> AnswerView:
             kind = f" ({row['failure_kind']})" if row["failure_kind"] else ""
             raise errors.AnswerNotReady(f"agent {p.agent_id} has no sealed answer: it {why}{kind}",
                                         field="agent_id", state=state.value)
-        text = read_verified_answer(Path(row["answer_path"]), row["answer_sha256"], row["answer_bytes"])
+        text = verified_answer(conn, row, "answer")  # a mismatch is recorded, then raised
         return AnswerView(agent_id=p.agent_id, execution_id=row["id"], text=text,
                           sha256=row["answer_sha256"], bytes=row["answer_bytes"], path=row["answer_path"])
 

@@ -35,8 +35,11 @@ CONFIG = """config.toml (in the home; `agent-run init` writes a commented one):
 
 schema_version = 1            required
 default_runtime = "demo"      a key of [runtimes]
-[supervisor] stall_seconds, wall_seconds, cancel_grace_seconds
-[daemon]     reconcile_interval_seconds
+[supervisor] stall_seconds, wall_seconds, cancel_grace_seconds,
+             storage_buffer_bytes (events held in memory while the disk is full; 4 MiB),
+             storage_wait_seconds (how long a finished run waits for space; 600)
+[daemon]     reconcile_interval_seconds, answer_scrub_seconds (each sealed answer is re-hashed
+             once per this period; 3600)
 [runtimes.NAME] engine (demo|codex|claude|glm|qwen), enabled, binary, models, default_model,
                auth = { env = "VAR" } or { file = "PATH" } (never the secret itself),
                base_url, allow_plain_http_loopback, env (non-secret), stall_seconds, wall_seconds

@@ -6,12 +6,14 @@ from dataclasses import dataclass
 
 from agent_run.domain.failures import FailureKind
 from agent_run.domain.states import ExecutionState
+from agent_run.home import Home
 from agent_run.store import agents as agents_q
 from agent_run.store import commands as commands_q
 from agent_run.store.db import write
 from agent_run.supervisor.identity import (
     Liveness, ProcessIdentity, engine_group_alive, kill_group, liveness,
 )
+from agent_run.supervisor.storage import RESERVE_NAME, filesystem_full, supervisor_log_says_full
 
 
 @dataclass(frozen=True)
@@ -59,10 +61,22 @@ def _kill_engine(row: sqlite3.Row) -> bool:
     return False
 
 
+def storage_cause(home: Home, row: sqlite3.Row) -> str | None:
+    """What the dead supervisor left about a full disk (its log), or the disk's state now."""
+    said = supervisor_log_says_full(home.execution_dir(row["agent_id"], row["id"]) / "supervisor.log")
+    if said:
+        return f"its log says the disk was full: {said}"
+    free = filesystem_full(home.root)
+    if free is not None:
+        return f"the filesystem holding {home.root} is full ({free} bytes free)"
+    return None
+
+
 def reconcile_execution(conn: sqlite3.Connection, execution_id: str,
-                        starting: set[str] | frozenset[str] = frozenset()) -> LostExecution | None:
+                        starting: set[str] | frozenset[str] = frozenset(),
+                        home: Home | None = None) -> LostExecution | None:
     # Under the write lock: a supervisor cannot commit its own ending between our read and write.
-    with write(conn):
+    with write(conn, "a lost execution's state"):
         row = agents_q.get_execution(conn, execution_id)
         if row is None or ExecutionState(row["state"]).terminal:
             return None
@@ -76,6 +90,11 @@ def reconcile_execution(conn: sqlite3.Connection, execution_id: str,
         killed = _kill_engine(row)
         if killed:
             reason += "; its surviving engine group was killed"
+        cause = storage_cause(home, row) if home is not None else None
+        if cause:
+            reason += f"; {cause}"
+        if home is not None:  # the dead supervisor's reserve is space nobody will use
+            (home.execution_dir(row["agent_id"], row["id"]) / RESERVE_NAME).unlink(missing_ok=True)
         agents_q.transition(conn, execution_id, ExecutionState.LOST,
                             failure_kind=FailureKind.SUPERVISOR_LOST.value, failure_message=reason)
         for command in commands_q.pending(conn, execution_id):
@@ -83,11 +102,12 @@ def reconcile_execution(conn: sqlite3.Connection, execution_id: str,
     return LostExecution(execution_id, reason, killed)
 
 
-def reconcile_once(conn: sqlite3.Connection, starting: set[str]) -> list[LostExecution]:
+def reconcile_once(conn: sqlite3.Connection, starting: set[str],
+                   home: Home | None = None) -> list[LostExecution]:
     """One pass over every live execution, except those this daemon is spawning right now."""
     lost = []
     for row in agents_q.live_executions(conn):
-        result = reconcile_execution(conn, row["id"], starting)
+        result = reconcile_execution(conn, row["id"], starting, home)
         if result is not None:
             lost.append(result)
     return lost

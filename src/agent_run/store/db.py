@@ -1,12 +1,17 @@
 """Connections, numbered SQL migrations (recorded in PRAGMA user_version) and write transactions."""
 
+import errno
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
 
+from agent_run.domain.errors import StorageFull
+
 BUSY_TIMEOUT_MS = 30_000
+SQLITE_FULL = 13
+NO_SPACE_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 
 
 def migrations() -> list[tuple[int, str, str]]:
@@ -54,13 +59,36 @@ def connect(path: Path, *, apply_migrations: bool = True) -> sqlite3.Connection:
     return conn
 
 
+def is_storage_full(exc: BaseException) -> bool:
+    """Whether `exc` says the disk (or quota) is full: SQLITE_FULL or ENOSPC / EDQUOT."""
+    if isinstance(exc, StorageFull):
+        return True
+    if isinstance(exc, sqlite3.Error):
+        return getattr(exc, "sqlite_errorcode", None) == SQLITE_FULL or "disk is full" in str(exc)
+    return isinstance(exc, OSError) and exc.errno in NO_SPACE_ERRNOS
+
+
+def storage_full(writing: str, exc: BaseException) -> StorageFull:
+    return StorageFull(f"the disk holding the agent-run home is full: could not write {writing} "
+                       f"({exc}); nothing partial was kept, retry once space is freed", writing=writing)
+
+
 @contextmanager
-def write(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
-    """A write transaction that takes the write lock up front (BEGIN IMMEDIATE)."""
-    conn.execute("BEGIN IMMEDIATE")
+def write(conn: sqlite3.Connection, writing: str = "the state database") -> Iterator[sqlite3.Connection]:
+    """A write transaction that takes the write lock up front (BEGIN IMMEDIATE).
+
+    A full disk (SQLITE_FULL, at any statement or at COMMIT) rolls the whole transaction back
+    and raises `StorageFull` naming `writing`."""
     try:
-        yield conn
-    except BaseException:
-        conn.execute("ROLLBACK")
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:  # SQLite may already have rolled back (SQLITE_FULL)
+                conn.execute("ROLLBACK")
+            raise
+    except sqlite3.OperationalError as exc:
+        if is_storage_full(exc):
+            raise storage_full(writing, exc) from None
         raise
-    conn.execute("COMMIT")

@@ -1,56 +1,179 @@
-"""Batched writes of one execution's events and messages: few transactions, ordered rows."""
+"""One execution's outbox: its rows (events, messages, signals, field updates, transitions,
+command resolutions) and its raw stream, written in few ordered transactions, and held in
+memory (bounded) while the disk is full, then written when space returns."""
 
+import os
 import sqlite3
 import time
+from pathlib import Path
 from typing import Any
 
-from agent_run.store.db import write
+from agent_run.domain.errors import StorageFull
+from agent_run.domain.states import ExecutionState
+from agent_run.store import agents as agents_q
+from agent_run.store import commands as commands_q
+from agent_run.store.db import is_storage_full, storage_full, write
 from agent_run.store.events import append_event, append_message
 from agent_run.store.reports import append_signal
+from agent_run.supervisor.storage import note
 
 FLUSH_INTERVAL_SECONDS = 0.05
 FLUSH_MAX_ROWS = 200
+STORAGE_RETRY_SECONDS = 1.0  # how often a full disk is tried again
+ROW_OVERHEAD_BYTES = 64
+DEFAULT_BUFFER_BYTES = 4 * 1024 * 1024
 
 
 class ExecutionLog:
-    def __init__(self, conn: sqlite3.Connection, agent_id: str, execution_id: str,
-                 runtime: str) -> None:
+    def __init__(self, conn: sqlite3.Connection, agent_id: str, execution_id: str, runtime: str, *,
+                 raw_path: Path | None = None, buffer_bytes: int = DEFAULT_BUFFER_BYTES) -> None:
         self.conn = conn
         self.runtime = runtime
         self.agent_id = agent_id
         self.execution_id = execution_id
+        self.raw_path = raw_path
+        self.buffer_bytes = buffer_bytes
         self._rows: list[tuple[str, Any]] = []
+        self._sizes: list[int] = []  # estimated bytes of each row, for the buffer bound
+        self._row_bytes = 0
+        self._raw: list[bytes] = []
+        self._raw_bytes = 0
+        self._raw_fd: int | None = None
         self._last_flush = time.monotonic()
         self.event_count = 0
+        self.full_since: float | None = None  # monotonic time the disk was first found full
+        self.full_error: str | None = None
+        self.dropped = 0  # rows and lines dropped once the buffer was exhausted
+
+    # -- buffering ----------------------------------------------------------------------------
+
+    def _add(self, what: str, fields: Any, size: int = 0, *, droppable: bool = True) -> None:
+        if droppable and self.exhausted:  # the run is being stopped for it: stay bounded
+            self.dropped += 1
+            return
+        self._rows.append((what, fields))
+        self._sizes.append(size + ROW_OVERHEAD_BYTES)
+        self._row_bytes += size + ROW_OVERHEAD_BYTES
+
+    @property
+    def held_bytes(self) -> int:
+        """Estimated size of what is buffered: rows and raw lines."""
+        return self._row_bytes + self._raw_bytes
 
     def event(self, kind: str, data: dict[str, Any]) -> None:
-        self._rows.append(("event", (kind, data, time.time())))
+        self._add("event", (kind, data, time.time()), len(str(data)))
 
     def message(self, role: str, content: str, name: str | None = None) -> None:
-        self._rows.append(("message", (role, name, content, time.time())))
+        self._add("message", (role, name, content, time.time()), len(content))
 
     def signal(self, kind: str, status: int | None, retry_after: float | None, detail: str) -> None:
         """Rate-limit / quota evidence, kept as rows a capacity feature can read."""
-        self._rows.append(("signal", (kind, status, retry_after, detail)))
+        self._add("signal", (kind, status, retry_after, detail), len(detail))
+
+    def update(self, **fields: Any) -> None:
+        """Set fields of the execution row, in order with the events around it."""
+        self._add("update", fields, droppable=False)  # small, and part of the state
+
+    def transition(self, state: ExecutionState, **fields: Any) -> None:
+        self._add("transition", (state, fields), droppable=False)
+
+    def resolve(self, command: sqlite3.Row, state: str, result: str) -> None:
+        self._add("resolve", (dict(command), state, result), len(result), droppable=False)
+
+    def raw(self, line: bytes) -> None:
+        """A redacted stdout line for runtime.jsonl."""
+        if self.exhausted:
+            self.dropped += 1
+            return
+        self._raw.append(line)
+        self._raw_bytes += len(line)
+
+    @property
+    def exhausted(self) -> bool:
+        return self.full_since is not None and self.held_bytes > self.buffer_bytes
 
     def due(self) -> bool:
-        return bool(self._rows) and (
-            len(self._rows) >= FLUSH_MAX_ROWS
-            or time.monotonic() - self._last_flush >= FLUSH_INTERVAL_SECONDS
-        )
+        if not (self._rows or self._raw):
+            return False
+        since = time.monotonic() - self._last_flush
+        if self.full_since is not None:
+            return since >= STORAGE_RETRY_SECONDS
+        return len(self._rows) >= FLUSH_MAX_ROWS or since >= FLUSH_INTERVAL_SECONDS
 
-    def take(self) -> list[tuple[str, Any]]:
-        """Hand over the buffered rows, to be written inside the caller's own transaction."""
-        rows, self._rows = self._rows, []
-        return rows
+    def pending(self) -> list[tuple[str, Any]]:
+        """The buffered rows, to be written inside the caller's own transaction (then `forget`)."""
+        return list(self._rows)
 
-    def flush(self) -> None:
-        if not self._rows:
-            return
-        rows, self._rows = self._rows, []
-        with write(self.conn):
-            self.write_rows(rows)
+    def forget(self, count: int) -> None:
+        """Drop the first `count` rows once the caller's transaction committed them."""
+        self._row_bytes -= sum(self._sizes[:count])
+        del self._rows[:count], self._sizes[:count]
+
+    def drop_all(self) -> int:
+        """Give up on every buffered row (the disk stayed full); how many there were."""
+        count = len(self._rows) + len(self._raw)
+        self.forget(len(self._rows))
+        self._raw, self._raw_bytes = [], 0
+        self.dropped += count
+        return count
+
+    # -- writing ------------------------------------------------------------------------------
+
+    def flush(self) -> bool:
+        """Write what is held. While the disk is full nothing is lost: the rows stay buffered,
+        are tried again every STORAGE_RETRY_SECONDS, and False is returned."""
         self._last_flush = time.monotonic()
+        try:
+            self.flush_raw()
+            if self._rows:
+                rows = self.pending()
+                with write(self.conn, "the execution's events"):
+                    self.write_rows(rows)
+                self.forget(len(rows))
+        except StorageFull as exc:
+            self.on_storage_full(exc)
+            return False
+        if self.full_since is not None:
+            held = time.monotonic() - self.full_since
+            self.full_since = self.full_error = None
+            self.event("storage_recovered", {"held_seconds": round(held, 3), "dropped": self.dropped})
+            note(f"storage_recovered: execution {self.execution_id} wrote what it held for {held:.1f}s")
+            return self.flush()
+        return True
+
+    def on_storage_full(self, exc: StorageFull) -> None:
+        if self.full_since is None:
+            self.full_since = time.monotonic()
+            self.full_error = exc.message
+            self._rows.insert(0, ("event", ("storage_full", {"error": exc.message[:500]}, time.time())))
+            self._sizes.insert(0, ROW_OVERHEAD_BYTES)
+            self._row_bytes += ROW_OVERHEAD_BYTES
+            note(f"storage_full: execution {self.execution_id} holds its events in memory "
+                 f"(up to {self.buffer_bytes} bytes) and retries: {exc.message}")
+
+    def flush_raw(self) -> None:
+        """Append the held raw lines to runtime.jsonl; a full disk leaves no partial line."""
+        if not self._raw or self.raw_path is None:
+            self._raw, self._raw_bytes = [], 0
+            return
+        if self._raw_fd is None:
+            self._raw_fd = os.open(self.raw_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        size = os.fstat(self._raw_fd).st_size
+        view = memoryview(b"".join(self._raw))
+        try:
+            while view:
+                view = view[os.write(self._raw_fd, view):]
+        except OSError as exc:
+            if not is_storage_full(exc):
+                raise
+            os.ftruncate(self._raw_fd, size)
+            raise storage_full(f"{self.raw_path.name}", exc) from None
+        self._raw, self._raw_bytes = [], 0
+
+    def close(self) -> None:
+        if self._raw_fd is not None:
+            os.close(self._raw_fd)
+            self._raw_fd = None
 
     def write_rows(self, rows: list[tuple[str, Any]]) -> None:
         ids = {"agent_id": self.agent_id, "execution_id": self.execution_id}
@@ -63,6 +186,14 @@ class ExecutionLog:
                 kind, status, retry_after, detail = fields
                 append_signal(self.conn, **ids, runtime=self.runtime, kind=kind, status=status,
                               retry_after=retry_after, detail=detail)
-            else:
+            elif what == "message":
                 role, name, content, ts = fields
                 append_message(self.conn, **ids, role=role, name=name, content=content, ts=ts)
+            elif what == "update":
+                agents_q.update_execution(self.conn, self.execution_id, **fields)
+            elif what == "transition":
+                state, changes = fields
+                agents_q.transition(self.conn, self.execution_id, state, **changes)
+            else:
+                command, state, result = fields
+                commands_q.resolve(self.conn, command, state=state, result=result)

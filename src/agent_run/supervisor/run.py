@@ -11,8 +11,8 @@ import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
 
+from agent_run.domain.errors import StorageFull
 from agent_run.domain.failures import FailureKind
 from agent_run.domain.states import ExecutionState
 from agent_run.engines import engine_for
@@ -20,11 +20,12 @@ from agent_run.engines.base import (
     Completion, ControlAck, Engine, EngineNote, ExecutionPlan, LaunchSpec, MessageEvent, RetryEvent,
     SendInput, SessionStarted, SteerJoined, Unparsed, WorkerMcp,
 )
-from agent_run.home import Home
+from agent_run.home import Home, write_private_file
 from agent_run.store import agents as agents_q
 from agent_run.store import commands as commands_q
 from agent_run.store import reports as reports_q
-from agent_run.store.db import connect, write
+from agent_run.store.db import connect, is_storage_full, write
+from agent_run.supervisor.ending import Ending, EndWriter
 from agent_run.supervisor.eventlog import ExecutionLog
 from agent_run.supervisor.engine_process import EngineProcess, Escalation
 from agent_run.supervisor.identity import ProcessIdentity, kill_group
@@ -32,7 +33,7 @@ from agent_run.supervisor.outcome import Outcome, decide_outcome
 from agent_run.supervisor.redact import Redactor
 from agent_run.supervisor.retries import RetryWatch
 from agent_run.supervisor.secrets import resolve_secrets
-from agent_run.supervisor.seal import seal_answer
+from agent_run.supervisor.storage import StorageReserve, note, reserve_log_space
 from agent_run.worker_tools.binding import (
     EXECUTION_ENV, HOME_ENV, SERVER_NAME, TOKEN_ENV, TOOLS_ENV, token_hash,
 )
@@ -62,7 +63,11 @@ class Supervisor:
         self.execution_id = execution_id
         self.plan = ExecutionPlan.from_json(json.loads(row["plan_json"]))
         self.dir = home.execution_dir(self.plan.agent_id, execution_id)
-        self.log = ExecutionLog(self.conn, self.plan.agent_id, execution_id, self.plan.runtime)
+        self.log = ExecutionLog(self.conn, self.plan.agent_id, execution_id, self.plan.runtime,
+                                raw_path=self.dir / "runtime.jsonl",
+                                buffer_bytes=self.plan.storage_buffer_bytes)
+        self.reserve = StorageReserve(self.dir)
+        self.handled_commands: set[int] = set()  # resolved, though maybe not yet written
         self.retries = RetryWatch(float(self.plan.runtime_config.get("retry_give_up_seconds") or 120.0))
         self.signalled: int | None = None
         self.child: EngineProcess | None = None
@@ -85,14 +90,18 @@ class Supervisor:
             signal.signal(sig, self._on_signal)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
         me = ProcessIdentity.current()
-        with write(self.conn):
-            state = agents_q.get_execution(self.conn, self.execution_id)["state"]
-            if state != ExecutionState.CREATED:
-                return False  # the spawner gave up on us, or another supervisor took it
-            agents_q.update_execution(self.conn, self.execution_id, supervisor_pid=me.pid,
-                                      supervisor_start_ticks=me.start_ticks, boot_id=me.boot_id)
-            agents_q.transition(self.conn, self.execution_id, ExecutionState.STARTING,
-                                started_at=time.time())
+        try:
+            with write(self.conn, "the supervisor's identity"):
+                state = agents_q.get_execution(self.conn, self.execution_id)["state"]
+                if state != ExecutionState.CREATED:
+                    return False  # the spawner gave up on us, or another supervisor took it
+                agents_q.update_execution(self.conn, self.execution_id, supervisor_pid=me.pid,
+                                          supervisor_start_ticks=me.start_ticks, boot_id=me.boot_id)
+                agents_q.transition(self.conn, self.execution_id, ExecutionState.STARTING,
+                                    started_at=time.time())
+        except StorageFull as exc:
+            note(f"storage_full: {exc.message}")
+            return False
         if ready_fd is not None:
             os.write(ready_fd, (json.dumps(me.__dict__) + "\n").encode())
             os.close(ready_fd)
@@ -106,11 +115,13 @@ class Supervisor:
     def run(self) -> None:
         try:
             self._run()
-        except Exception:
-            self._fail_hard(traceback.format_exc())
+        except Exception as exc:
+            self._fail_hard(traceback.format_exc(), storage=is_storage_full(exc))
 
     def _run(self) -> None:
         engine = self.engine
+        self.reserve.take()  # space to record the end in, should the disk fill up meanwhile
+        reserve_log_space()  # and for the log lines that would say so
         try:
             secrets = resolve_secrets(self.plan.runtime_config.get("auth"))
         except ValueError as exc:
@@ -135,30 +146,26 @@ class Supervisor:
         finally:
             stderr_log.close()
         identity = self.child.identity
-        with write(self.conn):
-            agents_q.update_execution(
-                self.conn, self.execution_id, engine_pid=self.child.pgid,
-                engine_start_ticks=identity.start_ticks if identity else None)
-            agents_q.transition(self.conn, self.execution_id, ExecutionState.RUNNING)
+        self.log.update(engine_pid=self.child.pgid, engine_start_ticks=identity.start_ticks if identity else None)
+        self.log.transition(ExecutionState.RUNNING)
+        self.log.flush()
         for data in engine.initial_input(self.plan):
             self._write_stdin(data)
-        with open(self.dir / "runtime.jsonl", "ab", buffering=0) as raw:
-            os.chmod(raw.name, 0o600)
-            self._pump(engine, redact, raw)
+        self._pump(engine, redact)
         self._finish(self._decide(engine, redact))
 
     def _worker_mcp(self) -> WorkerMcp:
         """A fresh capability token (only its hash is stored) and how to start the worker tools."""
         token = token_source.token_urlsafe(32)
-        with write(self.conn):
-            agents_q.update_execution(self.conn, self.execution_id, worker_token_sha256=token_hash(token))
+        self.log.update(worker_token_sha256=token_hash(token))
+        self.log.flush()
         tools = self.plan.worker_tools
         env = {HOME_ENV: str(self.home.root), EXECUTION_ENV: self.execution_id, TOKEN_ENV: token,
                TOOLS_ENV: ",".join(tools)}
         return WorkerMcp(name=SERVER_NAME, command=sys.executable, args=["-m", "agent_run.worker_tools"],
                          env=env, tools=tools)
 
-    def _pump(self, engine: Engine, redact: Redactor, raw: IO[bytes]) -> None:
+    def _pump(self, engine: Engine, redact: Redactor) -> None:
         """Read the engine's stdout until EOF, obeying commands and watchdogs meanwhile."""
         assert self.child and self.child.proc.stdout
         started = last_event = time.monotonic()
@@ -178,13 +185,14 @@ class Supervisor:
                 pending += chunk
                 *lines, pending = pending.split(b"\n")
                 for line in lines:
-                    self._on_line(engine, redact, raw, line)
+                    self._on_line(engine, redact, line)
                 if len(pending) > MAX_LINE_BYTES:
-                    self._on_line(engine, redact, raw, pending)
+                    self._on_line(engine, redact, pending)
                     pending = b""
             now = time.monotonic()
-            if self.log.due():
-                self.log.flush()
+            if self.log.due() and not self.log.flush() and self.log.exhausted:
+                self._request_stop(engine, f"the disk stayed full and the {self.log.buffer_bytes}-byte "
+                                   f"event buffer is exhausted: {self.log.full_error}", FailureKind.STORAGE_FULL)
             if now >= next_poll:
                 next_poll = now + COMMAND_POLL_SECONDS
                 self._poll_commands(engine)
@@ -192,14 +200,14 @@ class Supervisor:
             if self.stop is not None and self.stop.escalation is not None:
                 self.child.escalate(self.stop.escalation, now)
         if pending.strip():
-            self._on_line(engine, redact, raw, pending)
+            self._on_line(engine, redact, pending)
         self.log.flush()
 
-    def _on_line(self, engine: Engine, redact: Redactor, raw: IO[bytes], data: bytes) -> None:
+    def _on_line(self, engine: Engine, redact: Redactor, data: bytes) -> None:
         line = redact(data.decode("utf-8", errors="replace")).strip()
         if not line:
             return
-        raw.write(line.encode() + b"\n")
+        self.log.raw(line.encode() + b"\n")
         for event in engine.parse_line(line):
             self._on_event(event)
 
@@ -210,10 +218,8 @@ class Supervisor:
         if isinstance(event, SessionStarted):
             self.log.event("session", {"session_id": event.session_id, "model": event.model})
             if event.session_id:
+                self.log.update(engine_session_id=event.session_id)
                 self.log.flush()
-                with write(self.conn):
-                    agents_q.update_execution(self.conn, self.execution_id,
-                                              engine_session_id=event.session_id)
         elif isinstance(event, MessageEvent):
             self.log.message(event.role, event.content, event.name)
             self.log.event("message", {"role": event.role, "name": event.name,
@@ -262,15 +268,16 @@ class Supervisor:
         if self.signalled is not None and self.stop is None:
             self._request_stop(engine, f"supervisor received signal {self.signalled}", None)
         for command in commands_q.pending(self.conn, self.execution_id):
-            self.log.flush()
+            if command["id"] in self.handled_commands:
+                continue  # resolved; its resolution waits in the log for disk space
+            self.handled_commands.add(command["id"])
             if command["kind"] == "cancel":
                 self._request_stop(engine, "cancel requested", None)
-                with write(self.conn):
-                    commands_q.resolve(self.conn, command, state="done", result="cancelling")
+                self.log.resolve(command, "done", "cancelling")
             else:
                 state, result = self._steer(engine, json.loads(command["payload"])["text"])
-                with write(self.conn):
-                    commands_q.resolve(self.conn, command, state=state, result=result)
+                self.log.resolve(command, state, result)
+            self.log.flush()
 
     def _steer(self, engine: Engine, text: str) -> tuple[str, str]:
         data = engine.steer_input(text)
@@ -293,10 +300,9 @@ class Supervisor:
         grace = self.plan.cancel_grace_seconds
         self.stop = StopRequest(reason, failure, Escalation(time.monotonic() + grace, max(grace, 1.0)))
         self.log.event("stopping", {"reason": reason, "failure_kind": failure})
-        self.log.flush()
         if failure is None:
-            with write(self.conn):
-                agents_q.transition(self.conn, self.execution_id, ExecutionState.CANCELLING)
+            self.log.transition(ExecutionState.CANCELLING)
+        self.log.flush()
         interrupt = engine.interrupt_input() if engine.supports_interrupt else None
         if interrupt is not None and self._stdin_open():
             self._write_stdin(interrupt)
@@ -361,8 +367,7 @@ class Supervisor:
         group_gone, survivors = self.child.reap_group()
         if survivors:
             self.log.event("group_killed", {"pids": survivors, "gone": group_gone})
-        with write(self.conn):
-            agents_q.update_execution(self.conn, self.execution_id, exit_code=exit_code)
+        self.log.update(exit_code=exit_code)
         stderr_tail = ""
         log_path = self.dir / "engine.log"
         if log_path.exists():
@@ -384,33 +389,43 @@ class Supervisor:
             fields["usage_json"] = json.dumps(self.usage)
         if self.completions:
             fields["cost_usd"] = self.cost_usd
-        if outcome.state is ExecutionState.SUCCEEDED:
-            sealed = seal_answer(self.dir, outcome.answer or "", agent_id=self.plan.agent_id,
-                                 execution_id=self.execution_id)
-            fields.update(answer_path=str(sealed.path), answer_sha256=sealed.sha256,
-                          answer_bytes=sealed.bytes)
-        else:
+        if outcome.state is not ExecutionState.SUCCEEDED:
             fields.update(failure_kind=outcome.failure.value if outcome.failure else None,
                           failure_message=outcome.message)
             if outcome.answer:  # keep an error reply readable, unsealed, for diagnosis
-                (self.dir / "reply.md").write_text(outcome.answer)
+                try:
+                    write_private_file(self.dir / "reply.md", outcome.answer.encode())
+                except OSError as exc:
+                    note(f"reply.md not kept: {exc}")
         if outcome.failure in (FailureKind.RATE_LIMITED, FailureKind.QUOTA_EXHAUSTED):
             self.log.signal(outcome.failure.value, None, None, outcome.message or "")
-        with write(self.conn):
-            self.log.write_rows(self.log.take())
-            agents_q.transition(self.conn, self.execution_id, outcome.state, **fields)
+        sealing = outcome.state is ExecutionState.SUCCEEDED
+        ending = Ending(outcome.state, fields, failure=outcome.failure,
+                        answer=(outcome.answer or "") if sealing else None)
+        writer = EndWriter(self.log, self.dir, self.reserve, self.plan.storage_wait_seconds)
+        try:
+            writer.record(ending)
+        finally:
+            self.reserve.release()
+            self.log.close()
 
-    def _fail_hard(self, trace: str) -> None:
-        """An internal error: never leave the engine behind or the row undecided."""
+    def _fail_hard(self, trace: str, storage: bool = False) -> None:
+        """An internal error (or a full disk where no buffer helps): never leave the engine
+        behind or the row undecided."""
         print(trace, flush=True)
         if self.child is not None:
             kill_group(self.child.pgid, signal.SIGKILL)
         try:
-            with write(self.conn):
+            with write(self.conn, "the execution's terminal state"):
                 row = agents_q.get_execution(self.conn, self.execution_id)
                 if not ExecutionState(row["state"]).terminal:
                     agents_q.transition(self.conn, self.execution_id, ExecutionState.FAILED,
-                                        failure_kind=FailureKind.SUPERVISOR_FAILED.value,
+                                        failure_kind=(FailureKind.STORAGE_FULL if storage
+                                                      else FailureKind.SUPERVISOR_FAILED).value,
                                         failure_message=trace.strip().splitlines()[-1][:500])
+        except StorageFull as exc:
+            note(f"storage_full: could not record the supervisor's failure: {exc.message}")
         except Exception:
             print(traceback.format_exc(), flush=True)
+        finally:
+            self.reserve.release()
