@@ -65,12 +65,24 @@ def private_dir(path: Path) -> Path:
 
 
 def write_private_file(path: Path, data: bytes) -> None:
-    """Write a file 0600 atomically: temp file, fsync, rename."""
+    """Write a file 0600 atomically and durably: temp file, fsync, rename, fsync the directory
+    (without the last step a crash can leave the old name, or none, after the rename)."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
-        os.write(fd, data)
+        view = memoryview(data)
+        while view:  # os.write may write less than asked (large files, signals)
+            view = view[os.write(fd, view):]
         os.fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -31,7 +31,7 @@ from agent_run.supervisor.identity import ProcessIdentity, kill_group
 from agent_run.supervisor.outcome import Outcome, decide_outcome
 from agent_run.supervisor.redact import Redactor
 from agent_run.supervisor.secrets import resolve_secrets
-from agent_run.supervisor.seal import seal_answer
+from agent_run.supervisor.seal import keep_reply, seal_answer
 from agent_run.worker_tools.binding import (
     EXECUTION_ENV, HOME_ENV, SERVER_NAME, TOKEN_ENV, TOOLS_ENV, token_hash,
 )
@@ -367,7 +367,7 @@ class Supervisor:
             fields.update(failure_kind=outcome.failure.value if outcome.failure else None,
                           failure_message=outcome.message)
             if outcome.answer:  # keep an error reply readable, unsealed, for diagnosis
-                (self.dir / "reply.md").write_text(outcome.answer)
+                keep_reply(self.dir, outcome.answer)
         if outcome.failure in (FailureKind.RATE_LIMITED, FailureKind.QUOTA_EXHAUSTED):
             self.log.signal(outcome.failure.value, None, None, outcome.message or "")
         with write(self.conn):
