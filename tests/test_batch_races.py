@@ -128,3 +128,26 @@ def test_a_failed_executions_reply_is_a_private_file_written_atomically(daemon: 
     assert "API Error: 500" in reply.read_text()
     assert stat.S_IMODE(reply.stat().st_mode) == 0o600
     assert not [p.name for p in directory.iterdir() if ".tmp-" in p.name]
+
+
+def test_a_commit_whose_worker_server_dies_before_recording_it_still_counts(daemon: DaemonProcess) -> None:
+    """create_commit records its intent before it commits: kill -9 the worker-tools server right
+    after the commit (a real post-commit hook) and the candidate is still judged by its commit."""
+    repo = make_repo()
+    marks = short_tmpdir("arm-")
+    hook = repo / ".git" / "hooks" / "post-commit"
+    hook.write_text(
+        "#!/bin/sh\n"
+        f'[ -f "{marks}/killed" ] && exit 0\n'
+        "server=$(awk '{print $4}' /proc/$PPID/stat)\n"
+        'grep -q worker_tools "/proc/$server/cmdline" || exit 0\n'
+        f'touch "{marks}/killed"; kill -9 "$server"\n')
+    hook.chmod(0o755)
+    batch = start_batch(daemon, workflow="ranked", project=str(repo), runs=1, reviewers=1,
+                        prompt=CANDIDATE, review_prompt="score: 50")
+    done = wait_batch(daemon, batch["id"])
+    assert (marks / "killed").exists(), "the hook never killed the worker-tools server"
+    candidate = runs_of(done, "candidate")[0]
+    assert candidate["state"] == "succeeded", candidate
+    assert len(candidate["result"]["commits"]) == 1 and done["state"] == "completed"
+    shutil.rmtree(marks, ignore_errors=True)
