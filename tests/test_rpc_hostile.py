@@ -138,6 +138,10 @@ def test_the_largest_int64_is_still_accepted(wire: Wire) -> None:
     ("batch_start", {"workflow": "repeated", "project": "/tmp", "prompt": "x", "runs": "2"}, "runs"),
     ("batch_start", {"workflow": "ranked", "project": "/tmp", "prompt": "x", "runs": 1, "verify_command": ""},
      "verify_command"),
+    ("batch_start", {"workflow": "ranked", "project": "/tmp", "prompt": "x", "runs": 1, "verify_command": "a\x00b"},
+     "verify_command"),
+    ("batch_start", {"workflow": "repeated", "project": "/tmp", "prompt": "x", "runs": 1, "base_ref": "a\x00b"},
+     "base_ref"),
 ], ids=lambda v: v if isinstance(v, str) else None)
 def test_params_are_validated_strictly_on_the_socket(
         wire: Wire, method: str, params: dict[str, Any], field: str) -> None:
