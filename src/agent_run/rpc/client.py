@@ -36,8 +36,12 @@ class RpcClient:
 
     def call(self, method: str, params: dict[str, Any] | None = None) -> Any:
         request_id = next(self._ids)
-        self.sock.sendall(p.encode_request(request_id, method, params or {}))
-        line = self.file.readline()
+        line = p.encode_request(request_id, method, params or {})  # LineTooLong before sending
+        try:
+            self.sock.sendall(line)
+            line = self.file.readline()
+        except ConnectionError as exc:  # the daemon died mid-call: typed, not a traceback
+            raise DaemonUnavailable(f"the daemon connection broke before it answered: {exc}") from None
         if not line:
             raise DaemonUnavailable("the daemon closed the connection before answering")
         reply = json.loads(line)
