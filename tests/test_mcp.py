@@ -214,3 +214,14 @@ async def test_an_argument_over_the_daemons_line_limit_is_a_line_too_long_is_err
         # The session and the daemon carry on.
         listed = await s.call_tool("list_agents", {})
         assert not listed.is_error and listed.structured_content["total"] == 0
+
+
+async def test_loose_argument_types_are_refused_over_mcp_as_on_the_socket(daemon, workdir):
+    async with mcp_session(daemon.home) as s:
+        for name, arguments, field in [
+                ("list_agents", {"limit": True}, "limit"),
+                ("list_agents", {"offset": 2**63}, "offset"),
+                ("start", {"task": "answer: x", "workdir": str(workdir), "wall_seconds": "1"}, "wall_seconds"),
+                ("start", {"task": "answer: x", "workdir": str(workdir), "runtime": ""}, "runtime")]:
+            result = await s.call_tool(name, arguments)
+            assert result.is_error and error_data(result)["field"] == field, (name, arguments, result.content)
