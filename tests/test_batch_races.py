@@ -151,3 +151,28 @@ def test_a_commit_whose_worker_server_dies_before_recording_it_still_counts(daem
     assert candidate["state"] == "succeeded", candidate
     assert len(candidate["result"]["commits"]) == 1 and done["state"] == "completed"
     shutil.rmtree(marks, ignore_errors=True)
+
+
+def test_write_private_file_fsyncs_the_directory_after_the_rename(workdir: Path) -> None:
+    """Traced for real (strace): the rename is made durable by an fsync of its directory."""
+    import re
+    import subprocess
+    import sys
+
+    import pytest
+
+    if shutil.which("strace") is None:
+        pytest.skip("strace is not installed")
+    trace = workdir / "trace.txt"
+    code = ("from pathlib import Path; from agent_run.home import write_private_file; "
+            f"write_private_file(Path({str(workdir)!r}) / 'reply.md', b'x' * 100000)")
+    subprocess.run(["strace", "-f", "-s", "4096", "-o", str(trace), "-e", "trace=openat,fsync,rename,renameat,renameat2",
+                    sys.executable, "-c", code], check=True, capture_output=True, timeout=60)
+    lines = trace.read_text().splitlines()
+    renamed = next(i for i, line in enumerate(lines) if "rename" in line and "reply.md" in line)
+    dir_fds = {m.group(1) for line in lines[renamed:]
+               if (m := re.search(rf'openat\(AT_FDCWD, "{re.escape(str(workdir))}", [^)]*O_DIRECTORY[^)]*\) += (\d+)',
+                                  line))}
+    assert dir_fds, lines[renamed:]
+    assert any(re.search(rf"fsync\({fd}\) += 0", line) for fd in dir_fds for line in lines[renamed:])
+    assert (workdir / "reply.md").read_bytes() == b"x" * 100000
