@@ -3,7 +3,6 @@ the revision watcher and the reconciliation loop."""
 
 import asyncio
 import fcntl
-import json
 import os
 import signal
 import socket
