@@ -197,3 +197,31 @@ async def test_tool_table_is_identical_on_socket_mcp_and_cli(daemon):
         missing = set(tool.params.model_fields) - covered
         assert not missing, f"CLI verb {tool.cli_verb} lacks params {missing}"
         assert command.help == tool.doc
+
+
+async def test_an_argument_over_the_daemons_line_limit_is_a_line_too_long_is_error_naming_it(daemon, workdir):
+    from agent_run.rpc.protocol import MAX_LINE_BYTES
+
+    task = "é" * (MAX_LINE_BYTES // 2 + 1000)  # under the 1,000,000-character limit, over 1 MiB encoded
+    async with mcp_session(daemon.home) as s:
+        big = await s.call_tool("start", {"task": task, "workdir": str(workdir)})
+        assert big.is_error, big.content
+        error = error_data(big)
+        assert error["code"] == "LineTooLong" and error["field"] == "task"
+        assert "LineTooLong" in big.content[0].text and "Broken pipe" not in big.content[0].text
+        steer = await s.call_tool("steer", {"agent_id": "ag_abc", "text": '"' * 99_000 + "\\" * 1000})
+        assert error_data(steer)["code"] == "AgentNotFound"  # 100k escaped chars fit: it reached the daemon
+        # The session and the daemon carry on.
+        listed = await s.call_tool("list_agents", {})
+        assert not listed.is_error and listed.structured_content["total"] == 0
+
+
+async def test_loose_argument_types_are_refused_over_mcp_as_on_the_socket(daemon, workdir):
+    async with mcp_session(daemon.home) as s:
+        for name, arguments, field in [
+                ("list_agents", {"limit": True}, "limit"),
+                ("list_agents", {"offset": 2**63}, "offset"),
+                ("start", {"task": "answer: x", "workdir": str(workdir), "wall_seconds": "1"}, "wall_seconds"),
+                ("start", {"task": "answer: x", "workdir": str(workdir), "runtime": ""}, "runtime")]:
+            result = await s.call_tool(name, arguments)
+            assert result.is_error and error_data(result)["field"] == field, (name, arguments, result.content)

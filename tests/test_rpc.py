@@ -180,7 +180,7 @@ def _ping_padded_to(length: int) -> bytes:
     return body + b" " * (length - len(body))
 
 
-def test_line_over_one_mib_gets_line_too_long_and_other_clients_are_served(shared_home: Home) -> None:
+def test_line_over_one_mib_gets_line_too_long_and_the_connection_keeps_serving(shared_home: Home) -> None:
     home = shared_home
     bystander = Wire(home)
     daemon_pid = bystander.call("ping", request_id=1)["result"]["pid"]
@@ -188,7 +188,7 @@ def test_line_over_one_mib_gets_line_too_long_and_other_clients_are_served(share
     sender_errors: list[BaseException] = []
 
     def send_long_line() -> None:
-        try:  # the daemon may close while we are still writing: that is allowed
+        try:
             offender.send_bytes(b'{"jsonrpc":"2.0","id":1,"method":"ping","pad":"'
                                 + b"x" * (MAX_LINE_BYTES + 64 * 1024) + b'"}\n')
         except OSError as exc:
@@ -198,14 +198,13 @@ def test_line_over_one_mib_gets_line_too_long_and_other_clients_are_served(share
     sender.start()
     reply = offender.reply()
     sender.join(timeout=30)
+    assert sender_errors == [], "the daemon must read the whole long line, not drop the connection"
     assert reply["id"] is None
     assert reply["error"]["code"] == -32600
     assert reply["error"]["data"]["code"] == "LineTooLong"
-    try:
-        rest = offender.file.readline()
-    except ConnectionResetError:
-        rest = b""
-    assert rest == b"", "the connection must be closed after LineTooLong"
+    assert reply["error"]["data"]["details"]["limit"] == MAX_LINE_BYTES
+    # The rest of the long line was discarded: the next line is a request of its own.
+    assert offender.call("ping", request_id=9)["result"]["pid"] == daemon_pid
     offender.close()
 
     assert bystander.call("ping", request_id=2)["result"]["pid"] == daemon_pid
@@ -213,6 +212,16 @@ def test_line_over_one_mib_gets_line_too_long_and_other_clients_are_served(share
     assert newcomer.call("ping", request_id=3)["result"]["pong"] is True
     bystander.close()
     newcomer.close()
+
+
+def test_a_long_line_without_a_newline_then_eof_still_gets_line_too_long(shared_home: Home) -> None:
+    offender = Wire(shared_home)
+    offender.send_bytes(b"x" * (MAX_LINE_BYTES + 10))
+    offender.sock.shutdown(socket.SHUT_WR)
+    reply = offender.reply()
+    assert reply["error"]["data"]["code"] == "LineTooLong"
+    assert offender.file.readline() == b""
+    offender.close()
 
 
 def test_a_line_of_exactly_one_mib_is_served(wire: Wire) -> None:

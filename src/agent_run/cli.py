@@ -196,16 +196,30 @@ class AgentRunGroup(click.Group):
             sys.exit(exc.exit_code)
 
     def invoke(self, ctx: click.Context) -> Any:
+        from agent_run.rpc.client import RpcError
+
         try:
             return super().invoke(ctx)
         except DomainError as exc:
-            session = ctx.obj
-            if isinstance(session, Session) and session.output == "json":
-                click.echo(json.dumps({"error": exc.to_data()}))
-            else:
-                field = f" [{exc.field}]" if exc.field else ""
-                click.echo(f"error: {exc.code}{field}: {exc.message}", err=True)
-            sys.exit(EXIT_ERROR)
+            _print_error(ctx, exc.to_data())
+        except RpcError as exc:  # an untyped protocol error: still one line, never a traceback
+            _print_error(ctx, {"code": "ProtocolError", "message": exc.message, "details": {"rpc_code": exc.code}})
+        sys.exit(EXIT_ERROR)
+
+
+def _print_error(ctx: click.Context, data: dict[str, Any]) -> None:
+    """One JSON line on stdout, or with --format text one line on stderr: the code, the field,
+    the message and (for a daemon bug) where its log is."""
+    session = ctx.obj
+    if isinstance(session, Session) and session.output == "json":
+        click.echo(json.dumps({"error": data}))
+        return
+    details = data.get("details") or {}
+    field = f" [{data['field']}]" if data.get("field") else ""
+    rpc = f" ({details['rpc_code']})" if "rpc_code" in details else ""
+    log = f"; daemon log: {details['log']}" if "log" in details else ""
+    message = " ".join(str(data["message"]).split())
+    click.echo(f"error: {data['code']}{rpc}{field}: {message}{log}", err=True)
 
 
 @click.group(cls=AgentRunGroup)

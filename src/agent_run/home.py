@@ -65,8 +65,10 @@ def private_dir(path: Path) -> Path:
 
 
 def write_private_file(path: Path, data: bytes) -> None:
-    """Write a file 0600 atomically: temp file, every byte written, fsync, rename. On any error
-    (ENOSPC included) the temp file is removed and `path` is left as it was: never truncated."""
+    """Write a file 0600 atomically and durably: temp file, every byte written, fsync, rename,
+    fsync the directory (without the last step a crash can leave the old name, or none, after
+    the rename). On any error (ENOSPC included) the temp file is removed and `path` is left as
+    it was: never truncated."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
@@ -82,3 +84,12 @@ def write_private_file(path: Path, data: bytes) -> None:
             os.close(fd)
         tmp.unlink(missing_ok=True)
         raise
+    fsync_dir(path.parent)
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

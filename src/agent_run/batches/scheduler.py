@@ -1,13 +1,19 @@
 """The batch scheduler: lives in the daemon, keeps all its state in SQLite, so a restarted
-daemon picks up where the last one stopped (queued runs start, running ones carry on)."""
+daemon picks up where the last one stopped (queued runs start, running ones carry on).
+
+It decides under `lock` (database work only) and acts outside it: starting agents, judging
+a finished run (git, `verify_command`) run unlocked and commit with compare-and-set on the
+run's (state, attempt), so a stop, rerun or cancel that came first wins and nothing waits
+behind a slow verify."""
 
 import asyncio
 import json
 import sqlite3
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from agent_run.batches import git
 from agent_run.batches.workflows import WORKFLOWS, Evidence, RunSpec, Workflow
@@ -78,6 +84,15 @@ def write_run(conn: sqlite3.Connection, run_id: str, **fields: Any) -> None:
         batches_q.update_run(conn, batches_q.get_run(conn, run_id), **fields)
 
 
+def write_run_if(conn: sqlite3.Connection, run_id: str, expect_state: str | tuple[str, ...], expect_attempt: int,
+                 **fields: Any) -> bool:
+    """`write_run` only while the run is still in `expect_state` at `expect_attempt` (compare-and-set)."""
+    with write(conn):
+        run = batches_q.get_run(conn, run_id)
+        return run is not None and batches_q.update_run_if(conn, run, expect_state=expect_state,
+                                                           expect_attempt=expect_attempt, **fields)
+
+
 def run_verify(command: str, workdir: str, timeout: float) -> tuple[bool, str]:
     try:
         done = subprocess.run(command, shell=True, cwd=workdir, capture_output=True, text=True,
@@ -88,13 +103,27 @@ def run_verify(command: str, workdir: str, timeout: float) -> tuple[bool, str]:
     return done.returncode == 0, f"exit {done.returncode}\n{output}"
 
 
+@dataclass(frozen=True)
+class Action:
+    """Work decided under the lock and done outside it, on a run marked busy meanwhile."""
+
+    kind: Literal["start", "judge"]
+    run_id: str
+    attempt: int
+    start_kind: str = "start"
+
+
 class BatchScheduler:
     def __init__(self, ctx: ServiceContext) -> None:
         self.ctx = ctx
-        self.lock = asyncio.Lock()  # one mutation of batch state at a time (scheduler or a tool)
+        self.lock = asyncio.Lock()  # one decision about batch state at a time (scheduler or a tool)
         self.wake = asyncio.Event()  # set when a batch is started or a run is redone
+        self.busy: set[str] = set()  # runs with an action in flight outside the lock
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.log: Any = None
 
     async def run_forever(self, log: Any) -> None:
+        self.log = log
         while True:
             revision = self.ctx.watcher.revision
             self.wake.clear()  # before the tick: a wake during the tick is not lost
@@ -115,20 +144,35 @@ class BatchScheduler:
         """Advance every live batch once; return how many there were."""
         batches = await self.ctx.db(batches_q.live_batches)
         for batch in batches:
-            async with self.lock:
-                await self.advance(batch["id"])
+            await self.advance(batch["id"])
         return len(batches)
 
     async def advance(self, batch_id: str) -> None:
+        """Decide under the lock, then start agents (awaited) and judge runs (in the background)."""
+        async with self.lock:
+            actions = await self._decide(batch_id)
+        for action in actions:
+            if action.kind == "start":
+                await self.act(action)
+            else:
+                task = asyncio.create_task(self.act(action))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+
+    async def _decide(self, batch_id: str) -> list[Action]:
         batch = await self.ctx.db(batches_q.get_batch, batch_id)
+        if batch is None or batch["state"] in ("completed", "failed", "cancelled"):
+            return []
         workflow, cfg = WORKFLOWS[batch["workflow"]], json.loads(batch["config_json"])
+        actions: list[Action] = []
         for run in await self.ctx.db(batches_q.runs, batch_id):
-            if run["state"] == "running":
-                await self._sync_run(batch, workflow, cfg, run)
+            if run["state"] == "running" and run["id"] not in self.busy:
+                if run["agent_id"] is not None or not batch["cancel_requested"]:
+                    actions += await self._sync_run(run)
         runs = await self.ctx.db(batches_q.runs, batch_id)
         if batch["cancel_requested"]:
             await self._cancel(batch, runs)
-            return
+            return actions
         specs = workflow.follow_on_runs(cfg, runs)
         if specs:
             await self.ctx.db(insert_runs, batch, specs, runs)
@@ -137,89 +181,132 @@ class BatchScheduler:
         for run in runs:
             if running >= cfg["concurrency"]:
                 break
-            if run["state"] == "queued" and workflow.ready(run, runs):
-                await self.start_attempt(batch, workflow, cfg, run, kind="start")
+            if run["state"] == "queued" and run["id"] not in self.busy and workflow.ready(run, runs):
+                actions += await self.begin_attempt(run, kind="start")
                 running += 1
         await self._settle_batch(batch, workflow)
+        return actions
 
-    # -- runs ----------------------------------------------------------------------------
+    # -- decisions (under the lock) ----------------------------------------------------------
 
-    async def start_attempt(self, batch: sqlite3.Row, workflow: Workflow, cfg: dict[str, Any],
-                            run: sqlite3.Row, *, kind: str) -> None:
-        """Start (or, after a crash, re-find) the agent of the run's next attempt.
+    async def begin_attempt(self, run: sqlite3.Row, *, kind: str) -> list[Action]:
+        """Commit the run's next attempt number (compare-and-set) and mark it busy; the agent
+        is started by the returned action. Its request_id derives from the attempt, so a daemon
+        that dies in between starts no second agent: the same request returns the same one."""
+        attempt = run["attempt"] + 1
 
-        The attempt number is committed first and the agent's request_id derives from it, so a
-        daemon that dies in between starts no second agent: the same request returns the same one.
-        """
-        attempt = run["attempt"] if run["state"] == "running" and run["agent_id"] is None else run["attempt"] + 1
-
-        def begin(conn: sqlite3.Connection) -> None:
+        def begin(conn: sqlite3.Connection) -> bool:
             with write(conn):
-                batches_q.update_run(conn, run, state="running", attempt=attempt, agent_id=None, failure=None)
+                if not batches_q.update_run_if(conn, run, expect_state=run["state"], expect_attempt=run["attempt"],
+                                               state="running", attempt=attempt, agent_id=None, failure=None):
+                    return False
+                batch = batches_q.get_batch(conn, run["batch_id"])
                 if batch["state"] == "queued":
                     batches_q.update_batch(conn, batch["id"], state="running")
+                return True
 
-        await self.ctx.db(begin)
-        runs = await self.ctx.db(batches_q.runs, batch["id"])
-        read_roots = [r["workdir"] for r in runs if r["stage"] == "worker"] if run["stage"] == "validator" else []
-        params = StartParams(task=run["prompt"], workdir=run["workdir"], runtime=cfg.get("runtime"),
-                             model=cfg.get("model"), profile=run["profile"], request_id=f"{run['id']}-a{attempt}",
-                             read_roots=read_roots, stall_seconds=cfg.get("stall_seconds"),
-                             wall_seconds=cfg.get("wall_seconds"))
-        try:
-            agent = await agent_service.start(self.ctx, params, worker_tools=workflow.worker_tools(run["stage"]))
-        except DomainError as exc:
-            await self.ctx.db(write_run, run["id"], state="failed", failure=f"start: {exc.message}")
-            return
+        if not await self.ctx.db(begin):
+            return []
+        self.busy.add(run["id"])
+        return [Action("start", run["id"], attempt, kind)]
 
-        def attach(conn: sqlite3.Connection) -> None:
-            with write(conn):
-                fresh = batches_q.get_run(conn, run["id"])
-                batches_q.update_run(conn, fresh, agent_id=agent.id)
-                batches_q.record_attempt(conn, fresh, attempt=attempt, kind=kind if attempt > 1 else "start",
-                                         agent_id=agent.id)
-
-        await self.ctx.db(attach)
-
-    async def _sync_run(self, batch: sqlite3.Row, workflow: Workflow, cfg: dict[str, Any],
-                        run: sqlite3.Row) -> None:
+    async def _sync_run(self, run: sqlite3.Row) -> list[Action]:
         if run["agent_id"] is None:  # the daemon died between committing the attempt and the agent
-            await self.start_attempt(batch, workflow, cfg, run, kind="rerun")
-            return
+            self.busy.add(run["id"])
+            return [Action("start", run["id"], run["attempt"], "rerun")]
         latest = await self.ctx.db(agents_q.latest_execution, run["agent_id"])
         state = latest["state"]
         if state not in AGENT_TERMINAL:
-            return
+            return []
         if state == "cancelled":
-            await self.ctx.db(write_run, run["id"], state="cancelled", failure="stopped")
-            return
+            await self.ctx.db(write_run_if, run["id"], "running", run["attempt"], state="cancelled", failure="stopped")
+            return []
         if state != "succeeded":
             failure = f"{latest['failure_kind']}: {(latest['failure_message'] or '')[:300]}"
-            await self._fail_run(batch, workflow, cfg, run, failure)
+            return await self._fail_run(run, failure)
+        self.busy.add(run["id"])
+        return [Action("judge", run["id"], run["attempt"])]
+
+    async def _fail_run(self, run: sqlite3.Row, failure: str) -> list[Action]:
+        if not await self.ctx.db(write_run_if, run["id"], "running", run["attempt"], state="failed", failure=failure):
+            return []
+        if run["stage"] == "generator" and run["attempt"] <= 1:  # a generator is retried once
+            fresh = await self.ctx.db(batches_q.get_run, run["id"])
+            return await self.begin_attempt(fresh, kind="rerun")
+        return []
+
+    # -- actions (outside the lock) ----------------------------------------------------------
+
+    async def act(self, action: Action) -> None:
+        try:
+            if action.kind == "start":
+                await self._start_agent(action)
+            else:
+                follow = await self._judge(action)
+                for more in follow:
+                    await self.act(more)
+        except Exception as exc:  # the run stays as it was; the next tick looks again
+            if self.log is not None:
+                self.log.exception("batch.action_error", run_id=action.run_id, error=repr(exc))
+        finally:
+            self.busy.discard(action.run_id)
+            self.wake.set()
+
+    async def _start_agent(self, action: Action) -> None:
+        run = await self.ctx.db(batches_q.get_run, action.run_id)
+        batch = await self.ctx.db(batches_q.get_batch, run["batch_id"])
+        workflow, cfg = WORKFLOWS[batch["workflow"]], json.loads(batch["config_json"])
+        runs = await self.ctx.db(batches_q.runs, batch["id"])
+        read_roots = [r["workdir"] for r in runs if r["stage"] == "worker"] if run["stage"] == "validator" else []
+        params = StartParams(task=run["prompt"], workdir=run["workdir"], runtime=cfg.get("runtime"),
+                             model=cfg.get("model"), profile=run["profile"],
+                             request_id=f"{run['id']}-a{action.attempt}", read_roots=read_roots,
+                             stall_seconds=cfg.get("stall_seconds"), wall_seconds=cfg.get("wall_seconds"))
+        try:
+            agent = await agent_service.start(self.ctx, params, worker_tools=workflow.worker_tools(run["stage"]))
+        except DomainError as exc:
+            await self.ctx.db(write_run_if, run["id"], "running", action.attempt, state="failed",
+                              failure=f"start: {exc.message}")
             return
+
+        def attach(conn: sqlite3.Connection) -> bool:
+            with write(conn):
+                fresh = batches_q.get_run(conn, run["id"])
+                if fresh["agent_id"] == agent.id:
+                    return True
+                if fresh["agent_id"] is not None or not batches_q.update_run_if(
+                        conn, fresh, expect_state="running", expect_attempt=action.attempt, agent_id=agent.id):
+                    return False
+                kind = action.start_kind if action.attempt > 1 else "start"
+                batches_q.record_attempt(conn, fresh, attempt=action.attempt, kind=kind, agent_id=agent.id)
+                return True
+
+        if not await self.ctx.db(attach):  # stopped or cancelled while it started: stop the agent too
+            await agent_service.cancel(self.ctx, CancelParams(agent_id=agent.id))
+
+    async def _judge(self, action: Action) -> list[Action]:
+        """Judge a run whose agent succeeded (its evidence, then verify_command), and commit the
+        verdict only if the run is still at that attempt."""
+        run = await self.ctx.db(batches_q.get_run, action.run_id)
+        batch = await self.ctx.db(batches_q.get_batch, run["batch_id"])
+        workflow, cfg = WORKFLOWS[batch["workflow"]], json.loads(batch["config_json"])
         try:
             evidence = await self.ctx.db(evidence_for, batch, run)
-        except AnswerIntegrity as exc:
-            await self._fail_run(batch, workflow, cfg, run, f"integrity: {exc.message}")
-            return
+        except AnswerIntegrity as exc:  # a tampered answer is never judged
+            async with self.lock:
+                return await self._fail_run(run, f"integrity: {exc.message}")
         outcome = workflow.judge(run, evidence, cfg)
         if not outcome.ok:
-            await self._fail_run(batch, workflow, cfg, run, outcome.failure or "failed")
-            return
+            async with self.lock:
+                return await self._fail_run(run, outcome.failure or "failed")
         fields: dict[str, Any] = {"state": "succeeded", "failure": None,
                                   "result_json": json.dumps(outcome.result) if outcome.result is not None else None}
         if run["stage"] == "candidate" and cfg.get("verify_command"):
             passed, output = await asyncio.to_thread(run_verify, cfg["verify_command"], run["workdir"],
                                                      cfg["verify_timeout_seconds"])
             fields.update(verify_passed=int(passed), verify_output=output)
-        await self.ctx.db(write_run, run["id"], **fields)
-
-    async def _fail_run(self, batch: sqlite3.Row, workflow: Workflow, cfg: dict[str, Any],
-                        run: sqlite3.Row, failure: str) -> None:
-        await self.ctx.db(write_run, run["id"], state="failed", failure=failure)
-        if run["stage"] == "generator" and run["attempt"] <= 1:  # a generator is retried once
-            fresh = await self.ctx.db(batches_q.get_run, run["id"])
-            await self.start_attempt(batch, workflow, cfg, fresh, kind="rerun")
+        await self.ctx.db(write_run_if, run["id"], "running", action.attempt, **fields)
+        return []
 
     # -- the batch -------------------------------------------------------------------------
 
@@ -254,12 +341,14 @@ class BatchScheduler:
         still_running = False
         for run in runs:
             if run["state"] == "queued":
-                await self.ctx.db(write_run, run["id"], state="cancelled", failure="batch cancelled")
+                await self.ctx.db(write_run_if, run["id"], "queued", run["attempt"], state="cancelled",
+                                  failure="batch cancelled")
             elif run["state"] == "running" and run["agent_id"]:
                 still_running = True  # synced to cancelled (or its result) on a later tick
                 await agent_service.cancel(self.ctx, CancelParams(agent_id=run["agent_id"]))
-            elif run["state"] == "running":
-                await self.ctx.db(write_run, run["id"], state="cancelled", failure="batch cancelled")
+            elif run["state"] == "running":  # no agent yet; one being started is cancelled on attach
+                await self.ctx.db(write_run_if, run["id"], "running", run["attempt"], state="cancelled",
+                                  failure="batch cancelled")
         if not still_running:
             def done(conn: sqlite3.Connection) -> None:
                 with write(conn):

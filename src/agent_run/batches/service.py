@@ -1,16 +1,19 @@
 """Batch tool handlers: start (validated before anything is created), views, cancel, per-run
 stop / rerun / resume / follow-up, review and clean-up."""
 
+import asyncio
 import hashlib
 import json
 import sqlite3
 from pathlib import Path
+from typing import Any
+
 from agent_run.batches import git
-from agent_run.batches.scheduler import BatchScheduler, insert_runs, write_run
+from agent_run.batches.scheduler import BatchScheduler, insert_runs, write_run, write_run_if
 from agent_run.batches.views import batch_summary, batch_view, get_run_or_raise, run_view
 from agent_run.batches.workflows import WORKFLOWS
 from agent_run.domain import batch_models as bm
-from agent_run.domain.errors import BatchNotFound, Conflict, DomainError, InvalidRequest, RunLocked
+from agent_run.domain.errors import BatchNotFound, Conflict, DomainError, GitError, InvalidRequest, RunLocked
 from agent_run.domain.ids import new_id
 from agent_run.domain.requests import CancelParams, ResumeParams
 from agent_run.services import agents as agent_service
@@ -28,15 +31,21 @@ def scheduler(ctx: ServiceContext) -> BatchScheduler:
     return ctx.batches
 
 
-async def batch_start(ctx: ServiceContext, p: bm.BatchStartParams) -> bm.BatchView:
-    # Everything that can be wrong is checked before a row, a branch or a folder exists.
-    agent_service.resolve_runtime(ctx, p)
+def _locate(p: bm.BatchStartParams) -> tuple[git.Project, str, Path]:
+    """(project, pinned base sha, worktree root): git and the file system, run off the event loop."""
     project = git.locate_project(p.project)
     base_sha = git.resolve_commit(project.root, p.base_ref)
     worktree_root = Path(p.worktree_root).expanduser() if p.worktree_root else project.root.parent
     if not worktree_root.is_absolute() or not worktree_root.is_dir():
         raise InvalidRequest(f"worktree_root {worktree_root} is not an existing absolute directory",
                              field="worktree_root")
+    return project, base_sha, worktree_root
+
+
+async def batch_start(ctx: ServiceContext, p: bm.BatchStartParams) -> bm.BatchView:
+    # Everything that can be wrong is checked before a row, a branch or a folder exists.
+    agent_service.resolve_runtime(ctx, p)
+    project, base_sha, worktree_root = await asyncio.to_thread(_locate, p)
     config = p.model_dump(exclude={"request_id"})
     request_hash = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
     batch_id = new_id("bt")
@@ -56,7 +65,7 @@ async def batch_start(ctx: ServiceContext, p: bm.BatchStartParams) -> bm.BatchVi
             return batch_id, True
 
     sched = scheduler(ctx)
-    async with sched.lock:
+    async with sched.lock:  # the scheduler must not see the batch before its runs exist
         found_id, created = await ctx.db(admit)
         if created:
             batch = await ctx.db(batches_q.get_batch, found_id)
@@ -64,7 +73,8 @@ async def batch_start(ctx: ServiceContext, p: bm.BatchStartParams) -> bm.BatchVi
                 await ctx.db(insert_runs, batch, WORKFLOWS[p.workflow].initial_runs(config), [])
             except DomainError as exc:
                 await ctx.db(_fail_batch, found_id, f"could not create the worktrees: {exc.message}")
-            await sched.advance(found_id)
+    if created:
+        await sched.advance(found_id)
     sched.wake.set()
     return await ctx.db(batch_view, found_id)
 
@@ -100,7 +110,7 @@ async def batch_cancel(ctx: ServiceContext, p: bm.BatchParams) -> bm.BatchView:
     sched = scheduler(ctx)
     async with sched.lock:
         await ctx.db(request)
-        await sched.advance(p.batch_id)
+    await sched.advance(p.batch_id)
     sched.wake.set()
     return await ctx.db(batch_view, p.batch_id)
 
@@ -138,23 +148,32 @@ async def run_stop(ctx: ServiceContext, p: bm.RunParams) -> bm.RunActionResult:
         elif run["state"] == "running" and run["agent_id"]:
             await agent_service.cancel(ctx, CancelParams(agent_id=run["agent_id"]))
             message = "cancel sent to its agent"
+        elif run["state"] == "running":  # its agent is being started: it is cancelled on attach
+            await ctx.db(write_run_if, run["id"], "running", run["attempt"], state="cancelled", failure="stopped")
+            message = "stopped while its agent was starting"
         else:
             message = f"run is {run['state']}; nothing to stop"
     sched.wake.set()
     return await _result(ctx, p.run_id, message)
 
 
-def _settled(run: sqlite3.Row, verb: str) -> None:
+def _settled(sched: BatchScheduler, run: sqlite3.Row, verb: str) -> None:
     if run["state"] in ("queued", "running"):
         raise Conflict(f"run {run['id']} is {run['state']}; stop it or wait before you {verb} it",
+                       field="run_id", state=run["state"])
+    if run["id"] in sched.busy:
+        raise Conflict(f"run {run['id']} is being changed by another request; try again",
+                       field="run_id", state=run["state"])
+    if run["worktree"] and not Path(run["worktree"]).is_dir():
+        raise Conflict(f"run {run['id']}'s worktree {run['worktree']} was removed (batch clean)",
                        field="run_id", state=run["state"])
 
 
 async def run_rerun(ctx: ServiceContext, p: bm.RunParams) -> bm.RunActionResult:
     sched = scheduler(ctx)
-    async with sched.lock:
+    async with sched.lock:  # decide and commit the new attempt; its agent starts outside the lock
         batch_row, run = await _run_context(ctx, p.run_id)
-        _settled(run, "rerun")
+        _settled(sched, run, "rerun")
         workflow = WORKFLOWS[batch_row["workflow"]]
 
         def reset(conn: sqlite3.Connection) -> None:
@@ -172,48 +191,69 @@ async def run_rerun(ctx: ServiceContext, p: bm.RunParams) -> bm.RunActionResult:
                 _reopen_batch(conn, batch_row["id"])
 
         await ctx.db(reset)
-        cfg = json.loads(batch_row["config_json"])
         fresh = await ctx.db(batches_q.get_run, run["id"])
-        await sched.start_attempt(await ctx.db(batches_q.get_batch, batch_row["id"]), workflow, cfg,
-                                  fresh, kind="rerun")
+        actions = await sched.begin_attempt(fresh, kind="rerun")
+    for action in actions:
+        await sched.act(action)
     sched.wake.set()  # the batch may have been settled: make sure the scheduler looks again
     return await _result(ctx, p.run_id, f"attempt {fresh['attempt'] + 1} started in the same worktree; "
                                         "earlier attempts stay readable")
 
 
-async def _continue_agent(ctx: ServiceContext, batch_row: sqlite3.Row, run: sqlite3.Row, prompt: str,
-                          kind: str) -> None:
-    """Resume the run's agent (a new execution in its native session) as the run's next attempt."""
+async def _continue_agent(ctx: ServiceContext, run: sqlite3.Row, prompt: str, kind: str) -> None:
+    """Resume the run's agent (a new execution in its native session) as the run's next attempt.
+    Called with the run marked busy; the spawn happens outside the scheduler's lock, and the
+    attempt is committed only if the run is still where it was (compare-and-set)."""
     await agent_service.resume(ctx, ResumeParams(agent_id=run["agent_id"], prompt=prompt))
 
-    def record(conn: sqlite3.Connection) -> None:
+    def record(conn: sqlite3.Connection) -> bool:
         with write(conn):
-            fresh = batches_q.get_run(conn, run["id"])
-            attempt = fresh["attempt"] + 1
-            batches_q.update_run(conn, fresh, state="running", attempt=attempt, failure=None)
-            batches_q.record_attempt(conn, fresh, attempt=attempt, kind=kind, agent_id=run["agent_id"])
-            _reopen_batch(conn, batch_row["id"])
+            attempt = run["attempt"] + 1
+            if not batches_q.update_run_if(conn, run, expect_state=run["state"], expect_attempt=run["attempt"],
+                                           state="running", attempt=attempt, failure=None):
+                return False
+            batches_q.record_attempt(conn, run, attempt=attempt, kind=kind, agent_id=run["agent_id"])
+            _reopen_batch(conn, run["batch_id"])
+            return True
 
-    await ctx.db(record)
+    if not await ctx.db(record):  # the run moved meanwhile: the new turn must not run unowned
+        await agent_service.cancel(ctx, CancelParams(agent_id=run["agent_id"]))
+        raise Conflict(f"run {run['id']} changed while its agent was resumed; the new turn was cancelled",
+                       field="run_id")
+
+
+async def _continue_run(ctx: ServiceContext, run_id: str, check: Any, prompt: str, kind: str) -> None:
+    """Check the run under the lock and mark it busy; resume its agent outside the lock."""
+    sched = scheduler(ctx)
+    async with sched.lock:
+        batch_row, run = await _run_context(ctx, run_id)
+        await check(batch_row, run)
+        sched.busy.add(run_id)
+    try:
+        await _continue_agent(ctx, await ctx.db(batches_q.get_run, run_id), prompt, kind)
+    finally:
+        sched.busy.discard(run_id)
+        sched.wake.set()
 
 
 async def run_resume(ctx: ServiceContext, p: bm.RunResumeParams) -> bm.RunActionResult:
     sched = scheduler(ctx)
-    async with sched.lock:
-        batch_row, run = await _run_context(ctx, p.run_id)
+
+    async def check(_batch_row: sqlite3.Row, run: sqlite3.Row) -> None:
         if run["state"] not in ("failed", "cancelled") or not run["agent_id"]:
             raise Conflict(f"run {run['id']} is {run['state']}; only a failed or stopped run resumes",
                            field="run_id", state=run["state"])
-        await _continue_agent(ctx, batch_row, run, p.prompt, "resume")
-    sched.wake.set()
+        _settled(sched, run, "resume")
+
+    await _continue_run(ctx, p.run_id, check, p.prompt, "resume")
     return await _result(ctx, p.run_id, "resumed in the agent's own session")
 
 
 async def run_followup(ctx: ServiceContext, p: bm.RunFollowupParams) -> bm.RunActionResult:
     sched = scheduler(ctx)
-    async with sched.lock:
-        batch_row, run = await _run_context(ctx, p.run_id)
-        _settled(run, "follow up")
+
+    async def check(batch_row: sqlite3.Row, run: sqlite3.Row) -> None:
+        _settled(sched, run, "follow up")
         if not run["agent_id"]:
             raise Conflict(f"run {run['id']} never started", field="run_id")
         if run["locked"] and not p.reopen:
@@ -221,8 +261,8 @@ async def run_followup(ctx: ServiceContext, p: bm.RunFollowupParams) -> bm.RunAc
                             "the ranking / verdict; pass reopen=true to unlock it", field="reopen")
         if p.reopen:
             await ctx.db(write_run, run["id"], locked=0)
-        await _continue_agent(ctx, batch_row, run, p.text, "followup")
-    sched.wake.set()
+
+    await _continue_run(ctx, p.run_id, check, p.text, "followup")
     return await _result(ctx, p.run_id, "follow-up turn started")
 
 
@@ -230,62 +270,56 @@ async def run_followup(ctx: ServiceContext, p: bm.RunFollowupParams) -> bm.RunAc
 
 
 async def batch_review(ctx: ServiceContext, p: bm.BatchReviewParams) -> bm.BatchReview:
-    batch_row = await ctx.db(batches_q.get_batch, p.batch_id)
-    if batch_row is None:
-        raise BatchNotFound(f"no batch {p.batch_id}", field="batch_id")
-    runs = await ctx.db(batches_q.runs, p.batch_id)
+    sched = scheduler(ctx)
+    async with sched.lock:  # a consistent snapshot: which runs exist and which are being cleaned
+        batch_row = await ctx.db(batches_q.get_batch, p.batch_id)
+        if batch_row is None:
+            raise BatchNotFound(f"no batch {p.batch_id}", field="batch_id")
+        runs = await ctx.db(batches_q.runs, p.batch_id)
+        cleaning = {r["id"] for r in runs if r["id"] in sched.busy and r["state"] not in ("queued", "running")}
     wanted = [r for r in runs if r["worktree"] and (not p.run_id or r["id"] == p.run_id)]
-
-    def review(run: sqlite3.Row) -> bm.RunReview:
-        path = Path(run["worktree"])
-        if not path.exists():
-            return bm.RunReview(run_id=run["id"], stage=run["stage"], index=run["idx"], title=run["title"],
-                                worktree=run["worktree"], branch=run["branch"], commits=[], diff="",
-                                diff_truncated=False, untracked=[])
-        diff, truncated = git.diff_against(path, batch_row["base_sha"])
-        return bm.RunReview(
-            run_id=run["id"], stage=run["stage"], index=run["idx"], title=run["title"],
-            worktree=run["worktree"], branch=run["branch"],
-            commits=git.commits_since(path, batch_row["base_sha"]), diff=diff, diff_truncated=truncated,
-            untracked=[bm.UntrackedPreview(path=u.path, preview=u.preview) for u in git.untracked(path)])
-
-    reviews = [await ctx.db(lambda _c, r=run: review(r)) for run in wanted]
+    reviews = [await asyncio.to_thread(_review, batch_row, run, run["id"] in cleaning) for run in wanted]
     return bm.BatchReview(batch_id=p.batch_id, base_sha=batch_row["base_sha"], runs=reviews)
 
 
+def _review(batch_row: sqlite3.Row, run: sqlite3.Row, cleaning: bool) -> bm.RunReview:
+    """One run's changes; a worktree removed (or being removed) by `batch clean` shows as empty."""
+    path = Path(run["worktree"])
+    empty = bm.RunReview(run_id=run["id"], stage=run["stage"], index=run["idx"], title=run["title"],
+                         worktree=run["worktree"], branch=run["branch"], commits=[], diff="",
+                         diff_truncated=False, untracked=[])
+    if cleaning or not path.exists():
+        return empty
+    try:
+        diff, truncated = git.diff_against(path, batch_row["base_sha"])
+        commits = git.commits_since(path, batch_row["base_sha"])
+        untracked = [bm.UntrackedPreview(path=u.path, preview=u.preview) for u in git.untracked(path)]
+    except (GitError, FileNotFoundError, NotADirectoryError):
+        if not path.exists():  # removed under us by a clean that started after our snapshot
+            return empty
+        raise
+    return empty.model_copy(update={"commits": commits, "diff": diff, "diff_truncated": truncated,
+                                    "untracked": untracked})
+
+
 async def batch_clean(ctx: ServiceContext, p: bm.BatchCleanParams) -> bm.BatchCleanResult:
-    batch_row = await ctx.db(batches_q.get_batch, p.batch_id)
-    if batch_row is None:
-        raise BatchNotFound(f"no batch {p.batch_id}", field="batch_id")
-    root = Path(batch_row["project_root"])
-    # "Ahead" is measured against where the base ref points now, not the pinned sha.
-    into = batch_row["base_ref"] if batch_row["base_ref"] != "HEAD" else batch_row["base_sha"]
-
-    def plan_and_clean(conn: sqlite3.Connection) -> list[bm.CleanItem]:
-        items = []
-        for run in batches_q.runs(conn, p.batch_id):
-            if not run["worktree"] or (p.run_ids and run["id"] not in p.run_ids):
-                continue
-            path = Path(run["worktree"])
-            exists = path.exists()
-            dirty = git.dirty_files(path) if exists else []
-            ahead = git.unmerged_commits(root, run["branch"], into) if run["branch"] else 0
-            if run["state"] in ("queued", "running"):
-                action = "kept_running"
-            elif not exists and not _branch_exists(root, run["branch"]):
-                action = "already_gone"
-            elif (dirty or ahead) and not p.force:
-                action = "needs_force"
-            else:
-                action = "remove"
-            if p.confirm and action == "remove":
-                git.remove_worktree(root, path, run["branch"], force=bool(dirty or ahead) or p.force)
-                action = "removed"
-            items.append(bm.CleanItem(run_id=run["id"], worktree=run["worktree"], branch=run["branch"],
-                                      exists=exists, dirty_files=dirty, unmerged_commits=ahead, action=action))
-        return items
-
-    items = await ctx.db(plan_and_clean)
+    """Plan under the scheduler's lock and mark the runs to remove busy (a rerun, resume or
+    follow-up of them is refused meanwhile); remove outside the lock."""
+    sched = scheduler(ctx)
+    async with sched.lock:
+        batch_row = await ctx.db(batches_q.get_batch, p.batch_id)
+        if batch_row is None:
+            raise BatchNotFound(f"no batch {p.batch_id}", field="batch_id")
+        runs = [r for r in await ctx.db(batches_q.runs, p.batch_id)
+                if r["worktree"] and (not p.run_ids or r["id"] in p.run_ids)]
+        items = await asyncio.to_thread(_clean_plan, batch_row, runs, sched.busy, p.force)
+        removing = {i.run_id for i in items if i.action == "remove"} if p.confirm else set()
+        sched.busy.update(removing)
+    try:
+        items = [await asyncio.to_thread(_remove, batch_row, i, p.force) if i.run_id in removing else i
+                 for i in items]
+    finally:
+        sched.busy.difference_update(removing)
     blocked = sum(i.action == "needs_force" for i in items)
     if p.confirm:
         message = f"removed {sum(i.action == 'removed' for i in items)} worktree(s)"
@@ -294,6 +328,38 @@ async def batch_clean(ctx: ServiceContext, p: bm.BatchCleanParams) -> bm.BatchCl
     if blocked:
         message += f"; {blocked} with dirty or unmerged work kept (force=true removes them)"
     return bm.BatchCleanResult(batch_id=p.batch_id, confirmed=p.confirm, items=items, message=message)
+
+
+def _into(batch_row: sqlite3.Row) -> str:
+    """"Ahead" is measured against where the base ref points now, not the pinned sha."""
+    return batch_row["base_ref"] if batch_row["base_ref"] != "HEAD" else batch_row["base_sha"]
+
+
+def _clean_plan(batch_row: sqlite3.Row, runs: list[sqlite3.Row], busy: set[str], force: bool) -> list[bm.CleanItem]:
+    root = Path(batch_row["project_root"])
+    items = []
+    for run in runs:
+        path = Path(run["worktree"])
+        exists = path.exists()
+        dirty = git.dirty_files(path) if exists else []
+        ahead = git.unmerged_commits(root, run["branch"], _into(batch_row)) if run["branch"] else 0
+        if run["state"] in ("queued", "running") or run["id"] in busy:
+            action = "kept_running"
+        elif not exists and not _branch_exists(root, run["branch"]):
+            action = "already_gone"
+        elif (dirty or ahead) and not force:
+            action = "needs_force"
+        else:
+            action = "remove"
+        items.append(bm.CleanItem(run_id=run["id"], worktree=run["worktree"], branch=run["branch"],
+                                  exists=exists, dirty_files=dirty, unmerged_commits=ahead, action=action))
+    return items
+
+
+def _remove(batch_row: sqlite3.Row, item: bm.CleanItem, force: bool) -> bm.CleanItem:
+    git.remove_worktree(Path(batch_row["project_root"]), Path(item.worktree), item.branch,
+                        force=bool(item.dirty_files or item.unmerged_commits) or force)
+    return item.model_copy(update={"action": "removed"})
 
 
 def _branch_exists(root: Path, branch: str | None) -> bool:

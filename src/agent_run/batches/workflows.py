@@ -171,8 +171,11 @@ class Ranked(Workflow):
 
     def judge(self, run: sqlite3.Row, evidence: Evidence, cfg: dict[str, Any]) -> RunOutcome:
         if run["stage"] == "candidate":
-            if not evidence.reports.get("create_commit"):
+            calls = [c for c in evidence.reports.get("create_commit", []) if c.get("state") != "failed"]
+            if not calls:
                 return RunOutcome(False, "no_commit: the candidate never called create_commit")
+            if not evidence.commits:  # an intent whose commit never happened
+                return RunOutcome(False, "no_commit: create_commit was called but the branch has no commit")
             return RunOutcome(True, result={"commits": evidence.commits})
         scores = evidence.reports.get("submit_score") or []
         if not scores:

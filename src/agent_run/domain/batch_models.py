@@ -1,8 +1,10 @@
 """Batch tool params and views: the protocol of batches on every transport."""
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from agent_run.domain.requests import MAX_INT, Params
 
 Workflow = Literal["repeated", "generated", "ranked", "validated"]
 BatchState = Literal["queued", "running", "blocked", "completed", "failed", "cancelled"]
@@ -13,28 +15,25 @@ BatchId = Field(min_length=1, max_length=64, pattern=r"^bt_[0-9a-z]+$", descript
 RunId = Field(min_length=1, max_length=64, pattern=r"^rn_[0-9a-z]+$", description="the run's id")
 
 
-class Params(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
 class BatchStartParams(Params):
     workflow: Workflow = Field(description="repeated | generated | ranked | validated")
-    project: str = Field(min_length=1, description="absolute path of a git repository or a folder inside one")
+    project: str = Field(min_length=1, max_length=4096, description="absolute path of a git repository or a folder inside one")
     prompt: str = Field(min_length=1, max_length=1_000_000,
                         description="the task of each run (generated: the instruction to the generator)")
     runs: int = Field(ge=1, le=50, description="how many runs (generated: how many tasks to make)")
     concurrency: int = Field(default=4, ge=1, le=50, description="at most this many agents at once")
-    base_ref: str = Field(default="HEAD", min_length=1, description="pinned to a commit when the batch is created")
-    worktree_root: str | None = Field(default=None, description="where worktrees go (default: the repository's parent)")
-    runtime: str | None = None
-    model: str | None = None
+    base_ref: str = Field(default="HEAD", min_length=1, max_length=1000, pattern=r"^[^\x00-\x1f\x7f]+$",
+                          description="pinned to a commit when the batch is created")
+    worktree_root: str | None = Field(default=None, min_length=1, max_length=4096, description="where worktrees go (default: the repository's parent)")
+    runtime: str | None = Field(default=None, min_length=1, max_length=200)
+    model: str | None = Field(default=None, min_length=1, max_length=200)
     profile: Literal["read_only", "write"] = Field(default="write", description="of the workers / candidates")
     reviewers: int = Field(default=2, ge=1, le=10, description="ranked: reviewers per candidate")
-    review_prompt: str | None = Field(default=None, max_length=100_000, description="ranked: what reviewers judge")
-    verify_command: str | None = Field(default=None, max_length=2_000,
+    review_prompt: str | None = Field(default=None, min_length=1, max_length=100_000, description="ranked: what reviewers judge")
+    verify_command: str | None = Field(default=None, min_length=1, pattern=r"^[^\x00]+$", max_length=2_000,
                                        description="ranked: a shell command run in each candidate worktree")
     verify_timeout_seconds: float = Field(default=600, gt=0, le=3_600)
-    validator_prompt: str | None = Field(default=None, max_length=100_000, description="validated: what the validator checks")
+    validator_prompt: str | None = Field(default=None, min_length=1, max_length=100_000, description="validated: what the validator checks")
     request_id: str | None = Field(default=None, min_length=1, max_length=200)
     stall_seconds: float | None = Field(default=None, gt=0, le=86_400)
     wall_seconds: float | None = Field(default=None, gt=0, le=7 * 86_400)
@@ -46,7 +45,7 @@ class BatchParams(Params):
 
 class ListBatchesParams(Params):
     limit: int = Field(default=50, ge=1, le=500)
-    offset: int = Field(default=0, ge=0)
+    offset: int = Field(default=0, ge=0, le=MAX_INT)
 
 
 class RunParams(Params):
@@ -74,7 +73,8 @@ class BatchCleanParams(Params):
     batch_id: str = BatchId
     confirm: bool = Field(default=False, description="remove what the preview lists; without it, only preview")
     force: bool = Field(default=False, description="also remove dirty worktrees and unmerged branches")
-    run_ids: list[str] | None = Field(default=None, description="only these runs' worktrees")
+    run_ids: list[Annotated[str, Field(pattern=r"^rn_[0-9a-z]+$", max_length=64)]] | None = Field(
+        default=None, max_length=500, description="only these runs' worktrees")
 
 
 class View(BaseModel):

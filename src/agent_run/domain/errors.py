@@ -90,12 +90,24 @@ class StorageFull(DomainError):
     code = "StorageFull"
 
 
+class LineTooLong(DomainError):
+    """A request that would exceed the daemon's line limit; `field` names the biggest param."""
+
+    code = "LineTooLong"
+
+
+class InternalError(DomainError):
+    """The daemon hit a bug (-32603); `details.log` says where its log is."""
+
+    code = "InternalError"
+
+
 ERRORS_BY_CODE: dict[str, type[DomainError]] = {
     cls.code: cls
     for cls in (
         DomainError, AgentNotFound, Conflict, InvalidRequest, UnknownRuntime, NotRunning, NotResumable,
         AnswerNotReady, AnswerIntegrity, ConfigInvalid, SpawnFailed, DaemonUnavailable,
-        BatchNotFound, RunNotFound, RunLocked, GitError, StorageFull,
+        BatchNotFound, RunNotFound, RunLocked, GitError, StorageFull, LineTooLong, InternalError,
     )
 }
 

@@ -1,28 +1,36 @@
 """Request models: the parameters of every tool, validated the same way on every transport."""
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, Strict
 
 from agent_run.domain.states import ExecutionState
+
+# Every integer is bounded to what SQLite (and the JSON of other clients) can hold.
+MAX_INT = 2**63 - 1
 
 AgentId = Field(min_length=1, max_length=64, pattern=r"^ag_[0-9a-z]+$",
                 description="the agent's id, as returned by start")
 
 
 class Params(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """Strict on every transport, like config.toml: no `true` for a number, no `"1"` for a
+    number, no NaN, no unknown keys. (The CLI converts argv strings before the model.)"""
+
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
 
 class StartParams(Params):
     task: str = Field(min_length=1, max_length=1_000_000, description="what the agent should do")
-    workdir: str = Field(min_length=1, description="absolute path of an existing directory to work in")
-    runtime: str | None = Field(default=None, description="a configured runtime; default from config")
-    model: str | None = Field(default=None, description="a model of the runtime; default: its default_model")
+    workdir: str = Field(min_length=1, max_length=4096, description="absolute path of an existing directory to work in")
+    runtime: str | None = Field(default=None, min_length=1, max_length=200,
+                                description="a configured runtime; default from config")
+    model: str | None = Field(default=None, min_length=1, max_length=200,
+                              description="a model of the runtime; default: its default_model")
     profile: Literal["read_only", "write"] = Field(default="write", description="may the agent write files")
     request_id: str | None = Field(default=None, min_length=1, max_length=200,
                                    description="idempotency key: the same request returns the same agent")
-    read_roots: list[str] = Field(default_factory=list, max_length=64,
+    read_roots: list[Annotated[str, Field(min_length=1, max_length=4096)]] = Field(default_factory=list, max_length=64,
                                   description="extra directories the agent may read (absolute paths)")
     stall_seconds: float | None = Field(default=None, gt=0, le=86_400,
                                         description="fail if the engine is silent this long")
@@ -50,12 +58,15 @@ class SteerParams(Params):
 
 
 class ListAgentsParams(Params):
-    state: list[ExecutionState] | None = Field(default=None, description="only agents in these states")
-    runtime: str | None = Field(default=None, description="only agents of this runtime")
+    # An enum is matched by its value even in strict mode (JSON has no enum instances).
+    state: list[Annotated[ExecutionState, Strict(False)]] | None = Field(
+        default=None, max_length=16, description="only agents in these states")
+    runtime: str | None = Field(default=None, min_length=1, max_length=200,
+                                description="only agents of this runtime")
     limit: int = Field(default=50, ge=1, le=500)
-    offset: int = Field(default=0, ge=0)
+    offset: int = Field(default=0, ge=0, le=MAX_INT)
     after_revision: int | None = Field(
-        default=None, ge=0,
+        default=None, ge=0, le=MAX_INT,
         description="only agents with an event newer than this revision (pass a previous `revision`)")
     wait_seconds: float = Field(
         default=0.0, ge=0, le=60,
@@ -64,7 +75,7 @@ class ListAgentsParams(Params):
 
 class TranscriptParams(Params):
     agent_id: str = AgentId
-    cursor: int = Field(default=0, ge=0, description="next_cursor of the previous page; 0 for the start")
+    cursor: int = Field(default=0, ge=0, le=MAX_INT, description="next_cursor of the previous page; 0 for the start")
     limit: int = Field(default=200, ge=1, le=1000)
 
 
@@ -75,7 +86,7 @@ class WaitParams(Params):
 
 
 class DocParams(Params):
-    topic: str | None = Field(default=None, description="a topic; omit for the list of topics")
+    topic: str | None = Field(default=None, min_length=1, max_length=200, description="a topic; omit for the list of topics")
 
 
 class EmptyParams(Params):

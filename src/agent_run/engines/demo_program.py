@@ -336,7 +336,10 @@ class DemoEngine:
         if self.mcp_config is None:
             text, is_error = "no MCP server configured", True
         else:
-            text, is_error = call_worker_tool(self.mcp_config, name, arguments)
+            try:
+                text, is_error = call_worker_tool(self.mcp_config, name, arguments)
+            except Exception as exc:  # the server died mid-call: a tool error, as real engines report it
+                text, is_error = f"MCP error: {exc!r}", True
         self.emit({"type": "user", "message": {"role": "user", "content": [
             {"type": "tool_result", "tool_use_id": tool_id, "content": text, "is_error": is_error}]}})
 

@@ -15,20 +15,21 @@ from agent_run.rpc.client import RpcError
 
 
 async def call(home: Home, method: str, params: dict[str, Any] | None = None) -> Any:
+    line = p.encode_request(1, method, params or {})  # LineTooLong before anything is sent
     try:
         reader, writer = await asyncio.open_unix_connection(str(home.socket_path),
                                                             limit=64 * 1024 * 1024)
     except (FileNotFoundError, ConnectionRefusedError) as exc:
         raise DaemonUnavailable(f"no daemon answers at {home.socket_path}: {exc.strerror}") from None
     try:
-        writer.write(p.encode({"jsonrpc": "2.0", "id": 1, "method": method, "params": params or {}}))
+        writer.write(line)
         await writer.drain()
-        line = await reader.readline()
+        reply_line = await reader.readline()
     finally:
         writer.close()
-    if not line:
+    if not reply_line:
         raise DaemonUnavailable("the daemon closed the connection before answering")
-    reply = json.loads(line)
+    reply = json.loads(reply_line)
     if "error" in reply:
         err = reply["error"]
         if isinstance(err.get("data"), dict) and "code" in err["data"]:

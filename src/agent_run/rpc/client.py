@@ -36,16 +36,19 @@ class RpcClient:
 
     def call(self, method: str, params: dict[str, Any] | None = None) -> Any:
         request_id = next(self._ids)
-        self.sock.sendall(p.encode({"jsonrpc": "2.0", "id": request_id, "method": method,
-                                    "params": params or {}}))
-        line = self.file.readline()
+        line = p.encode_request(request_id, method, params or {})  # LineTooLong before sending
+        try:
+            self.sock.sendall(line)
+            line = self.file.readline()
+        except ConnectionError as exc:  # the daemon died mid-call: typed, not a traceback
+            raise DaemonUnavailable(f"the daemon connection broke before it answered: {exc}") from None
         if not line:
             raise DaemonUnavailable("the daemon closed the connection before answering")
         reply = json.loads(line)
         if "error" in reply:
             err = reply["error"]
-            if err["code"] in (p.DOMAIN_ERROR, p.INVALID_PARAMS) and isinstance(err.get("data"), dict):
-                raise error_from_data(err["data"])
+            if isinstance(err.get("data"), dict) and "code" in err["data"]:
+                raise error_from_data(err["data"])  # typed: domain, params, LineTooLong, InternalError
             raise RpcError(err["code"], err["message"], err.get("data"))
         return reply["result"]
 

@@ -1,9 +1,13 @@
-"""JSON-RPC 2.0 over newline-delimited JSON: error codes, framing limits, message builders."""
+"""JSON-RPC 2.0 over newline-delimited JSON: error codes, framing limits, message builders,
+and the checks that turn hostile input (bad Unicode, deep nesting, huge lines) into typed errors."""
 
 import json
+import re
 from typing import Any
 
 from pydantic import ValidationError
+
+from agent_run.domain.errors import LineTooLong
 
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
@@ -13,10 +17,75 @@ INTERNAL_ERROR = -32603
 DOMAIN_ERROR = -32000
 
 MAX_LINE_BYTES = 1024 * 1024  # one request line, newline excluded
+MAX_NESTING = 64  # arrays / objects inside one message; no method needs more than a handful
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+class BadMessage(Exception):
+    """A line that cannot become a request: the JSON-RPC code and a typed `data`."""
+
+    def __init__(self, code: int, message: str, data_code: str) -> None:
+        super().__init__(message)
+        self.code, self.message, self.data_code = code, message, data_code
+
+    def reply(self) -> dict[str, Any]:
+        return error(None, self.code, self.message, {"code": self.data_code, "message": self.message})
+
+
+def _refuse_constant(name: str) -> Any:
+    raise BadMessage(PARSE_ERROR, f"parse error: {name} is not JSON", "ParseError")
+
+
+def decode(line: bytes) -> Any:
+    """Parse one line; raise `BadMessage` for anything that is not strict, valid UTF-8 JSON text
+    with at most MAX_NESTING levels."""
+    try:
+        message = json.loads(line, parse_constant=_refuse_constant)
+    except RecursionError:
+        raise BadMessage(INVALID_REQUEST, f"nested deeper than {MAX_NESTING} levels",
+                         "NestingTooDeep") from None
+    except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError, bad UTF-8, huge integers
+        raise BadMessage(PARSE_ERROR, f"parse error: {exc}", "ParseError") from None
+    _check_tree(message)
+    return message
+
+
+def _check_tree(message: Any) -> None:
+    """Walk the parsed message without recursion: bounded depth, no lone surrogates."""
+    stack: list[tuple[Any, int]] = [(message, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, str):
+            if _SURROGATE.search(node):
+                raise BadMessage(PARSE_ERROR, "parse error: a string holds a lone UTF-16 surrogate "
+                                 "(not valid Unicode)", "InvalidUnicode")
+            continue
+        if not isinstance(node, (dict, list)):
+            continue
+        if depth >= MAX_NESTING:
+            raise BadMessage(INVALID_REQUEST, f"nested deeper than {MAX_NESTING} levels", "NestingTooDeep")
+        items = list(node.items()) if isinstance(node, dict) else [(None, v) for v in node]
+        for key, value in items:
+            if key is not None:
+                stack.append((key, depth + 1))
+            stack.append((value, depth + 1))
 
 
 def encode(message: dict[str, Any]) -> bytes:
     return (json.dumps(message, separators=(",", ":"), ensure_ascii=False) + "\n").encode()
+
+
+def encode_request(request_id: Any, method: str, params: dict[str, Any]) -> bytes:
+    """A request line, or `LineTooLong` naming the biggest param when it exceeds the daemon's
+    limit (checked here, so a client never sends what the daemon must refuse)."""
+    line = encode({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
+    if len(line) - 1 <= MAX_LINE_BYTES:
+        return line
+    sizes = {name: len(encode({"v": value})) - 7 for name, value in params.items()}
+    field = max(sizes, key=sizes.__getitem__) if sizes else None
+    detail = f"; `{field}` alone is {sizes[field]} bytes" if field else ""
+    raise LineTooLong(f"the request is {len(line) - 1} bytes encoded, over the daemon's limit of "
+                      f"{MAX_LINE_BYTES} bytes per line{detail}", field=field, limit=MAX_LINE_BYTES)
 
 
 def response(request_id: Any, result: Any) -> dict[str, Any]:
@@ -28,6 +97,11 @@ def error(request_id: Any, code: int, message: str, data: dict[str, Any] | None 
     if data is not None:
         err["data"] = data
     return {"jsonrpc": "2.0", "id": request_id, "error": err}
+
+
+def line_too_long() -> dict[str, Any]:
+    data = LineTooLong(f"a request line may be at most {MAX_LINE_BYTES} bytes", limit=MAX_LINE_BYTES)
+    return error(None, INVALID_REQUEST, "request line too long", data.to_data())
 
 
 def validation_error_data(exc: ValidationError) -> dict[str, Any]:

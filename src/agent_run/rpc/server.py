@@ -3,7 +3,6 @@ the revision watcher and the reconciliation loop."""
 
 import asyncio
 import fcntl
-import json
 import os
 import signal
 import socket
@@ -14,7 +13,7 @@ from pydantic import ValidationError
 
 from agent_run import __version__
 from agent_run.config import load_config
-from agent_run.domain.errors import DomainError
+from agent_run.domain.errors import DomainError, InternalError
 from agent_run.domain.requests import EmptyParams
 from agent_run.domain.views import Pong, ToolsResult
 from agent_run.home import MAX_SOCKET_PATH, Home
@@ -136,7 +135,7 @@ class Daemon:
         async def send(message: dict[str, Any]) -> None:
             async with write_lock:
                 try:
-                    writer.write(p.encode(message))
+                    writer.write(self._encode_reply(message))
                     await writer.drain()
                 except (ConnectionError, RuntimeError):
                     pass  # the client left; its answer has nowhere to go
@@ -150,14 +149,12 @@ class Daemon:
         try:
             while True:
                 try:
-                    line = await reader.readline()
-                except ValueError:
-                    await send(p.error(None, p.INVALID_REQUEST, "request line too long",
-                                       {"code": "LineTooLong",
-                                        "message": f"a request line may be at most {p.MAX_LINE_BYTES} bytes"}))
-                    break  # the stream has no usable boundary left
+                    line = await read_line(reader)
                 except ConnectionError:
                     break
+                if line is None:  # over the limit: answered, discarded, and the connection goes on
+                    await send(p.line_too_long())
+                    continue
                 if not line:
                     break
                 if not line.strip():
@@ -172,24 +169,47 @@ class Daemon:
                     task.cancel()
             writer.close()
 
+    def _encode_reply(self, message: dict[str, Any]) -> bytes:
+        """The reply line; a reply that cannot be encoded (a bug) becomes a -32603 that can."""
+        try:
+            return p.encode(message)
+        except (ValueError, TypeError, RecursionError) as exc:
+            self.log.error("rpc.unencodable_reply", error=repr(exc))
+            request_id = message.get("id")
+            safe_id = request_id if isinstance(request_id, int) else None
+            return p.encode(p.error(safe_id, p.INTERNAL_ERROR, f"internal error: unencodable reply ({type(exc).__name__}); "
+                                    f"see {self.home.logs_dir / 'daemon.log'}"))
+
     async def _handle_line(self, line: bytes, send: Any) -> None:
         try:
-            message = json.loads(line)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            await send(p.error(None, p.PARSE_ERROR, f"parse error: {exc}"))
+            message = p.decode(line)
+        except p.BadMessage as exc:
+            await send(exc.reply())
             return
         if not isinstance(message, dict):
             await send(p.error(None, p.INVALID_REQUEST, "a request must be a JSON object (batches are not supported)"))
             return
         request_id = message.get("id")
+        if not isinstance(request_id, (str, int, float, type(None))) or isinstance(request_id, bool):
+            await send(p.error(None, p.INVALID_REQUEST, "invalid request: `id` must be a string, a number or null"))
+            return
         is_notification = "id" not in message
         if message.get("jsonrpc") != "2.0" or not isinstance(message.get("method"), str):
             await send(p.error(request_id, p.INVALID_REQUEST,
                                'invalid request: need "jsonrpc": "2.0" and a string "method"'))
             return
-        reply = await self._dispatch(request_id, message["method"], message.get("params"))
+        try:
+            reply = await self._dispatch(request_id, message["method"], message.get("params"))
+        except Exception as exc:  # a bug outside the handler: still answer, typed
+            self.log.exception("rpc.internal_error", method=message["method"][:100])
+            reply = self._internal_error(request_id, exc)
         if not is_notification:
             await send(reply)
+
+    def _internal_error(self, request_id: Any, exc: BaseException) -> dict[str, Any]:
+        message = f"internal error: {exc!r}"
+        data = InternalError(message, rpc_code=p.INTERNAL_ERROR, log=str(self.home.logs_dir / "daemon.log"))
+        return p.error(request_id, p.INTERNAL_ERROR, message, data.to_data())
 
     async def _dispatch(self, request_id: Any, method: str, params: Any) -> dict[str, Any]:
         entry = self.tools.get(method)
@@ -216,8 +236,24 @@ class Daemon:
                 full = storage_full(f"what `{method}` needed to store", exc)
                 return p.error(request_id, p.DOMAIN_ERROR, full.message, full.to_data())
             self.log.exception("rpc.internal_error", method=method)
-            return p.error(request_id, p.INTERNAL_ERROR, f"internal error: {exc!r}")
+            return self._internal_error(request_id, exc)
         return p.response(request_id, result.model_dump(mode="json"))
+
+
+async def read_line(reader: asyncio.StreamReader) -> bytes | None:
+    """The next line (b"" at end of stream), or None for a line over the reader's limit, which
+    is read to its end and dropped so the next line starts clean."""
+    too_long = False
+    while True:
+        try:
+            line = await reader.readuntil(b"\n")
+        except asyncio.IncompleteReadError as exc:  # end of stream; the next call returns b""
+            return None if too_long else exc.partial
+        except asyncio.LimitOverrunError as exc:
+            too_long = True
+            await reader.readexactly(exc.consumed)  # drop it; the newline (if seen) stays
+            continue
+        return None if too_long else line
 
 
 def serve_forever(home: Home) -> None:

@@ -323,14 +323,17 @@ async def steer(ctx: ServiceContext, p: SteerParams) -> SteerResult:
             return commands_q.enqueue(conn, agent_id=p.agent_id, execution_id=execution["id"],
                                       kind="steer", payload={"text": p.text})
 
+    # Wait briefly for the supervisor's verdict so the caller learns delivered / refused. The
+    # revision is read before each look at the row: a resolution after the look moves it past.
+    seen = ctx.watcher.revision
     command_id = await ctx.db(enqueue)
-    # Wait briefly for the supervisor's verdict so the caller learns delivered / refused.
     deadline = time.monotonic() + 5.0
     while True:
         row = await ctx.db(commands_q.get, command_id)
         if row["state"] != "pending" or time.monotonic() >= deadline:
             break
-        await ctx.watcher.wait_past(ctx.watcher.revision, max(0.0, deadline - time.monotonic()))
+        await ctx.watcher.wait_past(seen, max(0.0, deadline - time.monotonic()))
+        seen = ctx.watcher.revision
     state = row["state"] if row["state"] in ("delivered", "refused") else "pending"
     message = row["result"] or "queued; the supervisor has not picked it up yet"
     return SteerResult(agent_id=p.agent_id, command_id=command_id, state=state, message=message)

@@ -92,6 +92,24 @@ def update_run(conn: sqlite3.Connection, run: sqlite3.Row, **fields: Any) -> Non
                                                            if k in ("state", "score", "rank", "attempt")}})
 
 
+def update_run_if(conn: sqlite3.Connection, run: sqlite3.Row, *, expect_state: str | tuple[str, ...],
+                  expect_attempt: int, **fields: Any) -> bool:
+    """Compare-and-set: update the run only while it is still in `state` (one or several) at
+    `attempt`; False when someone moved it meanwhile (a stop, a rerun, a cancel)."""
+    states = (expect_state,) if isinstance(expect_state, str) else expect_state
+    fields = {**fields, "updated_at": time.time()}
+    assignments = ", ".join(f"{name} = :{name}" for name in fields)
+    marks = ", ".join(f":s{i}" for i in range(len(states)))
+    cursor = conn.execute(
+        f"UPDATE batch_runs SET {assignments} WHERE id = :id AND attempt = :expect_attempt AND state IN ({marks})",
+        {**fields, "id": run["id"], "expect_attempt": expect_attempt, **{f"s{i}": s for i, s in enumerate(states)}})
+    if cursor.rowcount != 1:
+        return False
+    log_batch(conn, run["batch_id"], {"run": run["id"], **{k: v for k, v in fields.items()
+                                                           if k in ("state", "score", "rank", "attempt")}})
+    return True
+
+
 def record_attempt(conn: sqlite3.Connection, run: sqlite3.Row, *, attempt: int, kind: str,
                    agent_id: str) -> None:
     conn.execute("INSERT OR IGNORE INTO batch_attempts (run_id, attempt, kind, agent_id, created_at)"

@@ -1,4 +1,5 @@
-"""Worker-tool reports (`tool_reports`) and provider signals (`provider_signals`): append-only."""
+"""Worker-tool reports (`tool_reports`) and provider signals (`provider_signals`): append-only,
+except that a report recorded as an intent (create_commit) is completed with its outcome."""
 
 import json
 import sqlite3
@@ -18,6 +19,11 @@ def append_report(conn: sqlite3.Connection, *, agent_id: str, execution_id: str,
     append_event(conn, agent_id=agent_id, execution_id=execution_id, kind="tool_report",
                  data={"id": cur.lastrowid, "tool": tool})
     return cur.lastrowid
+
+
+def complete_report(conn: sqlite3.Connection, report_id: int, payload: dict[str, Any]) -> None:
+    """Replace an intent report's payload with its outcome. Call inside a write transaction."""
+    conn.execute("UPDATE tool_reports SET payload = ? WHERE id = ?", (json.dumps(payload), report_id))
 
 
 def reports(conn: sqlite3.Connection, execution_id: str, tool: str | None = None) -> list[sqlite3.Row]:

@@ -34,6 +34,7 @@ from agent_run.supervisor.redact import Redactor
 from agent_run.supervisor.retries import RetryWatch
 from agent_run.supervisor.secrets import resolve_secrets
 from agent_run.supervisor.storage import StorageReserve, note, reserve_log_space
+from agent_run.supervisor.seal import keep_reply
 from agent_run.worker_tools.binding import (
     EXECUTION_ENV, HOME_ENV, SERVER_NAME, TOKEN_ENV, TOOLS_ENV, token_hash,
 )
@@ -394,7 +395,7 @@ class Supervisor:
                           failure_message=outcome.message)
             if outcome.answer:  # keep an error reply readable, unsealed, for diagnosis
                 try:
-                    write_private_file(self.dir / "reply.md", outcome.answer.encode())
+                    keep_reply(self.dir, outcome.answer)
                 except OSError as exc:
                     note(f"reply.md not kept: {exc}")
         if outcome.failure in (FailureKind.RATE_LIMITED, FailureKind.QUOTA_EXHAUSTED):

@@ -28,6 +28,13 @@ def seal_answer(directory: Path, text: str, *, agent_id: str, execution_id: str)
     return SealedAnswer(answer_path, digest, len(data))
 
 
+def keep_reply(directory: Path, text: str) -> Path:
+    """An unsealed reply (a failed execution's text, for diagnosis): 0600, atomic, fsynced."""
+    path = directory / "reply.md"
+    write_private_file(path, text.encode())
+    return path
+
+
 def read_verified_answer(path: Path, sha256: str, size: int) -> str:
     """Re-read and re-hash the sealed answer; any mismatch is an integrity error, never a pass."""
     try:

@@ -21,7 +21,7 @@ from agent_run.domain.errors import DomainError
 from agent_run.domain.states import ExecutionState
 from agent_run.store.agents import get_execution
 from agent_run.store.db import connect, write
-from agent_run.store.reports import append_report
+from agent_run.store.reports import append_report, complete_report
 from agent_run.worker_tools.binding import (
     EXECUTION_ENV, HOME_ENV, SERVER_NAME, TOKEN_ENV, TOOLS_ENV, token_hash,
 )
@@ -41,11 +41,6 @@ def _bound_row(conn: sqlite3.Connection, execution_id: str, token: str) -> sqlit
     return row
 
 
-def check_binding(conn: sqlite3.Connection, execution_id: str, token: str) -> None:
-    """Refuse before any effect when the token or the execution's state does not allow it."""
-    _bound_row(conn, execution_id, token)
-
-
 def record(conn: sqlite3.Connection, execution_id: str, token: str, tool: str,
            payload: dict[str, Any]) -> int:
     with write(conn):
@@ -59,15 +54,25 @@ def workdir_of(conn: sqlite3.Connection, execution_id: str) -> Path:
     return Path(json.loads(row["plan_json"])["workdir"])
 
 
-def apply_effect(conn: sqlite3.Connection, execution_id: str, tool: str,
-                 payload: dict[str, Any]) -> dict[str, Any]:
-    """Tools that act before they are recorded: create_commit commits, and records the sha."""
-    if tool == "create_commit":
-        from agent_run.batches.git import commit_files
+def create_commit(conn: sqlite3.Connection, execution_id: str, token: str, payload: dict[str, Any]) -> tuple[int, str]:
+    """Record the intent first (while the execution is live), then commit, then complete the
+    report with the sha: a commit never exists without its report, whatever ends in between
+    (the judge then finds the commit in git). A failed commit completes it as `failed`."""
+    from agent_run.batches.git import commit_files
 
+    report_id = record(conn, execution_id, token, "create_commit", {**payload, "sha": None, "state": "intent"})
+    try:
         sha = commit_files(workdir_of(conn, execution_id), payload["message"], payload["files"])
-        return {**payload, "sha": sha}
-    return payload
+    except DomainError as exc:
+        _complete(conn, report_id, {**payload, "sha": None, "state": "failed", "error": exc.message})
+        raise
+    _complete(conn, report_id, {**payload, "sha": sha, "state": "committed"})
+    return report_id, sha
+
+
+def _complete(conn: sqlite3.Connection, report_id: int, payload: dict[str, Any]) -> None:
+    with write(conn):
+        complete_report(conn, report_id, payload)
 
 
 def _text(text: str, *, error: bool = False) -> types.CallToolResult:
@@ -95,15 +100,17 @@ def build_server(conn: sqlite3.Connection, execution_id: str, token: str,
         except ValidationError as exc:
             first = exc.errors()[0]
             return _text(f"invalid {'.'.join(map(str, first['loc']))}: {first['msg']}", error=True)
+        extra = ""
         try:
-            check_binding(conn, execution_id, token)
-            payload = apply_effect(conn, execution_id, tool.name, parsed.model_dump())
-            report_id = record(conn, execution_id, token, tool.name, payload)
+            if tool.name == "create_commit":
+                report_id, sha = create_commit(conn, execution_id, token, parsed.model_dump())
+                extra = f"; commit {sha}"
+            else:
+                report_id = record(conn, execution_id, token, tool.name, parsed.model_dump())
         except ReportRefused as exc:
             return _text(f"refused: {exc}", error=True)
         except DomainError as exc:
             return _text(f"{tool.name} failed: {exc.message}", error=True)
-        extra = f"; commit {payload['sha']}" if "sha" in payload else ""
         return _text(f"recorded ({tool.name} #{report_id}{extra})")
 
     return Server(SERVER_NAME, on_list_tools=list_tools, on_call_tool=call_tool)
