@@ -1,6 +1,7 @@
 """Batch tool handlers: start (validated before anything is created), views, cancel, per-run
 stop / rerun / resume / follow-up, review and clean-up."""
 
+import asyncio
 import hashlib
 import json
 import sqlite3
@@ -31,8 +32,9 @@ def scheduler(ctx: ServiceContext) -> BatchScheduler:
 async def batch_start(ctx: ServiceContext, p: bm.BatchStartParams) -> bm.BatchView:
     # Everything that can be wrong is checked before a row, a branch or a folder exists.
     agent_service.resolve_runtime(ctx, p)
-    project = git.locate_project(p.project)
-    base_sha = git.resolve_commit(project.root, p.base_ref)
+    # git runs off the event loop: a slow repository must not stall every other request.
+    project = await asyncio.to_thread(git.locate_project, p.project)
+    base_sha = await asyncio.to_thread(git.resolve_commit, project.root, p.base_ref)
     worktree_root = Path(p.worktree_root).expanduser() if p.worktree_root else project.root.parent
     if not worktree_root.is_absolute() or not worktree_root.is_dir():
         raise InvalidRequest(f"worktree_root {worktree_root} is not an existing absolute directory",

@@ -154,10 +154,13 @@ def _mark_spawn_failed(conn: sqlite3.Connection, execution_id: str, message: str
         if row["state"] == ExecutionState.CREATED:  # the supervisor never took it over
             agents_q.transition(conn, execution_id, ExecutionState.FAILED,
                                 failure_kind=FailureKind.SUPERVISOR_FAILED.value, failure_message=message)
+            for command in commands_q.pending(conn, execution_id):  # queued before the spawn
+                commands_q.resolve(conn, command, state="refused", result="the supervisor never started")
 
 
-async def start(ctx: ServiceContext, p: StartParams, *, worker_tools: list[str] | None = None) -> AgentView:
-    """Admit an agent and spawn its supervisor. `worker_tools` is for batches (not a tool param)."""
+def admission_rows(ctx: ServiceContext, p: StartParams,
+                   worker_tools: list[str] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The agent row and its first execution (with its plan) for a validated start request."""
     runtime_name, runtime, model = resolve_runtime(ctx, p)
     workdir = Path(p.workdir).expanduser()
     if not workdir.is_absolute():
@@ -184,29 +187,76 @@ async def start(ctx: ServiceContext, p: StartParams, *, worker_tools: list[str] 
                  "request_hash": _request_hash(p, runtime_name, model, str(workdir)),
                  "runtime": runtime_name, "engine": runtime.engine, "model": model, "task": p.task,
                  "workdir": str(workdir), "profile": p.profile}
-    execution = {"id": execution_id, "kind": "start", "prompt": p.task, "plan": plan}
-    # Reconciliation must not judge a row whose supervisor we are about to spawn.
+    return agent_row, {"id": execution_id, "kind": "start", "prompt": p.task, "plan": plan}
+
+
+async def start(ctx: ServiceContext, p: StartParams, *, worker_tools: list[str] | None = None) -> AgentView:
+    """Admit an agent and reply at once (`created`); its supervisor is spawned in the background.
+
+    `worker_tools` is for batches (not a tool param).
+    """
+    agent_row, execution = admission_rows(ctx, p, worker_tools)
+    agent_id, execution_id = agent_row["id"], execution["id"]
+    # Reconciliation must not judge a row whose supervisor we are about to spawn: the id joins
+    # `starting` before its row is committed and leaves once the spawn has settled.
     ctx.starting.add(execution_id)
+    created = False
     try:
         try:
             agent_id, created = await ctx.db(_admit, agent_row, execution)
         except sqlite3.IntegrityError:  # a concurrent start with the same request_id won the race
             agent_id, created = await ctx.db(_admit, agent_row, execution)
-        if created:
-            await launch_execution(ctx, agent_id, execution_id)
     finally:
-        ctx.starting.discard(execution_id)
+        if created:
+            launch_in_background(ctx, agent_id, execution_id)
+        else:
+            ctx.starting.discard(execution_id)
     return await ctx.db(read_agent_view, agent_id)
 
 
+def launch_in_background(ctx: ServiceContext, agent_id: str, execution_id: str) -> None:
+    """Spawn a committed execution's supervisor after the caller replies.
+
+    The caller has put `execution_id` in `ctx.starting`; the launch takes it out when settled.
+    """
+    ctx.in_background(launch_execution(ctx, agent_id, execution_id), name=f"launch-{execution_id}")
+
+
 async def launch_execution(ctx: ServiceContext, agent_id: str, execution_id: str) -> None:
-    """Spawn the execution's supervisor; a spawn that fails ends the row as `failed`."""
-    directory = ctx.home.execution_dir(agent_id, execution_id)
-    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    """Spawn the execution's supervisor on the spawn threads; a failed spawn ends it `failed`.
+
+    The supervisor takes the row with a compare-and-set on `created`, so a second spawn of the
+    same execution (a retry, a restarted daemon) exits without running anything.
+    """
+    def spawn() -> None:
+        directory = ctx.home.execution_dir(agent_id, execution_id)
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        spawn_supervisor(ctx.home, execution_id, directory / "supervisor.log")
+
     try:
-        await ctx.db(lambda _conn: spawn_supervisor(ctx.home, execution_id, directory / "supervisor.log"))
-    except errors.SpawnFailed as exc:
-        await ctx.db(_mark_spawn_failed, execution_id, exc.message)
+        try:
+            await ctx.spawn(spawn)
+        except errors.SpawnFailed as exc:
+            await ctx.db(_mark_spawn_failed, execution_id, exc.message)
+        except OSError as exc:
+            await ctx.db(_mark_spawn_failed, execution_id, f"cannot start supervisor: {exc}")
+    finally:
+        # Whatever happened, the row is no longer `created` or a later reconciliation pass
+        # finds it orphaned and spawns it again.
+        ctx.starting.discard(execution_id)
+
+
+async def adopt_orphan(ctx: ServiceContext, agent_id: str, execution_id: str) -> bool:
+    """Spawn a committed execution no supervisor ever took (its spawner died). True if launched."""
+    if execution_id in ctx.starting:
+        return False
+    ctx.starting.add(execution_id)
+    row = await ctx.db(agents_q.get_execution, execution_id)
+    if row is None or row["state"] != ExecutionState.CREATED or row["supervisor_pid"] is not None:
+        ctx.starting.discard(execution_id)
+        return False
+    launch_in_background(ctx, agent_id, execution_id)
+    return True
 
 
 async def resume(ctx: ServiceContext, p: ResumeParams) -> AgentView:
@@ -232,9 +282,10 @@ async def resume(ctx: ServiceContext, p: ResumeParams) -> AgentView:
     ctx.starting.add(execution_id)
     try:
         await ctx.db(admit)
-        await launch_execution(ctx, p.agent_id, execution_id)
-    finally:
+    except BaseException:
         ctx.starting.discard(execution_id)
+        raise
+    launch_in_background(ctx, p.agent_id, execution_id)
     return await ctx.db(read_agent_view, p.agent_id)
 
 
@@ -313,7 +364,8 @@ async def steer(ctx: ServiceContext, p: SteerParams) -> SteerResult:
         with write(conn):
             execution = latest_execution_or_raise(conn, p.agent_id)
             state = ExecutionState(execution["state"])
-            if state not in (ExecutionState.STARTING, ExecutionState.RUNNING):
+            # A `created` agent (start replied, spawn under way) takes it as its next turn too.
+            if state not in (ExecutionState.CREATED, ExecutionState.STARTING, ExecutionState.RUNNING):
                 raise errors.NotRunning(f"agent {p.agent_id} is {state.value}; only a running agent "
                                         "can be steered", field="agent_id", state=state.value)
             return commands_q.enqueue(conn, agent_id=p.agent_id, execution_id=execution["id"],

@@ -1,9 +1,10 @@
-"""What every service call gets: the home, the config, database threads and the revision watcher."""
+"""What every service call gets: the home, the config, database threads, spawn threads, the
+revision watcher and the daemon's background tasks."""
 
 import asyncio
 import sqlite3
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -15,6 +16,10 @@ from agent_run.store.events import current_revision
 T = TypeVar("T")
 REVISION_POLL_SECONDS = 0.02
 IDLE_POLL_SECONDS = 1.0
+# Supervisors spawned at once. A spawn holds its thread until the supervisor is ready (one
+# interpreter start, ~80 ms idle, seconds on a saturated machine); more in parallel only
+# crowds the CPU the daemon needs to answer. Queued spawns wait here, not on the database.
+SPAWN_THREADS = 4
 
 
 class RevisionWatcher:
@@ -64,10 +69,13 @@ class RevisionWatcher:
 
 
 class ServiceContext:
-    def __init__(self, home: Home, config: Config, *, threads: int = 32) -> None:
+    def __init__(self, home: Home, config: Config, *, threads: int = 32, log: Any = None) -> None:
         self.home = home
         self.config = config
+        self.log = log  # the daemon's structlog logger, or None
         self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="db")
+        self._spawner = ThreadPoolExecutor(max_workers=SPAWN_THREADS, thread_name_prefix="spawn")
+        self._background: set[asyncio.Task[Any]] = set()
         self._local = threading.local()
         self.watcher = RevisionWatcher(lambda: self.db(current_revision))
         self.starting: set[str] = set()  # executions whose supervisor this daemon is spawning
@@ -84,5 +92,23 @@ class ServiceContext:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, lambda: fn(self.connection(), *args, **kwargs))
 
+    async def spawn(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run a blocking process spawn on the spawn threads, never on a database thread."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._spawner, lambda: fn(*args))
+
+    def in_background(self, work: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
+        """Run `work` after the current request has replied; held here so it is never dropped."""
+        task = asyncio.get_running_loop().create_task(work, name=name)
+        self._background.add(task)
+        task.add_done_callback(self._background_done)
+        return task
+
+    def _background_done(self, task: asyncio.Task[Any]) -> None:
+        self._background.discard(task)
+        if not task.cancelled() and task.exception() is not None and self.log is not None:
+            self.log.error("background.error", task=task.get_name(), error=repr(task.exception()))
+
     def shutdown(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
+        self._spawner.shutdown(wait=False, cancel_futures=True)

@@ -2,7 +2,7 @@
 
 import json
 import os
-import select
+import selectors
 import subprocess
 import sys
 import threading
@@ -24,6 +24,9 @@ def spawn_supervisor(home: Home, execution_id: str, log_path: os.PathLike[str]) 
     """Start `python -m agent_run.supervisor` in its own session; return once it is ready.
 
     Ready means it has recorded its identity in the database and installed its signal handlers.
+    Blocks its thread until then: the daemon calls it on its spawn executor, never on the
+    database threads. A supervisor that is late is not killed: it may have taken the row just
+    now; one that is later still loses the `created` compare-and-set and exits.
     """
     read_fd, write_fd = os.pipe()
     log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
@@ -51,18 +54,23 @@ def spawn_supervisor(home: Home, execution_id: str, log_path: os.PathLike[str]) 
 
 
 def _read_line(fd: int, timeout: float) -> bytes:
+    """One line from a pipe within `timeout`; b"" when the writer closed it first.
+
+    poll(), not select(): a daemon holding more than 1,023 descriptors is normal.
+    """
     deadline = time.monotonic() + timeout
     data = b""
-    while not data.endswith(b"\n"):
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise SpawnFailed(f"supervisor not ready after {timeout:.0f}s")
-        readable, _, _ = select.select([fd], [], [], remaining)
-        if readable:
-            chunk = os.read(fd, 4096)
-            if not chunk:
-                return data
-            data += chunk
+    with selectors.PollSelector() as selector:
+        selector.register(fd, selectors.EVENT_READ)
+        while not data.endswith(b"\n"):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise SpawnFailed(f"supervisor not ready after {timeout:.0f}s")
+            if selector.select(remaining):
+                chunk = os.read(fd, 4096)
+                if not chunk:
+                    return data
+                data += chunk
     return data
 
 
