@@ -238,8 +238,10 @@ async def launch_execution(ctx: ServiceContext, agent_id: str, execution_id: str
             await ctx.spawn(spawn)
         except errors.SpawnFailed as exc:
             await ctx.db(_mark_spawn_failed, execution_id, exc.message)
-        except OSError as exc:
-            await ctx.db(_mark_spawn_failed, execution_id, f"cannot start supervisor: {exc}")
+        except Exception as exc:  # recorded on the row, not left for a guess
+            if ctx.log is not None:
+                ctx.log.exception("spawn.error", execution_id=execution_id)
+            await ctx.db(_mark_spawn_failed, execution_id, f"cannot start supervisor: {exc!r}")
     finally:
         # Whatever happened, the row is no longer `created` or a later reconciliation pass
         # finds it orphaned and spawns it again.
