@@ -19,7 +19,7 @@ from agent_run.services.context import ServiceContext
 from agent_run.store.agents import insert_agent_with_execution
 from agent_run.store.db import connect, write
 from agent_run.supervisor.launch import spawn_supervisor, supervisor_argv
-from tests.harness import DaemonProcess, db_rows, wait_for
+from tests.harness import DaemonProcess, db_rows, raw_socket, wait_for
 
 
 def admit_without_spawning(home: Home, task: str, workdir: Path) -> tuple[str, str]:
@@ -104,6 +104,34 @@ def test_supervisor_keeps_running_when_its_spawner_died_before_the_ready_line(ho
     assert proc.wait(timeout=60) == 0, (home.execution_dir(agent_id, execution_id) / "supervisor.log").read_text()
     row = db_rows(home, "SELECT state, answer_sha256 FROM executions WHERE id = ?", (execution_id,))[0]
     assert row["state"] == "succeeded" and row["answer_sha256"]
+
+
+def test_starts_admitted_together_share_a_transaction_but_not_their_errors(daemon, home, workdir):
+    """40 starts pipelined on one connection are admitted in one group: repeats of a request_id
+    get its one agent, a different payload under that id gets Conflict, the rest are unaffected."""
+    lines = []
+    for n in range(40):
+        if n % 4 == 0:  # ten repeats of one request
+            params = {"task": "answer: same", "request_id": "same"}
+        elif n == 39:  # that request_id with another payload
+            params = {"task": "answer: other", "request_id": "same"}
+        else:
+            params = {"task": f"answer: own {n}", "request_id": f"own-{n}"}
+        lines.append({"jsonrpc": "2.0", "id": n, "method": "start", "params": {**params, "workdir": str(workdir)}})
+    sock = raw_socket(home)
+    sock.sendall(b"".join(json.dumps(line).encode() + b"\n" for line in lines))
+    reader = sock.makefile("rb")
+    replies = {r["id"]: r for r in (json.loads(reader.readline()) for _ in lines)}
+    sock.close()
+    same = {replies[n]["result"]["id"] for n in range(0, 40, 4)}
+    assert len(same) == 1, same
+    assert replies[39]["error"]["data"]["code"] == "Conflict", replies[39]
+    own = {n: replies[n]["result"]["id"] for n in range(40) if n % 4 and n != 39}
+    assert len(set(own.values())) == len(own) == 29
+    for n, agent_id in own.items():
+        assert daemon.call("wait", {"agent_id": agent_id, "timeout_seconds": 90})["agent"]["state"] == "succeeded"
+        assert daemon.call("answer", {"agent_id": agent_id})["text"] == f"own {n}"
+    assert len(db_rows(home, "SELECT id FROM agents")) == 30
 
 
 # -- kill -9 of the daemon while starts are in flight -------------------------------------------

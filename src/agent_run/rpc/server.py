@@ -97,6 +97,7 @@ class Daemon:
         lock_fd = acquire_lock(self.home)
         fd_limit = raise_fd_limit()
         connect(self.home.db_path).close()  # migrate once, before serving
+        self.ctx.warm_up()
         # We hold the lock, so any socket file left behind belongs to a dead daemon.
         self.home.socket_path.unlink(missing_ok=True)
         old_umask = os.umask(0o177)

@@ -53,24 +53,29 @@ def read_agent_view(conn: sqlite3.Connection, agent_id: str) -> AgentView:
     # One read transaction, so the view is consistent with the revision it reports.
     conn.execute("BEGIN")
     try:
-        agent = agents_q.get_agent(conn, agent_id)
-        if agent is None:
-            raise errors.AgentNotFound(f"no agent {agent_id}", field="agent_id")
-        execution = agents_q.latest_execution(conn, agent_id)
-        last = events_q.last_message(conn, agent_id)
-        view = AgentView(
-            id=agent["id"], request_id=agent["request_id"], runtime=agent["runtime"],
-            engine=agent["engine"], model=agent["model"], task=agent["task"], workdir=agent["workdir"],
-            profile=agent["profile"], created_at=agent["created_at"], state=execution["state"],
-            failure_kind=execution["failure_kind"], verdict=execution["verdict"],
-            execution=execution_view(execution),
-            event_count=events_q.count_events(conn, agent_id),
-            last_message=last["content"][:300] if last else None,
-            revision=events_q.current_revision(conn),
-        )
+        view = agent_view_in(conn, agent_id)
     finally:
         conn.execute("COMMIT")
     return view
+
+
+def agent_view_in(conn: sqlite3.Connection, agent_id: str) -> AgentView:
+    """The agent's view, read inside the caller's transaction."""
+    agent = agents_q.get_agent(conn, agent_id)
+    if agent is None:
+        raise errors.AgentNotFound(f"no agent {agent_id}", field="agent_id")
+    execution = agents_q.latest_execution(conn, agent_id)
+    last = events_q.last_message(conn, agent_id)
+    return AgentView(
+        id=agent["id"], request_id=agent["request_id"], runtime=agent["runtime"],
+        engine=agent["engine"], model=agent["model"], task=agent["task"], workdir=agent["workdir"],
+        profile=agent["profile"], created_at=agent["created_at"], state=execution["state"],
+        failure_kind=execution["failure_kind"], verdict=execution["verdict"],
+        execution=execution_view(execution),
+        event_count=events_q.count_events(conn, agent_id),
+        last_message=last["content"][:300] if last else None,
+        revision=events_q.current_revision(conn),
+    )
 
 
 async def agent(ctx: ServiceContext, p: AgentParams) -> AgentView:
@@ -133,19 +138,21 @@ def _request_hash(p: StartParams, runtime: str, model: str, workdir: str) -> str
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 
-def _admit(conn: sqlite3.Connection, agent_row: dict, execution: dict) -> tuple[str, bool]:
-    """Insert the agent, or return the one this request_id already made. (agent_id, created)."""
-    with write(conn):
-        if agent_row["request_id"] is not None:
-            existing = agents_q.get_agent_by_request(conn, agent_row["request_id"])
-            if existing is not None:
-                if existing["request_hash"] != agent_row["request_hash"]:
-                    raise errors.Conflict(
-                        f"request_id {agent_row['request_id']!r} was used for a different request "
-                        f"(agent {existing['id']})", field="request_id", agent_id=existing["id"])
-                return existing["id"], False
-        agents_q.insert_agent_with_execution(conn, agent=agent_row, execution=execution)
-    return agent_row["id"], True
+def _admit(conn: sqlite3.Connection, agent_row: dict, execution: dict) -> tuple[AgentView, bool]:
+    """Insert the agent, or find the one this request_id already made. (its view, created)
+
+    Runs inside a grouped write transaction (`ctx.grouped`); the view is what it commits.
+    """
+    if agent_row["request_id"] is not None:
+        existing = agents_q.get_agent_by_request(conn, agent_row["request_id"])
+        if existing is not None:
+            if existing["request_hash"] != agent_row["request_hash"]:
+                raise errors.Conflict(
+                    f"request_id {agent_row['request_id']!r} was used for a different request "
+                    f"(agent {existing['id']})", field="request_id", agent_id=existing["id"])
+            return agent_view_in(conn, existing["id"]), False
+    agents_q.insert_agent_with_execution(conn, agent=agent_row, execution=execution)
+    return agent_view_in(conn, agent_row["id"]), True
 
 
 def _mark_spawn_failed(conn: sqlite3.Connection, execution_id: str, message: str) -> None:
@@ -196,22 +203,22 @@ async def start(ctx: ServiceContext, p: StartParams, *, worker_tools: list[str] 
     `worker_tools` is for batches (not a tool param).
     """
     agent_row, execution = admission_rows(ctx, p, worker_tools)
-    agent_id, execution_id = agent_row["id"], execution["id"]
+    execution_id = execution["id"]
     # Reconciliation must not judge a row whose supervisor we are about to spawn: the id joins
     # `starting` before its row is committed and leaves once the spawn has settled.
     ctx.starting.add(execution_id)
     created = False
     try:
         try:
-            agent_id, created = await ctx.db(_admit, agent_row, execution)
+            view, created = await ctx.grouped(_admit, agent_row, execution)
         except sqlite3.IntegrityError:  # a concurrent start with the same request_id won the race
-            agent_id, created = await ctx.db(_admit, agent_row, execution)
+            view, created = await ctx.grouped(_admit, agent_row, execution)
     finally:
         if created:
-            launch_in_background(ctx, agent_id, execution_id)
+            launch_in_background(ctx, agent_row["id"], execution_id)
         else:
             ctx.starting.discard(execution_id)
-    return await ctx.db(read_agent_view, agent_id)
+    return view
 
 
 def launch_in_background(ctx: ServiceContext, agent_id: str, execution_id: str) -> None:
