@@ -24,7 +24,7 @@ from agent_run.store import agents as agents_q
 from agent_run.store import commands as commands_q
 from agent_run.store import events as events_q
 from agent_run.store.db import write
-from agent_run.supervisor.launch import spawn_supervisor
+from agent_run.supervisor.launch import StartedSupervisor, await_ready, start_supervisor
 from agent_run.supervisor.seal import read_verified_answer
 
 # -- views --------------------------------------------------------------------------------
@@ -230,19 +230,22 @@ def launch_in_background(ctx: ServiceContext, agent_id: str, execution_id: str) 
 
 
 async def launch_execution(ctx: ServiceContext, agent_id: str, execution_id: str) -> None:
-    """Spawn the execution's supervisor on the spawn threads; a failed spawn ends it `failed`.
+    """Start the execution's supervisor (fork/exec on a spawn thread) and wait on the event loop
+    until it is ready; a failed spawn ends the execution `failed`.
 
     The supervisor takes the row with a compare-and-set on `created`, so a second spawn of the
     same execution (a retry, a restarted daemon) exits without running anything.
     """
-    def spawn() -> None:
+    def spawn() -> StartedSupervisor:
         directory = ctx.home.execution_dir(agent_id, execution_id)
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        spawn_supervisor(ctx.home, execution_id, directory / "supervisor.log")
+        return start_supervisor(ctx.home, execution_id, directory / "supervisor.log")
 
     try:
         try:
-            await ctx.spawn(spawn)
+            async with ctx.supervisors_starting:  # bounded: each start is an interpreter boot
+                started = await ctx.spawn(spawn)
+                await await_ready(started)
         except errors.SpawnFailed as exc:
             await ctx.db(_mark_spawn_failed, execution_id, exc.message)
         except Exception as exc:  # recorded on the row, not left for a guess

@@ -17,10 +17,12 @@ from agent_run.store.events import current_revision
 T = TypeVar("T")
 REVISION_POLL_SECONDS = 0.02
 IDLE_POLL_SECONDS = 1.0
-# Supervisors spawned at once. A spawn holds its thread until the supervisor is ready (one
-# interpreter start, ~80 ms idle, seconds on a saturated machine); more in parallel only
-# crowds the CPU the daemon needs to answer. Queued spawns wait here, not on the database.
-SPAWN_THREADS = 4
+# Threads that fork/exec supervisors: a spawn holds one for milliseconds, never the database's.
+SPAWN_THREADS = 2
+# Supervisors booting at once (fork to ready line: one interpreter start, ~80 ms idle, seconds
+# on a saturated machine). Their readiness is awaited on the event loop, so this bounds CPU
+# contention with the daemon, not threads. Queued spawns wait here, not on the database.
+SUPERVISORS_STARTING = 4
 
 
 class RevisionWatcher:
@@ -77,6 +79,7 @@ class ServiceContext:
         self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="db")
         self._spawner = ThreadPoolExecutor(max_workers=SPAWN_THREADS, thread_name_prefix="spawn")
         self._background: set[asyncio.Task[Any]] = set()
+        self.supervisors_starting = asyncio.Semaphore(SUPERVISORS_STARTING)
         self._local = threading.local()
         self.grouped = GroupWriter(self.connection)  # admissions: one transaction for many
         self.watcher = RevisionWatcher(lambda: self.db(current_revision))
