@@ -206,3 +206,47 @@ def test_kill9_of_the_daemon_during_concurrent_starts_loses_no_agent(home, workd
     assert all(r["n"] == 1 for r in agents), f"seed {seed}: an agent with several executions"
     lost = db_rows(home, "SELECT agent_id FROM events WHERE kind = 'state' AND data LIKE '%\"lost\"%'")
     assert not lost, f"seed {seed}: {lost}"
+
+
+def test_batch_start_runs_git_off_the_event_loop(home):
+    """A `batch_start` stuck in `git rev-parse` (a slow disk, a huge repository) must not stop
+    the daemon answering anyone else."""
+    import shutil
+
+    from tests.batch_harness import make_repo, wait_batch
+
+    repo = make_repo()
+    bin_dir = repo.parent / "bin"
+    bin_dir.mkdir()
+    gate = repo.parent / "gate"
+    wrapper = bin_dir / "git"
+    wrapper.write_text(f"""#!/bin/sh
+if [ "$1" = rev-parse ] && [ "$2" = --show-toplevel ]; then
+  touch {gate}.entered
+  while [ ! -e {gate} ]; do sleep 0.05; done
+fi
+exec {shutil.which("git")} "$@"
+""")
+    wrapper.chmod(0o755)
+    daemon = DaemonProcess(home, env={"PATH": f"{bin_dir}:{os.environ['PATH']}"}).start()
+    started: dict[str, object] = {}
+
+    def start_batch() -> None:
+        started["batch"] = daemon.call("batch_start", {"runtime": "demo", "workflow": "repeated",
+                                                       "project": str(repo), "runs": 1, "prompt": "answer: ok"})
+
+    thread = threading.Thread(target=start_batch)
+    try:
+        thread.start()
+        wait_for(lambda: Path(f"{gate}.entered").exists(), what="batch_start to be inside git")
+        with RpcClient(home.socket_path, timeout=10) as client:
+            assert client.call("ping")["pid"] == daemon.proc.pid
+        assert "batch" not in started  # still held by git, and the daemon answered meanwhile
+    finally:
+        gate.touch()
+        thread.join(timeout=60)
+    try:
+        assert wait_batch(daemon, started["batch"]["id"])["state"] == "completed"
+    finally:
+        daemon.stop()
+        shutil.rmtree(repo.parent, ignore_errors=True)
