@@ -29,3 +29,24 @@ def test_reconciliation_judges_live_and_orphaned_rows_while_another_writer_holds
     states = {r["id"]: r["state"] for r in db_rows(home, "SELECT id, state FROM executions")}
     assert states[orphan_execution] == "created"
     assert states[live_execution] in ("starting", "running")
+
+
+def test_created_row_whose_supervisor_process_exists_is_not_an_orphan(home, workdir):
+    """A supervisor started by a daemon that then died may not have recorded itself yet: a
+    process with its `--execution ID` command line means hands off."""
+    import subprocess
+    import sys
+
+    _agent, execution = admit_without_spawning(home, "answer: mine", workdir)
+    stand_in = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()", "agent_run.supervisor",
+                                 "--execution", execution], stdin=subprocess.PIPE)
+    conn = connect(home.db_path)
+    try:
+        assert reconcile_once(conn, set()).orphans == []
+        stand_in.stdin.close()
+        stand_in.wait(timeout=30)
+        assert [o.execution_id for o in reconcile_once(conn, set()).orphans] == [execution]
+    finally:
+        conn.close()
+        if stand_in.poll() is None:
+            stand_in.kill()

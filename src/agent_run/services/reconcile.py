@@ -7,6 +7,7 @@ the write re-checks the row under the lock (compare-and-set), and killing happen
 
 import os
 import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from agent_run.domain.failures import FailureKind
@@ -43,20 +44,22 @@ class Reconciled:
     orphans: list[OrphanExecution]
 
 
-def supervisor_processes(execution_id: str) -> list[int]:
-    """Pids whose command line is a supervisor of this execution (for rows with no identity yet)."""
-    needle = f"--execution\0{execution_id}\0".encode()
-    found = []
+def supervised_executions() -> set[str]:
+    """Execution ids that have a supervisor process now (from each /proc/PID/cmdline), for rows
+    with no identity yet. One scan of /proc per pass, however many such rows there are."""
+    found = set()
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
         try:
             with open(f"/proc/{entry.name}/cmdline", "rb") as fh:
-                cmdline = fh.read()
+                args = fh.read().split(b"\0")
         except OSError:
             continue
-        if b"agent_run.supervisor" in cmdline and needle in cmdline:
-            found.append(int(entry.name))
+        if b"agent_run.supervisor" in args and b"--execution" in args:
+            at = args.index(b"--execution") + 1
+            if at < len(args):
+                found.add(args[at].decode(errors="replace"))
     return found
 
 
@@ -91,6 +94,7 @@ def _mark_lost(conn: sqlite3.Connection, proven: sqlite3.Row, reason: str) -> bo
 
 def reconcile_execution(conn: sqlite3.Connection, execution_id: str,
                         starting: set[str] | frozenset[str] = frozenset(),
+                        supervised: Callable[[], set[str]] = supervised_executions,
                         ) -> LostExecution | OrphanExecution | None:
     """Judge one execution: lost (written), orphaned (for the caller to spawn), or left alone."""
     # `starting` is the daemon's live set: an execution joins it before its row is committed
@@ -101,7 +105,7 @@ def reconcile_execution(conn: sqlite3.Connection, execution_id: str,
     if row is None or ExecutionState(row["state"]).terminal:
         return None
     if row["supervisor_pid"] is None:
-        if row["state"] != ExecutionState.CREATED or supervisor_processes(execution_id):
+        if row["state"] != ExecutionState.CREATED or execution_id in supervised():
             return None
         return OrphanExecution(row["agent_id"], execution_id)
     reason = _proof_of_death(row)
@@ -120,8 +124,15 @@ def reconcile_execution(conn: sqlite3.Connection, execution_id: str,
 def reconcile_once(conn: sqlite3.Connection, starting: set[str]) -> Reconciled:
     """One pass over every live execution, except those this daemon is spawning right now."""
     done = Reconciled([], [])
+    scanned: list[set[str]] = []
+
+    def supervised() -> set[str]:  # scanned at most once, and only if a row needs it
+        if not scanned:
+            scanned.append(supervised_executions())
+        return scanned[0]
+
     for row in agents_q.live_executions(conn):
-        result = reconcile_execution(conn, row["id"], starting)
+        result = reconcile_execution(conn, row["id"], starting, supervised)
         if isinstance(result, LostExecution):
             done.lost.append(result)
         elif isinstance(result, OrphanExecution):
