@@ -263,7 +263,11 @@ async def adopt_orphan(ctx: ServiceContext, agent_id: str, execution_id: str) ->
     if execution_id in ctx.starting:
         return False
     ctx.starting.add(execution_id)
-    row = await ctx.db(agents_q.get_execution, execution_id)
+    try:
+        row = await ctx.db(agents_q.get_execution, execution_id)
+    except BaseException:
+        ctx.starting.discard(execution_id)
+        raise
     if row is None or row["state"] != ExecutionState.CREATED or row["supervisor_pid"] is not None:
         ctx.starting.discard(execution_id)
         return False
