@@ -19,6 +19,9 @@ the row's created_at (admission) and started_at (supervisor ready), and the supe
 time from /proc start ticks (10 ms resolution):
     admit = created_at - send;  to_fork = fork - created_at;  fork_to_ready = started_at - fork;
     ready_to_reply = receive - started_at
+Since `start` replies at admission and spawns in the background, ready_to_reply is negative
+(the reply precedes the supervisor's readiness) and to_fork / fork_to_ready describe the
+background spawn, not the reply.
 
 Run:  cd /work/main && uv run python bench/bench_rpc.py [--rounds 40] [--pings-per-round 13]
       cd /work/main && uv run python bench/bench_rpc.py --pycache

@@ -67,9 +67,10 @@ def cli_json(home: Home, *args: str, **kwargs: Any) -> Any:
 class DaemonProcess:
     """`agent-run api serve` as a real child process of the test."""
 
-    def __init__(self, home: Home, env: dict[str, str] | None = None) -> None:
+    def __init__(self, home: Home, env: dict[str, str] | None = None, nofile_soft: int | None = None) -> None:
         self.home = home
         self.env = env or {}
+        self.nofile_soft = nofile_soft  # start it with this soft RLIMIT_NOFILE (the hard one kept)
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> "DaemonProcess":
@@ -78,10 +79,17 @@ class DaemonProcess:
         log = open(self.home.root / "daemon-test.out", "ab")
         self.proc = subprocess.Popen([sys.executable, "-m", "agent_run", "--home", str(self.home.root),
                                       "api", "serve"], stdout=log, stderr=log, stdin=subprocess.DEVNULL,
-                                     env=env, start_new_session=True)
+                                     env=env, start_new_session=True,
+                                     preexec_fn=self._limits if self.nofile_soft is not None else None)
         log.close()
         wait_for(self._answers, timeout=30, what="the daemon to answer ping")
         return self
+
+    def _limits(self) -> None:
+        import resource
+
+        hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+        resource.setrlimit(resource.RLIMIT_NOFILE, (self.nofile_soft, hard))
 
     def _answers(self) -> bool:
         assert self.proc is not None

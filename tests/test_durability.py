@@ -80,29 +80,3 @@ def test_live_supervisor_is_never_marked_lost(daemon, home, workdir):
     states = [r["data"] for r in db_rows(home, "SELECT data FROM events WHERE agent_id = ? AND kind = 'state'",
                                           (agent["id"],))]
     assert not any('"lost"' in s for s in states)
-
-
-def test_created_row_without_supervisor_is_lost_at_daemon_boot(home, workdir):
-    """A row whose supervisor never started (daemon died mid-start) is proven orphaned at boot."""
-    import json
-    import sqlite3
-
-    from agent_run.store.db import connect, write
-    from agent_run.store.agents import insert_agent_with_execution
-    from tests.harness import DaemonProcess
-
-    conn = connect(home.db_path)
-    plan = {"agent_id": "ag_orphan", "execution_id": "ex_orphan"}
-    with write(conn):
-        insert_agent_with_execution(conn, agent={
-            "id": "ag_orphan", "request_id": None, "request_hash": "x", "runtime": "demo", "engine": "demo",
-            "model": "demo-1", "task": "answer: x", "workdir": str(workdir), "profile": "write"},
-            execution={"id": "ex_orphan", "kind": "start", "prompt": "answer: x", "plan": plan})
-    conn.close()
-    daemon = DaemonProcess(home).start()
-    try:
-        result = daemon.call("wait", {"agent_id": "ag_orphan", "timeout_seconds": 30})
-        assert result["agent"]["state"] == "lost"
-    finally:
-        daemon.stop()
-    _ = (json, sqlite3)

@@ -4,9 +4,11 @@ the revision watcher and the reconciliation loop."""
 import asyncio
 import fcntl
 import os
+import resource
 import signal
 import socket
 import struct
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
@@ -21,6 +23,7 @@ from agent_run.logs import daemon_logger
 from agent_run.rpc import protocol as p
 from agent_run.services.context import ServiceContext
 from agent_run.services.integrity import scrub_once
+from agent_run.services.agents import adopt_orphan
 from agent_run.services.reconcile import reconcile_once
 from agent_run.store.db import connect, is_storage_full, storage_full
 from agent_run.tools import SOCKET_ONLY, TOOLS, Tool, tool_schemas
@@ -55,6 +58,25 @@ def acquire_lock(home: Home) -> int:
     return fd
 
 
+def raise_fd_limit() -> int:
+    """Raise the soft RLIMIT_NOFILE to the hard limit and return it: every MCP host, long-poll
+    client and spawn holds descriptors, and the usual soft default (1,024) is arbitrary."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard
+    if hard == resource.RLIM_INFINITY:  # the kernel still caps a process at fs.nr_open
+        try:
+            target = int(Path("/proc/sys/fs/nr_open").read_text())
+        except (OSError, ValueError):
+            return soft
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (ValueError, OSError):
+            return soft
+        return target
+    return soft
+
+
 def peer_uid(sock: socket.socket) -> int:
     creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
     _pid, uid, _gid = struct.unpack("3i", creds)
@@ -66,7 +88,7 @@ class Daemon:
         self.home = home.ensure()
         self.log = daemon_logger(home)
         self.config = load_config(home)  # fail closed before anything is bound
-        self.ctx = ServiceContext(home, self.config)
+        self.ctx = ServiceContext(home, self.config, log=self.log)
         self.tools = {name: (tool, tool.resolve()) for name, tool in ALL_TOOLS.items()}
 
     async def serve(self) -> None:
@@ -74,13 +96,15 @@ class Daemon:
             raise SystemExit(f"socket path {self.home.socket_path} is longer than {MAX_SOCKET_PATH} "
                              "bytes; choose a shorter --home")
         lock_fd = acquire_lock(self.home)
+        fd_limit = raise_fd_limit()
         connect(self.home.db_path).close()  # migrate once, before serving
+        self.ctx.warm_up()
         # We hold the lock, so any socket file left behind belongs to a dead daemon.
         self.home.socket_path.unlink(missing_ok=True)
         old_umask = os.umask(0o177)
         try:
             server = await asyncio.start_unix_server(self._connection, path=str(self.home.socket_path),
-                                                     limit=p.MAX_LINE_BYTES)
+                                                     limit=p.MAX_LINE_BYTES, backlog=socket.SOMAXCONN)
         finally:
             os.umask(old_umask)
         os.chmod(self.home.socket_path, 0o600)
@@ -94,7 +118,7 @@ class Daemon:
                       asyncio.create_task(self._reconcile_loop()),
                       asyncio.create_task(self._scrub_loop()),
                       asyncio.create_task(scheduler(self.ctx).run_forever(self.log))]
-        self.log.info("daemon.started", pid=os.getpid(), socket=str(self.home.socket_path))
+        self.log.info("daemon.started", pid=os.getpid(), socket=str(self.home.socket_path), fd_limit=fd_limit)
         async with server:
             await stop.wait()
         self.log.info("daemon.stopping")
@@ -105,11 +129,10 @@ class Daemon:
         os.close(lock_fd)
 
     async def _reconcile_loop(self) -> None:
+        # The first pass runs at boot: it spawns what a dead daemon admitted but never spawned.
         while True:
             try:
-                lost = await self.ctx.db(reconcile_once, self.ctx.starting, self.home)
-                for item in lost:
-                    self.log.warning("execution.lost", execution_id=item.execution_id, reason=item.reason)
+                await self._reconcile()
             except Exception as exc:  # keep reconciling; the next pass may succeed
                 self.log.error("reconcile.error", error=repr(exc))
             await asyncio.sleep(self.config.daemon.reconcile_interval_seconds)
@@ -125,6 +148,15 @@ class Daemon:
             except Exception as exc:  # keep scrubbing; the next pass may succeed
                 self.log.error("scrub.error", error=repr(exc))
             await asyncio.sleep(max(0.2, min(SCRUB_TICK_SECONDS, period / 20)))
+
+    async def _reconcile(self) -> None:
+        done = await self.ctx.db(reconcile_once, self.ctx.starting, self.home)
+        for item in done.lost:
+            self.log.warning("execution.lost", execution_id=item.execution_id, reason=item.reason)
+        for orphan in done.orphans:
+            if await adopt_orphan(self.ctx, orphan.agent_id, orphan.execution_id):
+                self.log.warning("execution.adopted", execution_id=orphan.execution_id,
+                                 reason="admitted but never spawned (its spawner died)")
 
     # -- connections ------------------------------------------------------------------------
 

@@ -24,8 +24,8 @@ from agent_run.services.integrity import answer_verified, verified_answer
 from agent_run.store import agents as agents_q
 from agent_run.store import commands as commands_q
 from agent_run.store import events as events_q
-from agent_run.store.db import write
-from agent_run.supervisor.launch import spawn_supervisor
+from agent_run.store.db import is_storage_full, storage_full, write
+from agent_run.supervisor.launch import StartedSupervisor, await_ready, start_supervisor
 
 # -- views --------------------------------------------------------------------------------
 
@@ -54,24 +54,29 @@ def read_agent_view(conn: sqlite3.Connection, agent_id: str) -> AgentView:
     # One read transaction, so the view is consistent with the revision it reports.
     conn.execute("BEGIN")
     try:
-        agent = agents_q.get_agent(conn, agent_id)
-        if agent is None:
-            raise errors.AgentNotFound(f"no agent {agent_id}", field="agent_id")
-        execution = agents_q.latest_execution(conn, agent_id)
-        last = events_q.last_message(conn, agent_id)
-        view = AgentView(
-            id=agent["id"], request_id=agent["request_id"], runtime=agent["runtime"],
-            engine=agent["engine"], model=agent["model"], task=agent["task"], workdir=agent["workdir"],
-            profile=agent["profile"], created_at=agent["created_at"], state=execution["state"],
-            failure_kind=execution["failure_kind"], verdict=execution["verdict"],
-            answer_verified=answer_verified(execution), execution=execution_view(execution),
-            event_count=events_q.count_events(conn, agent_id),
-            last_message=last["content"][:300] if last else None,
-            revision=events_q.current_revision(conn),
-        )
+        view = agent_view_in(conn, agent_id)
     finally:
         conn.execute("COMMIT")
     return view
+
+
+def agent_view_in(conn: sqlite3.Connection, agent_id: str) -> AgentView:
+    """The agent's view, read inside the caller's transaction."""
+    agent = agents_q.get_agent(conn, agent_id)
+    if agent is None:
+        raise errors.AgentNotFound(f"no agent {agent_id}", field="agent_id")
+    execution = agents_q.latest_execution(conn, agent_id)
+    last = events_q.last_message(conn, agent_id)
+    return AgentView(
+        id=agent["id"], request_id=agent["request_id"], runtime=agent["runtime"],
+        engine=agent["engine"], model=agent["model"], task=agent["task"], workdir=agent["workdir"],
+        profile=agent["profile"], created_at=agent["created_at"], state=execution["state"],
+        failure_kind=execution["failure_kind"], verdict=execution["verdict"],
+        answer_verified=answer_verified(execution), execution=execution_view(execution),
+        event_count=events_q.count_events(conn, agent_id),
+        last_message=last["content"][:300] if last else None,
+        revision=events_q.current_revision(conn),
+    )
 
 
 async def agent(ctx: ServiceContext, p: AgentParams) -> AgentView:
@@ -135,19 +140,24 @@ def _request_hash(p: StartParams, runtime: str, model: str, workdir: str) -> str
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 
-def _admit(conn: sqlite3.Connection, agent_row: dict, execution: dict) -> tuple[str, bool]:
-    """Insert the agent, or return the one this request_id already made. (agent_id, created)."""
-    with write(conn, "the new agent (its agents, executions and events rows)"):
-        if agent_row["request_id"] is not None:
-            existing = agents_q.get_agent_by_request(conn, agent_row["request_id"])
-            if existing is not None:
-                if existing["request_hash"] != agent_row["request_hash"]:
-                    raise errors.Conflict(
-                        f"request_id {agent_row['request_id']!r} was used for a different request "
-                        f"(agent {existing['id']})", field="request_id", agent_id=existing["id"])
-                return existing["id"], False
-        agents_q.insert_agent_with_execution(conn, agent=agent_row, execution=execution)
-    return agent_row["id"], True
+ADMISSION_WRITES = "the new agent (its agents, executions and events rows)"
+
+
+def _admit(conn: sqlite3.Connection, agent_row: dict, execution: dict) -> tuple[AgentView, bool]:
+    """Insert the agent, or find the one this request_id already made. (its view, created)
+
+    Runs inside a grouped write transaction (`ctx.grouped`); the view is what it commits.
+    """
+    if agent_row["request_id"] is not None:
+        existing = agents_q.get_agent_by_request(conn, agent_row["request_id"])
+        if existing is not None:
+            if existing["request_hash"] != agent_row["request_hash"]:
+                raise errors.Conflict(
+                    f"request_id {agent_row['request_id']!r} was used for a different request "
+                    f"(agent {existing['id']})", field="request_id", agent_id=existing["id"])
+            return agent_view_in(conn, existing["id"]), False
+    agents_q.insert_agent_with_execution(conn, agent=agent_row, execution=execution)
+    return agent_view_in(conn, agent_row["id"]), True
 
 
 def _mark_spawn_failed(conn: sqlite3.Connection, execution_id: str, message: str) -> None:
@@ -156,10 +166,13 @@ def _mark_spawn_failed(conn: sqlite3.Connection, execution_id: str, message: str
         if row["state"] == ExecutionState.CREATED:  # the supervisor never took it over
             agents_q.transition(conn, execution_id, ExecutionState.FAILED,
                                 failure_kind=FailureKind.SUPERVISOR_FAILED.value, failure_message=message)
+            for command in commands_q.pending(conn, execution_id):  # queued before the spawn
+                commands_q.resolve(conn, command, state="refused", result="the supervisor never started")
 
 
-async def start(ctx: ServiceContext, p: StartParams, *, worker_tools: list[str] | None = None) -> AgentView:
-    """Admit an agent and spawn its supervisor. `worker_tools` is for batches (not a tool param)."""
+def admission_rows(ctx: ServiceContext, p: StartParams,
+                   worker_tools: list[str] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The agent row and its first execution (with its plan) for a validated start request."""
     runtime_name, runtime, model = resolve_runtime(ctx, p)
     workdir = Path(p.workdir).expanduser()
     if not workdir.is_absolute():
@@ -188,29 +201,90 @@ async def start(ctx: ServiceContext, p: StartParams, *, worker_tools: list[str] 
                  "request_hash": _request_hash(p, runtime_name, model, str(workdir)),
                  "runtime": runtime_name, "engine": runtime.engine, "model": model, "task": p.task,
                  "workdir": str(workdir), "profile": p.profile}
-    execution = {"id": execution_id, "kind": "start", "prompt": p.task, "plan": plan}
-    # Reconciliation must not judge a row whose supervisor we are about to spawn.
+    return agent_row, {"id": execution_id, "kind": "start", "prompt": p.task, "plan": plan}
+
+
+async def start(ctx: ServiceContext, p: StartParams, *, worker_tools: list[str] | None = None) -> AgentView:
+    """Admit an agent and reply at once (`created`); its supervisor is spawned in the background.
+
+    `worker_tools` is for batches (not a tool param).
+    """
+    agent_row, execution = admission_rows(ctx, p, worker_tools)
+    execution_id = execution["id"]
+    # Reconciliation must not judge a row whose supervisor we are about to spawn: the id joins
+    # `starting` before its row is committed and leaves once the spawn has settled.
     ctx.starting.add(execution_id)
+    created = False
     try:
         try:
-            agent_id, created = await ctx.db(_admit, agent_row, execution)
-        except sqlite3.IntegrityError:  # a concurrent start with the same request_id won the race
-            agent_id, created = await ctx.db(_admit, agent_row, execution)
-        if created:
-            await launch_execution(ctx, agent_id, execution_id)
+            try:
+                view, created = await ctx.grouped(_admit, agent_row, execution)
+            except sqlite3.IntegrityError:  # a concurrent start with the same request_id won the race
+                view, created = await ctx.grouped(_admit, agent_row, execution)
+        except (sqlite3.OperationalError, errors.StorageFull) as exc:
+            if is_storage_full(exc):  # the group rolled back: nothing of this agent was kept
+                raise storage_full(ADMISSION_WRITES, exc) from None
+            raise
     finally:
-        ctx.starting.discard(execution_id)
-    return await ctx.db(read_agent_view, agent_id)
+        if created:
+            launch_in_background(ctx, agent_row["id"], execution_id)
+        else:
+            ctx.starting.discard(execution_id)
+    return view
+
+
+def launch_in_background(ctx: ServiceContext, agent_id: str, execution_id: str) -> None:
+    """Spawn a committed execution's supervisor after the caller replies.
+
+    The caller has put `execution_id` in `ctx.starting`; the launch takes it out when settled.
+    """
+    ctx.in_background(launch_execution(ctx, agent_id, execution_id), name=f"launch-{execution_id}")
 
 
 async def launch_execution(ctx: ServiceContext, agent_id: str, execution_id: str) -> None:
-    """Spawn the execution's supervisor; a spawn that fails ends the row as `failed`."""
-    directory = ctx.home.execution_dir(agent_id, execution_id)
-    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    """Start the execution's supervisor (fork/exec on a spawn thread) and wait on the event loop
+    until it is ready; a failed spawn ends the execution `failed`.
+
+    The supervisor takes the row with a compare-and-set on `created`, so a second spawn of the
+    same execution (a retry, a restarted daemon) exits without running anything.
+    """
+    def spawn() -> StartedSupervisor:
+        directory = ctx.home.execution_dir(agent_id, execution_id)
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        return start_supervisor(ctx.home, execution_id, directory / "supervisor.log")
+
     try:
-        await ctx.db(lambda _conn: spawn_supervisor(ctx.home, execution_id, directory / "supervisor.log"))
-    except errors.SpawnFailed as exc:
-        await ctx.db(_mark_spawn_failed, execution_id, exc.message)
+        try:
+            async with ctx.supervisors_starting:  # bounded: each start is an interpreter boot
+                started = await ctx.spawn(spawn)
+                await await_ready(started)
+        except errors.SpawnFailed as exc:
+            await ctx.db(_mark_spawn_failed, execution_id, exc.message)
+        except Exception as exc:  # recorded on the row, not left for a guess
+            if ctx.log is not None:
+                ctx.log.exception("spawn.error", execution_id=execution_id)
+            await ctx.db(_mark_spawn_failed, execution_id, f"cannot start supervisor: {exc!r}")
+    finally:
+        # Whatever happened, the row is no longer `created` or a later reconciliation pass
+        # finds it orphaned and spawns it again.
+        ctx.starting.discard(execution_id)
+
+
+async def adopt_orphan(ctx: ServiceContext, agent_id: str, execution_id: str) -> bool:
+    """Spawn a committed execution no supervisor ever took (its spawner died). True if launched."""
+    if execution_id in ctx.starting:
+        return False
+    ctx.starting.add(execution_id)
+    try:
+        row = await ctx.db(agents_q.get_execution, execution_id)
+    except BaseException:
+        ctx.starting.discard(execution_id)
+        raise
+    if row is None or row["state"] != ExecutionState.CREATED or row["supervisor_pid"] is not None:
+        ctx.starting.discard(execution_id)
+        return False
+    launch_in_background(ctx, agent_id, execution_id)
+    return True
 
 
 async def resume(ctx: ServiceContext, p: ResumeParams) -> AgentView:
@@ -236,9 +310,10 @@ async def resume(ctx: ServiceContext, p: ResumeParams) -> AgentView:
     ctx.starting.add(execution_id)
     try:
         await ctx.db(admit)
-        await launch_execution(ctx, p.agent_id, execution_id)
-    finally:
+    except BaseException:
         ctx.starting.discard(execution_id)
+        raise
+    launch_in_background(ctx, p.agent_id, execution_id)
     return await ctx.db(read_agent_view, p.agent_id)
 
 
@@ -317,7 +392,8 @@ async def steer(ctx: ServiceContext, p: SteerParams) -> SteerResult:
         with write(conn):
             execution = latest_execution_or_raise(conn, p.agent_id)
             state = ExecutionState(execution["state"])
-            if state not in (ExecutionState.STARTING, ExecutionState.RUNNING):
+            # A `created` agent (start replied, spawn under way) takes it as its next turn too.
+            if state not in (ExecutionState.CREATED, ExecutionState.STARTING, ExecutionState.RUNNING):
                 raise errors.NotRunning(f"agent {p.agent_id} is {state.value}; only a running agent "
                                         "can be steered", field="agent_id", state=state.value)
             return commands_q.enqueue(conn, agent_id=p.agent_id, execution_id=execution["id"],

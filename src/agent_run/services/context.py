@@ -1,20 +1,28 @@
-"""What every service call gets: the home, the config, database threads and the revision watcher."""
+"""What every service call gets: the home, the config, database threads, spawn threads, the
+revision watcher and the daemon's background tasks."""
 
 import asyncio
 import sqlite3
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from agent_run.config import Config
 from agent_run.home import Home
+from agent_run.services.group_write import GroupWriter
 from agent_run.store.db import connect
 from agent_run.store.events import current_revision
 
 T = TypeVar("T")
 REVISION_POLL_SECONDS = 0.02
 IDLE_POLL_SECONDS = 1.0
+# Threads that fork/exec supervisors: a spawn holds one for milliseconds, never the database's.
+SPAWN_THREADS = 2
+# Supervisors booting at once (fork to ready line: one interpreter start, ~80 ms idle, seconds
+# on a saturated machine). Their readiness is awaited on the event loop, so this bounds CPU
+# contention with the daemon, not threads. Queued spawns wait here, not on the database.
+SUPERVISORS_STARTING = 4
 
 
 class RevisionWatcher:
@@ -64,14 +72,35 @@ class RevisionWatcher:
 
 
 class ServiceContext:
-    def __init__(self, home: Home, config: Config, *, threads: int = 32) -> None:
+    def __init__(self, home: Home, config: Config, *, threads: int = 32, log: Any = None) -> None:
         self.home = home
         self.config = config
+        self.log = log  # the daemon's structlog logger, or None
         self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="db")
+        self._spawner = ThreadPoolExecutor(max_workers=SPAWN_THREADS, thread_name_prefix="spawn")
+        self._background: set[asyncio.Task[Any]] = set()
+        self.supervisors_starting = asyncio.Semaphore(SUPERVISORS_STARTING)
         self._local = threading.local()
+        self.grouped = GroupWriter(self.connection)  # admissions: one transaction for many
         self.watcher = RevisionWatcher(lambda: self.db(current_revision))
         self.starting: set[str] = set()  # executions whose supervisor this daemon is spawning
         self.batches: Any = None  # the batch scheduler, made on first use (batches.service)
+
+    def warm_up(self) -> None:
+        """Start every database thread (each opening its connection), spawn thread and the group
+        writer now, at boot. Started lazily, each `Thread.start` blocks the event loop until the
+        new thread runs: tens of milliseconds apiece on a loaded machine, in the first burst."""
+        for pool, opens_db in ((self._executor, True), (self._spawner, False), (self.grouped.thread, True)):
+            size = pool._max_workers  # noqa: SLF001 - the pool's own bound
+            barrier = threading.Barrier(size)
+
+            def occupy(opens_db: bool = opens_db, barrier: threading.Barrier = barrier) -> None:
+                if opens_db:
+                    self.connection()
+                barrier.wait()  # every task on its own thread: the pool grows to its bound
+
+            for future in [pool.submit(occupy) for _ in range(size)]:
+                future.result()
 
     def connection(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
@@ -84,5 +113,24 @@ class ServiceContext:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, lambda: fn(self.connection(), *args, **kwargs))
 
+    async def spawn(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run a blocking process spawn on the spawn threads, never on a database thread."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._spawner, lambda: fn(*args))
+
+    def in_background(self, work: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
+        """Run `work` after the current request has replied; held here so it is never dropped."""
+        task = asyncio.get_running_loop().create_task(work, name=name)
+        self._background.add(task)
+        task.add_done_callback(self._background_done)
+        return task
+
+    def _background_done(self, task: asyncio.Task[Any]) -> None:
+        self._background.discard(task)
+        if not task.cancelled() and task.exception() is not None and self.log is not None:
+            self.log.error("background.error", task=task.get_name(), error=repr(task.exception()))
+
     def shutdown(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
+        self._spawner.shutdown(wait=False, cancel_futures=True)
+        self.grouped.shutdown()

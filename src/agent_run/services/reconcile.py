@@ -1,7 +1,13 @@
-"""Reconciliation: mark an execution `lost` only on proof its supervisor is dead; kill its engine."""
+"""Reconciliation: mark an execution `lost` only on proof its supervisor is dead; kill its engine;
+spawn the supervisor of an admitted execution no supervisor ever took.
+
+Proof is gathered outside the SQLite write lock (scanning /proc is slow on a busy machine);
+the write re-checks the row under the lock (compare-and-set), and killing happens after it.
+"""
 
 import os
 import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from agent_run.domain.failures import FailureKind
@@ -15,6 +21,9 @@ from agent_run.supervisor.identity import (
 )
 from agent_run.supervisor.storage import RESERVE_NAME, filesystem_full, supervisor_log_says_full
 
+# What a dead supervisor's row must still show for our proof to apply to it.
+_PROVEN_FIELDS = ("state", "supervisor_pid", "supervisor_start_ticks", "boot_id", "engine_pid")
+
 
 @dataclass(frozen=True)
 class LostExecution:
@@ -23,42 +32,66 @@ class LostExecution:
     engine_group_killed: bool
 
 
-def supervisor_processes(execution_id: str) -> list[int]:
-    """Pids whose command line is a supervisor of this execution (for rows with no identity yet)."""
-    needle = f"--execution\0{execution_id}\0".encode()
-    found = []
+@dataclass(frozen=True)
+class OrphanExecution:
+    """Committed (`created`) but no supervisor exists for it: its spawner died before spawning."""
+
+    agent_id: str
+    execution_id: str
+
+
+@dataclass
+class Reconciled:
+    lost: list[LostExecution]
+    orphans: list[OrphanExecution]
+
+
+def supervised_executions() -> set[str]:
+    """Execution ids that have a supervisor process now (from each /proc/PID/cmdline), for rows
+    with no identity yet. One scan of /proc per pass, however many such rows there are."""
+    found = set()
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
         try:
             with open(f"/proc/{entry.name}/cmdline", "rb") as fh:
-                cmdline = fh.read()
+                args = fh.read().split(b"\0")
         except OSError:
             continue
-        if b"agent_run.supervisor" in cmdline and needle in cmdline:
-            found.append(int(entry.name))
+        if b"agent_run.supervisor" in args and b"--execution" in args:
+            at = args.index(b"--execution") + 1
+            if at < len(args):
+                found.add(args[at].decode(errors="replace"))
     return found
 
 
 def _proof_of_death(row: sqlite3.Row) -> str | None:
-    """A reason the supervisor is certainly gone, or None when it lives or we cannot tell."""
-    if row["supervisor_pid"] is None:
-        if supervisor_processes(row["id"]):
-            return None
-        return "no supervisor ever recorded itself and none is running"
+    """A reason the recorded supervisor is certainly gone, or None when it lives or we cannot tell."""
     identity = ProcessIdentity(row["supervisor_pid"], row["supervisor_start_ticks"], row["boot_id"])
     if liveness(identity) is Liveness.DEAD:
         return f"supervisor pid {identity.pid} is gone (exited, killed, reused or rebooted)"
     return None
 
 
-def _kill_engine(row: sqlite3.Row) -> bool:
-    if row["engine_pid"] is None:
-        return False
-    leader = ProcessIdentity(row["engine_pid"], row["engine_start_ticks"] or 0, row["boot_id"] or "")
-    if row["boot_id"] and engine_group_alive(row["engine_pid"], leader):
-        return kill_group(row["engine_pid"])
-    return False
+def _engine_leader(row: sqlite3.Row) -> ProcessIdentity | None:
+    """The engine group's leader when its group still has members of ours, else None."""
+    if row["engine_pid"] is None or not row["boot_id"]:
+        return None
+    leader = ProcessIdentity(row["engine_pid"], row["engine_start_ticks"] or 0, row["boot_id"])
+    return leader if engine_group_alive(row["engine_pid"], leader) else None
+
+
+def _mark_lost(conn: sqlite3.Connection, proven: sqlite3.Row, reason: str) -> bool:
+    """Write `lost` if the row is still the one the proof was about. False if it moved on."""
+    with write(conn, "a lost execution's state"):
+        row = agents_q.get_execution(conn, proven["id"])
+        if row is None or any(row[name] != proven[name] for name in _PROVEN_FIELDS):
+            return False
+        agents_q.transition(conn, row["id"], ExecutionState.LOST,
+                            failure_kind=FailureKind.SUPERVISOR_LOST.value, failure_message=reason)
+        for command in commands_q.pending(conn, row["id"]):
+            commands_q.resolve(conn, command, state="refused", result="the execution was lost")
+    return True
 
 
 def storage_cause(home: Home, row: sqlite3.Row) -> str | None:
@@ -74,40 +107,53 @@ def storage_cause(home: Home, row: sqlite3.Row) -> str | None:
 
 def reconcile_execution(conn: sqlite3.Connection, execution_id: str,
                         starting: set[str] | frozenset[str] = frozenset(),
-                        home: Home | None = None) -> LostExecution | None:
-    # Under the write lock: a supervisor cannot commit its own ending between our read and write.
-    with write(conn, "a lost execution's state"):
-        row = agents_q.get_execution(conn, execution_id)
-        if row is None or ExecutionState(row["state"]).terminal:
+                        supervised: Callable[[], set[str]] = supervised_executions,
+                        home: Home | None = None) -> LostExecution | OrphanExecution | None:
+    """Judge one execution: lost (written), orphaned (for the caller to spawn), or left alone."""
+    # `starting` is the daemon's live set: an execution joins it before its row is committed
+    # and leaves once its spawn has settled (the supervisor took the row, or it ended failed).
+    if execution_id in starting:
+        return None
+    row = agents_q.get_execution(conn, execution_id)
+    if row is None or ExecutionState(row["state"]).terminal:
+        return None
+    if row["supervisor_pid"] is None:
+        if row["state"] != ExecutionState.CREATED or execution_id in supervised():
             return None
-        # `starting` is the daemon's live set: an execution joins it before its row is
-        # committed and leaves it once its supervisor recorded itself (or the spawn failed).
-        if execution_id in starting:
-            return None
-        reason = _proof_of_death(row)
-        if reason is None:
-            return None
-        killed = _kill_engine(row)
-        if killed:
-            reason += "; its surviving engine group was killed"
-        cause = storage_cause(home, row) if home is not None else None
-        if cause:
-            reason += f"; {cause}"
-        if home is not None:  # the dead supervisor's reserve is space nobody will use
-            (home.execution_dir(row["agent_id"], row["id"]) / RESERVE_NAME).unlink(missing_ok=True)
-        agents_q.transition(conn, execution_id, ExecutionState.LOST,
-                            failure_kind=FailureKind.SUPERVISOR_LOST.value, failure_message=reason)
-        for command in commands_q.pending(conn, execution_id):
-            commands_q.resolve(conn, command, state="refused", result="the execution was lost")
+        return OrphanExecution(row["agent_id"], execution_id)
+    reason = _proof_of_death(row)
+    if reason is None:
+        return None
+    leader = _engine_leader(row)
+    if leader is not None:
+        reason += "; its surviving engine group was killed"
+    cause = storage_cause(home, row) if home is not None else None
+    if cause:
+        reason += f"; {cause}"
+    if not _mark_lost(conn, row, reason):
+        return None
+    if home is not None:  # the dead supervisor's reserve is space nobody will use
+        (home.execution_dir(row["agent_id"], row["id"]) / RESERVE_NAME).unlink(missing_ok=True)
+    # The group was ours a moment ago; check again right before the signal, outside the lock.
+    killed = leader is not None and engine_group_alive(leader.pid, leader) and kill_group(leader.pid)
     return LostExecution(execution_id, reason, killed)
 
 
 def reconcile_once(conn: sqlite3.Connection, starting: set[str],
-                   home: Home | None = None) -> list[LostExecution]:
+                   home: Home | None = None) -> Reconciled:
     """One pass over every live execution, except those this daemon is spawning right now."""
-    lost = []
+    done = Reconciled([], [])
+    scanned: list[set[str]] = []
+
+    def supervised() -> set[str]:  # scanned at most once, and only if a row needs it
+        if not scanned:
+            scanned.append(supervised_executions())
+        return scanned[0]
+
     for row in agents_q.live_executions(conn):
-        result = reconcile_execution(conn, row["id"], starting, home)
-        if result is not None:
-            lost.append(result)
-    return lost
+        result = reconcile_execution(conn, row["id"], starting, supervised, home)
+        if isinstance(result, LostExecution):
+            done.lost.append(result)
+        elif isinstance(result, OrphanExecution):
+            done.orphans.append(result)
+    return done

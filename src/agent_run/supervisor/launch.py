@@ -1,12 +1,14 @@
 """Spawning a detached supervisor and waiting until it has recorded its identity."""
 
+import asyncio
 import json
 import os
-import select
+import selectors
 import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 
 from agent_run.domain.errors import SpawnFailed
 from agent_run.home import Home
@@ -20,10 +22,30 @@ def supervisor_argv(home: Home, execution_id: str, ready_fd: int) -> list[str]:
             "--execution", execution_id, "--ready-fd", str(ready_fd)]
 
 
-def spawn_supervisor(home: Home, execution_id: str, log_path: os.PathLike[str]) -> ProcessIdentity:
-    """Start `python -m agent_run.supervisor` in its own session; return once it is ready.
+@dataclass
+class StartedSupervisor:
+    """A supervisor process just started, and the pipe it reports ready on."""
 
-    Ready means it has recorded its identity in the database and installed its signal handlers.
+    proc: subprocess.Popen[bytes]
+    ready_fd: int
+    log_path: os.PathLike[str]
+
+    def identity(self, line: bytes) -> ProcessIdentity:
+        """The identity in its ready line; SpawnFailed when it exited before writing one."""
+        if not line:
+            raise SpawnFailed(f"supervisor pid {self.proc.pid} exited before it was ready; "
+                              f"see {self.log_path}")
+        ready = json.loads(line)
+        return ProcessIdentity(ready["pid"], ready["start_ticks"], ready["boot_id"])
+
+
+def start_supervisor(home: Home, execution_id: str, log_path: os.PathLike[str]) -> StartedSupervisor:
+    """Start `python -m agent_run.supervisor` in its own session; do not wait for it.
+
+    The caller waits for its ready line (`spawn_supervisor`, or the daemon's event loop) and
+    closes `ready_fd`. Ready means it has installed its signal handlers and taken the execution
+    (compare-and-set on `created`). A supervisor that is late is not killed: it may have taken
+    the row just now; one that is later still loses the compare-and-set and exits.
     """
     read_fd, write_fd = os.pipe()
     log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
@@ -40,29 +62,60 @@ def spawn_supervisor(home: Home, execution_id: str, log_path: os.PathLike[str]) 
         os.close(log)
     # Reap it when it ends so it never lingers as a zombie of a long-lived daemon.
     threading.Thread(target=proc.wait, daemon=True, name=f"reap-{proc.pid}").start()
+    return StartedSupervisor(proc, read_fd, log_path)
+
+
+def spawn_supervisor(home: Home, execution_id: str, log_path: os.PathLike[str]) -> ProcessIdentity:
+    """Start a supervisor and block until it is ready; its identity."""
+    started = start_supervisor(home, execution_id, log_path)
     try:
-        line = _read_line(read_fd, READY_TIMEOUT_SECONDS)
+        line = _read_line(started.ready_fd, READY_TIMEOUT_SECONDS)
     finally:
-        os.close(read_fd)
-    if not line:
-        raise SpawnFailed(f"supervisor pid {proc.pid} exited before it was ready; see {log_path}")
-    ready = json.loads(line)
-    return ProcessIdentity(ready["pid"], ready["start_ticks"], ready["boot_id"])
+        os.close(started.ready_fd)
+    return started.identity(line)
+
+
+async def await_ready(started: StartedSupervisor, timeout: float = READY_TIMEOUT_SECONDS) -> ProcessIdentity:
+    """Wait on the event loop (epoll, no thread held) for a started supervisor's ready line."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[bytes] = loop.create_future()
+    data = bytearray()
+
+    def readable() -> None:
+        chunk = os.read(started.ready_fd, 4096)
+        data.extend(chunk)
+        if (not chunk or data.endswith(b"\n")) and not done.done():
+            done.set_result(bytes(data))
+
+    loop.add_reader(started.ready_fd, readable)
+    try:
+        line = await asyncio.wait_for(done, timeout)
+    except TimeoutError:
+        raise SpawnFailed(f"supervisor not ready after {timeout:.0f}s") from None
+    finally:
+        loop.remove_reader(started.ready_fd)
+        os.close(started.ready_fd)
+    return started.identity(line)
 
 
 def _read_line(fd: int, timeout: float) -> bytes:
+    """One line from a pipe within `timeout`; b"" when the writer closed it first.
+
+    poll(), not select(): a daemon holding more than 1,023 descriptors is normal.
+    """
     deadline = time.monotonic() + timeout
     data = b""
-    while not data.endswith(b"\n"):
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise SpawnFailed(f"supervisor not ready after {timeout:.0f}s")
-        readable, _, _ = select.select([fd], [], [], remaining)
-        if readable:
-            chunk = os.read(fd, 4096)
-            if not chunk:
-                return data
-            data += chunk
+    with selectors.PollSelector() as selector:
+        selector.register(fd, selectors.EVENT_READ)
+        while not data.endswith(b"\n"):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise SpawnFailed(f"supervisor not ready after {timeout:.0f}s")
+            if selector.select(remaining):
+                chunk = os.read(fd, 4096)
+                if not chunk:
+                    return data
+                data += chunk
     return data
 
 

@@ -104,8 +104,14 @@ class Supervisor:
             note(f"storage_full: {exc.message}")
             return False
         if ready_fd is not None:
-            os.write(ready_fd, (json.dumps(me.__dict__) + "\n").encode())
-            os.close(ready_fd)
+            # The row is ours now: a spawner that died meanwhile (EPIPE) must not take the
+            # execution down with it. The next daemon finds us alive by our recorded identity.
+            try:
+                os.write(ready_fd, (json.dumps(me.__dict__) + "\n").encode())
+            except OSError:
+                pass
+            finally:
+                os.close(ready_fd)
         return True
 
     def _on_signal(self, signum: int, _frame: object) -> None:
