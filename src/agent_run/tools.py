@@ -86,6 +86,11 @@ TOOLS: dict[str, Tool] = {t.name: t for t in (
          "Wait until the agent is terminal, at most timeout_seconds; on timeout returns "
          "timed_out: true with the current view instead of an error. Call again to keep waiting.",
          read_only=True, positional=("agent_id",)),
+    Tool("changes", rq.ChangesParams, vw.ChangesResult, "agent_run.services.changes:changes",
+         "What changed after a revision: the ids of agents and batches with an event newer than "
+         "after_revision, and the revision to pass next time. With wait_seconds, a long-poll that "
+         "returns as soon as anything changes (or empty after the wait).",
+         read_only=True),
     Tool("doc", rq.DocParams, vw.DocResult, "agent_run.services.doc_tool:doc",
          "Built-in documentation: overview, states, failures, demo, config.",
          read_only=True, positional=("topic",)),

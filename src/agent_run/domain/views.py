@@ -132,3 +132,11 @@ class Pong(View):
 
 class ToolsResult(View):
     tools: list[dict[str, Any]]
+
+
+class ChangesResult(View):
+    after_revision: int
+    revision: int = Field(description="the revision read at: pass it as after_revision next time")
+    agents: list[str] = Field(description="agents with an event after after_revision (batch runs' agents too)")
+    batches: list[str] = Field(description="batches whose state or runs changed after after_revision")
+    truncated: bool = Field(default=False, description="more ids changed than `limit`; re-read everything")
