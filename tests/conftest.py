@@ -30,3 +30,12 @@ def workdir() -> Iterator[Path]:
     import shutil
 
     shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def web(daemon):
+    from tests.web_harness import WebProcess
+
+    w = WebProcess(daemon.home).start()
+    yield w
+    w.stop()
