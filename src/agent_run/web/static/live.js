@@ -37,16 +37,26 @@
       });
   }
 
-  var url = "/events" + (body.dataset.revision ? "?after=" + encodeURIComponent(body.dataset.revision) : "");
-  var source = new EventSource(url);
-  source.addEventListener("open", function () { setStatus("live"); });
-  source.addEventListener("error", function () { setStatus("reconnecting"); });
-  source.addEventListener("hello", function () { setStatus("live"); });
-  source.addEventListener("change", function (e) {
-    setStatus("live");
-    body.dataset.lastEventId = e.lastEventId;
-    var summary = {};
-    try { summary = JSON.parse(e.data); } catch (err) { summary = { truncated: true }; }
-    if (concerns(summary)) { refresh(); }
-  });
+  // The browser itself reconnects after a network error, sending Last-Event-ID; when it gives
+  // up (an HTTP error while the server restarts), open a new stream after the last id seen.
+  var lastId = body.dataset.revision || "";
+
+  function connect() {
+    var source = new EventSource("/events" + (lastId ? "?after=" + encodeURIComponent(lastId) : ""));
+    source.addEventListener("open", function () { setStatus("live"); });
+    source.addEventListener("error", function () {
+      setStatus("reconnecting");
+      if (source.readyState === EventSource.CLOSED) { setTimeout(connect, 1000); }
+    });
+    source.addEventListener("hello", function (e) { setStatus("live"); lastId = lastId || e.lastEventId; });
+    source.addEventListener("change", function (e) {
+      setStatus("live");
+      lastId = e.lastEventId;
+      body.dataset.lastEventId = lastId;
+      var summary = {};
+      try { summary = JSON.parse(e.data); } catch (err) { summary = { truncated: true }; }
+      if (concerns(summary)) { refresh(); }
+    });
+  }
+  connect();
 })();
