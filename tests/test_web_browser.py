@@ -7,10 +7,18 @@ import pytest
 
 from tests.batch_harness import make_repo, wait_batch
 from tests.browser_harness import browser_page, screenshot
-from tests.harness import wait_for
+from tests.harness import TEST_CONFIG, make_home, remove_home, wait_for
 from tests.web_harness import WebProcess
 
 pytestmark = pytest.mark.browser
+
+
+@pytest.fixture
+def home():
+    """The test repositories live under /tmp: let the folder picker see them."""
+    h = make_home(TEST_CONFIG + '[web]\nroots = ["/tmp"]\n')
+    yield h
+    remove_home(h)
 
 CANDIDATE = ("Add GREETING.md for new contributors.\nsteps: 6\nstep_seconds: 0.4\n"
              "write: GREETING.md = Welcome! Read README.md first.\ncommit: Add a greeting\n"
@@ -30,6 +38,9 @@ def test_a_ranked_batch_from_the_form_updates_live_until_the_ranking_appears(web
         sign_in(page, web, "/batches/new")
         page.select_option("#f-workflow", "ranked")
         page.fill("#f-project", str(repo))
+        page.press("#f-project", "Tab")  # a change: the page asks project_inspect, live
+        page.wait_for_selector("#inspect code:text('main')")
+        assert repo.name in page.inner_text("#inspect")
         page.fill("#f-prompt", CANDIDATE)
         page.fill("#f-runs", "3")
         page.fill("#f-reviewers", "2")

@@ -133,6 +133,18 @@ TOOLS: dict[str, Tool] = {t.name: t for t in (
          verb="batch clean", positional=("batch_id",)),
 )}
 
+_F = "agent_run.batches.folders"
+TOOLS.update({t.name: t for t in (
+    Tool("list_dir", bm.FolderParams, bm.DirListing, f"{_F}:list_dir",
+         "The folders inside a folder (symlinks resolved, hidden ones left out), confined to the "
+         "allowed roots (`[web] roots` in config, default $HOME); without path, the roots. For "
+         "picking a project folder.", read_only=True, verb="folders list", positional=("path",)),
+    Tool("project_inspect", bm.FolderParams, bm.ProjectInfo, f"{_F}:project_inspect",
+         "What a folder under the allowed roots is as a batch project: its repository root, "
+         "subdirectory, branch and HEAD (is_repository: false when it is in no git repository).",
+         read_only=True, verb="folders inspect", positional=("path",)),
+)})
+
 # Served on the socket only: protocol plumbing, not operations.
 SOCKET_ONLY: dict[str, Tool] = {t.name: t for t in (
     Tool("ping", rq.EmptyParams, vw.Pong, "agent_run.rpc.server:ping", "Liveness check.",

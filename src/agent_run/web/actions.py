@@ -9,7 +9,7 @@ from agent_run.domain import batch_models as bm
 from agent_run.domain import requests as rq
 from agent_run.domain.errors import DomainError
 from agent_run.web.forms import form_params
-from agent_run.web.pages import page, proxy
+from agent_run.web.pages import inspect_project, page, proxy
 from agent_run.web.security import checked_form
 
 
@@ -54,7 +54,8 @@ async def batch_create(request: Request) -> Response:
     try:
         batch = await proxy(request).call("batch_start", params)
     except DomainError as exc:
-        return page(request, "batch_new.html", status=422, form=form, errors=field_errors(exc), watch="")
+        return page(request, "batch_new.html", status=422, form=form, errors=field_errors(exc), watch="",
+                    inspect=await inspect_project(request, form.get("project")))
     return see(f"/batches/{batch['id']}")
 
 

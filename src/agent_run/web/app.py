@@ -53,6 +53,7 @@ def routes() -> list[Route | Mount]:
         Route("/agents/{agent_id}", pages.agent_page),
         Route("/agents/{agent_id}/{action}", actions.agent_action, methods=post),
         Route("/batches/new", pages.batch_new),
+        Route("/folders", pages.folders),
         Route("/batches", actions.batch_create, methods=post),
         Route("/batches/{batch_id}", pages.batch_page),
         Route("/batches/{batch_id}/cancel", actions.batch_cancel, methods=post),

@@ -94,7 +94,25 @@ async def batch_new(request: Request) -> HTMLResponse:
         source = await proxy(request).call("batch", {"batch_id": template})
         form = {k: v for k, v in source["config"].items() if v is not None}
         form.update(workflow=source["workflow"], base_ref=source["base_ref"], project=source["project_root"])
-    return page(request, "batch_new.html", form=form, errors={}, watch="")
+    if request.query_params.get("project"):
+        form["project"] = request.query_params["project"]
+    return page(request, "batch_new.html", form=form, errors={}, watch="",
+                inspect=await inspect_project(request, form.get("project")))
+
+
+async def inspect_project(request: Request, folder: str | None) -> dict[str, Any] | None:
+    """`project_inspect` of the chosen folder, or the reason it cannot be inspected."""
+    if not folder:
+        return None
+    try:
+        return await proxy(request).call("project_inspect", {"path": folder})
+    except DomainError as exc:
+        return {"error": exc.message}
+
+
+async def folders(request: Request) -> HTMLResponse:
+    listing = await proxy(request).call("list_dir", {"path": request.query_params.get("path") or None})
+    return page(request, "folders.html", listing=listing, watch="")
 
 
 async def batch_page(request: Request) -> HTMLResponse:
