@@ -6,7 +6,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
 from playwright.sync_api import Page, sync_playwright
+
+from agent_run.home import Home
+from tests.harness import TEST_CONFIG, make_home, remove_home
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -38,3 +42,18 @@ def browser_page(width: int = 1200, height: int = 900) -> Iterator[tuple[Page, d
 def screenshot(page: Page, name: str) -> None:
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
+
+
+@pytest.fixture(name="home")
+def picker_home() -> Iterator[Home]:
+    """A home whose folder picker sees /tmp, where the test repositories live."""
+    h = make_home(TEST_CONFIG + '[web]\nroots = ["/tmp"]\n')
+    yield h
+    remove_home(h)
+
+
+def sign_in(page: Page, web: Any, path: str = "/") -> None:
+    """Open `path` through the printed token URL; mark the document to detect reloads."""
+    page.goto(f"{web.base}{path}{'&' if '?' in path else '?'}token={web.token}")
+    assert "token=" not in page.url
+    page.evaluate("window.__notReloaded = true")

@@ -6,30 +6,16 @@ import socket
 import pytest
 
 from tests.batch_harness import make_repo, wait_batch
-from tests.browser_harness import browser_page, screenshot
-from tests.harness import TEST_CONFIG, make_home, remove_home, wait_for
+from tests.browser_harness import browser_page, picker_home, screenshot, sign_in  # noqa: F401 (fixture)
+from tests.harness import wait_for
 from tests.web_harness import WebProcess
 
 pytestmark = pytest.mark.browser
-
-
-@pytest.fixture
-def home():
-    """The test repositories live under /tmp: let the folder picker see them."""
-    h = make_home(TEST_CONFIG + '[web]\nroots = ["/tmp"]\n')
-    yield h
-    remove_home(h)
 
 CANDIDATE = ("Add GREETING.md for new contributors.\nsteps: 6\nstep_seconds: 0.4\n"
              "write: GREETING.md = Welcome! Read README.md first.\ncommit: Add a greeting\n"
              "answer: Added GREETING.md and committed it.")
 REVIEW = "Is the greeting friendly?\nsteps: 2\nstep_seconds: 0.3\nscore: auto"
-
-
-def sign_in(page, web, path="/"):
-    page.goto(f"{web.base}{path}{'&' if '?' in path else '?'}token={web.token}")
-    assert "token=" not in page.url
-    page.evaluate("window.__notReloaded = true")
 
 
 def test_a_ranked_batch_from_the_form_updates_live_until_the_ranking_appears(web, daemon):

@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from agent_run.domain.errors import DomainError
+from agent_run.web import DEFAULT_PORT as WEB_PORT
 
 
 def _session(ctx: click.Context) -> Any:
@@ -166,7 +167,7 @@ def mcp_cmd(ctx: click.Context) -> None:
 
 
 @click.command("web")
-@click.option("--port", default=8787, show_default=True, type=click.IntRange(0, 65535),
+@click.option("--port", default=WEB_PORT, show_default=True, type=click.IntRange(0, 65535),
               help="port on 127.0.0.1 (0: any free port)")
 @click.option("--open", "open_browser", is_flag=True, help="open the URL in your browser")
 @click.pass_context

@@ -22,13 +22,12 @@ from starlette.staticfiles import StaticFiles
 from agent_run.domain.errors import DaemonUnavailable, DomainError
 from agent_run.home import Home
 from agent_run.rpc.client import connect
-from agent_run.web import actions, api, live, pages
+from agent_run.web import DEFAULT_PORT, actions, api, live, pages
 from agent_run.web.proxy import DaemonProxy
 from agent_run.web.render import make_env
 from agent_run.web.security import Guard, GuardMiddleware, load_or_make_token
 
 STATIC = Path(__file__).parent / "static"
-DEFAULT_PORT = 8787
 
 
 async def domain_error(request: Request, exc: Exception) -> Response:
