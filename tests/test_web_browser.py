@@ -12,7 +12,7 @@ from tests.web_harness import WebProcess
 
 pytestmark = pytest.mark.browser
 
-CANDIDATE = ("Add GREETING.md for new contributors.\nsteps: 6\nstep_seconds: 0.4\n"
+CANDIDATE = ("Add GREETING.md for new contributors.\nsteps: 5\nstep_seconds: 0.3\n"
              "write: GREETING.md = Welcome! Read README.md first.\ncommit: Add a greeting\n"
              "answer: Added GREETING.md and committed it.")
 REVIEW = "Is the greeting friendly?\nsteps: 2\nstep_seconds: 0.3\nscore: auto"
@@ -28,7 +28,7 @@ def test_a_ranked_batch_from_the_form_updates_live_until_the_ranking_appears(web
         page.wait_for_selector("#inspect code:text('main')")
         assert repo.name in page.inner_text("#inspect")
         page.fill("#f-prompt", CANDIDATE)
-        page.fill("#f-runs", "3")
+        page.fill("#f-runs", "2")
         page.fill("#f-reviewers", "2")
         page.fill("#f-review_prompt", REVIEW)
         page.fill("#f-verify_command", "test -s GREETING.md")
@@ -39,13 +39,13 @@ def test_a_ranked_batch_from_the_form_updates_live_until_the_ranking_appears(web
         page.evaluate("window.__notReloaded = true")
         page.wait_for_selector("#live-status[data-state=live]")
         batch_id = page.url.rsplit("/", 1)[1]
-        page.wait_for_selector("tr[data-state=running]", timeout=60_000)
+        page.wait_for_selector("tr[data-state=running]", timeout=60_000)  # rows change state live
         screenshot(page, "batch-running")
-        page.wait_for_selector("td.rank:text('#1')", timeout=90_000)  # the ranking, without a reload
+        batch = wait_batch(daemon, batch_id)
+        assert batch["state"] == "completed", batch["state_reason"]
+        page.wait_for_selector("td.rank:text('#1')", timeout=30_000)  # the ranking, without a reload
         assert page.evaluate("window.__notReloaded") is True
-        assert page.locator("td.rank:text('#3')").count() == 1
-        batch = daemon.call("batch", {"batch_id": batch_id})
-        assert batch["state"] == "completed"
+        assert page.locator("td.rank:text('#2')").count() == 1
         screenshot(page, "batch-ranked")
         page.goto(f"{web.base}/")
         page.wait_for_selector(f"a:text('{batch_id}')")

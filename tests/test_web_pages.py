@@ -3,6 +3,7 @@
 import json
 import re
 import threading
+import time
 
 import httpx2
 
@@ -140,3 +141,35 @@ def test_killing_the_web_process_harms_no_agent(web, daemon, workdir):
         raise AssertionError("the web process still answers")
     except httpx2.TransportError:
         pass
+
+
+def test_events_are_coalesced_to_ten_a_second_and_together_miss_nothing(web, daemon, workdir):
+    revision = daemon.call("changes", {"after_revision": 0})["revision"]
+    final = {}
+
+    def work():
+        agents = [daemon.call("start", {"task": f"steps: 5\nstep_seconds: 0.05\nanswer: {n}",
+                                        "workdir": str(workdir)}) for n in range(12)]
+        for agent in agents:
+            daemon.call("wait", {"agent_id": agent["id"], "timeout_seconds": 60})
+        final.update(daemon.call("changes", {"after_revision": revision}))
+
+    seen_agents, stamps, ids, current = set(), [], [], {}
+    with web.client().stream("GET", "/events", headers={"last-event-id": str(revision)}) as response:
+        worker = threading.Thread(target=work)
+        worker.start()
+        for line in response.iter_lines():  # a keep-alive comes at least every 15 s
+            if line.startswith(("id:", "data:")):
+                current[line.split(":", 1)[0]] = line.split(":", 1)[1].strip()
+            elif line == "" and "id" in current:
+                stamps.append(time.monotonic())
+                ids.append(int(current["id"]))
+                seen_agents |= set(json.loads(current["data"])["agents"])
+                current = {}
+            if final and ids and ids[-1] >= final["revision"]:
+                break
+        worker.join()
+    assert len(ids) >= 3 and ids == sorted(set(ids))  # several events, strictly increasing revisions
+    assert seen_agents == set(final["agents"])  # nothing missed
+    for n in range(len(stamps) - 10):
+        assert stamps[n + 10] - stamps[n] >= 1.0  # never more than 10 in a second

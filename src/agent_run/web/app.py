@@ -5,6 +5,7 @@ holds no state of its own: every page and action is a tool call to the daemon ov
 """
 
 import asyncio
+from collections import OrderedDict
 import socket
 import sys
 import webbrowser
@@ -23,6 +24,8 @@ from agent_run.domain.errors import DaemonUnavailable, DomainError
 from agent_run.home import Home
 from agent_run.rpc.client import connect
 from agent_run.web import DEFAULT_PORT, actions, api, live, pages
+from agent_run.web.cache import live_cached
+from agent_run.web.hub import ChangeHub
 from agent_run.web.proxy import DaemonProxy
 from agent_run.web.render import make_env
 from agent_run.web.security import Guard, GuardMiddleware, load_or_make_token
@@ -46,19 +49,19 @@ async def http_error(_request: Request, exc: Exception) -> Response:
 def routes() -> list[Route | Mount]:
     post = ["POST"]
     return [
-        Route("/", pages.home),
+        Route("/", live_cached(pages.home)),
         Route("/agents/new", pages.agent_new),
         Route("/agents", actions.agent_create, methods=post),
-        Route("/agents/{agent_id}", pages.agent_page),
+        Route("/agents/{agent_id}", live_cached(pages.agent_page)),
         Route("/agents/{agent_id}/{action}", actions.agent_action, methods=post),
         Route("/batches/new", pages.batch_new),
         Route("/folders", pages.folders),
         Route("/batches", actions.batch_create, methods=post),
-        Route("/batches/{batch_id}", pages.batch_page),
+        Route("/batches/{batch_id}", live_cached(pages.batch_page)),
         Route("/batches/{batch_id}/cancel", actions.batch_cancel, methods=post),
         Route("/batches/{batch_id}/clean", pages.batch_clean_preview),
         Route("/batches/{batch_id}/clean", actions.batch_clean, methods=post),
-        Route("/batches/{batch_id}/runs/{run_id}", pages.run_page),
+        Route("/batches/{batch_id}/runs/{run_id}", live_cached(pages.run_page)),
         Route("/batches/{batch_id}/runs/{run_id}/{action}", actions.run_action, methods=post),
         Route("/events", live.events),
         Route("/api/tools", api.list_tools),
@@ -72,6 +75,8 @@ def build_app(home: Home, guard: Guard) -> Starlette:
                     exception_handlers={DomainError: domain_error, HTTPException: http_error})
     app.state.guard = guard
     app.state.proxy = DaemonProxy(home)
+    app.state.hub = ChangeHub(app.state.proxy)
+    app.state.page_cache = OrderedDict()
     app.state.env = make_env()
     return app
 

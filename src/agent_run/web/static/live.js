@@ -20,7 +20,7 @@
   function refresh() {
     if (refreshing) { again = true; return; }
     refreshing = true;
-    fetch(window.location.href, { credentials: "same-origin", headers: { "X-Live": "1" } })
+    fetch(window.location.href, { credentials: "same-origin", headers: { "X-Live": "1", "X-Revision": lastId || "" } })
       .then(function (r) { return r.ok ? r.text() : Promise.reject(r.status); })
       .then(function (html) {
         var doc = new DOMParser().parseFromString(html, "text/html");
