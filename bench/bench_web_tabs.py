@@ -16,15 +16,19 @@ Run:  uv run python bench/bench_web_tabs.py [--tabs 20] [--runs 25]   (~2 min; -
 """
 
 import argparse
+import json
+import subprocess
 import sys
 import threading
 import time
 
 from _common import daemon_env, machine_info, print_table, ratio, summary, write_results
 
+import httpx2
+
 from agent_run.rpc.client import RpcClient
 from tests.batch_harness import make_repo, wait_batch
-from tests.web_harness import WebProcess
+from tests.web_harness import WebProcess  # noqa: E402
 
 PING_INTERVAL = 0.02
 
@@ -43,14 +47,22 @@ class Pinger(threading.Thread):
             self.stop.wait(PING_INTERVAL)
 
 
-def tab(web: WebProcess, path: str, counts: dict[str, int], lock: threading.Lock) -> None:
-    """A page left open: its event stream, and a re-fetch of the page on each change."""
-    client = web.client()
+def tab(base: str, token: str, path: str, counts: dict[str, int], lock: threading.Lock) -> None:
+    """A page left open, as live.js keeps it: its event stream, and on each change a live
+    re-fetch of the page (`X-Live: 1`, `X-Revision`: the event's id)."""
+    client = httpx2.Client(base_url=base, timeout=60)
     try:
+        client.get(f"/?token={token}")
         with client.stream("GET", "/events", timeout=None) as stream:
+            last, pending = "", False
             for line in stream.iter_lines():
+                if line.startswith("id:"):
+                    last = line[3:].strip()
                 if line.startswith("event: change"):
-                    client.get(path)
+                    pending = True
+                elif line == "" and pending:
+                    pending = False
+                    client.get(path, headers={"x-live": "1", "x-revision": last})
                     with lock:
                         counts["events"] += 1
                         counts["fetches"] += 1
@@ -58,6 +70,18 @@ def tab(web: WebProcess, path: str, counts: dict[str, int], lock: threading.Lock
         pass
     finally:
         client.close()
+
+
+def tab_worker(base: str, token: str, paths: list[str]) -> int:
+    """`--tab-worker`: the tabs in a process of their own, so they do not slow the pinger's
+    interpreter; prints what it served when stdin closes."""
+    counts, lock = {"events": 0, "fetches": 0}, threading.Lock()
+    for path in paths:
+        threading.Thread(target=tab, args=(base, token, path, counts, lock), daemon=True).start()
+    print("ready", flush=True)
+    sys.stdin.read()
+    print(json.dumps(counts), flush=True)
+    return 0
 
 
 def run_batches(daemon, runs: int, prefix: str) -> float:
@@ -84,22 +108,26 @@ def phase(home, work) -> tuple[list[float], float]:
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--tabs", type=int, default=20)
+    parser.add_argument("--tab-worker", nargs="+", help=argparse.SUPPRESS)
     parser.add_argument("--runs", type=int, default=25,
                         help="runs per batch, two batches (50: the 100-agent figure, ~4 min)")
     args = parser.parse_args()
+    if args.tab_worker:
+        return tab_worker(args.tab_worker[0], args.tab_worker[1], args.tab_worker[2:])
     results: dict[str, dict] = {}
-    counts, lock = {"events": 0, "fetches": 0}, threading.Lock()
     with daemon_env() as (home, daemon, _workdir):
         web = WebProcess(home).start()
         try:
             idle, idle_wall = phase(home, lambda: time.sleep(5) or 5.0)
             alone, alone_wall = phase(home, lambda: run_batches(daemon, args.runs, "alone"))
             first = daemon.call("list_batches", {"limit": 1})["items"][0]["id"]
-            for n in range(args.tabs):
-                path = "/" if n % 2 == 0 else f"/batches/{first}"
-                threading.Thread(target=tab, args=(web, path, counts, lock), daemon=True).start()
+            paths = ["/" if n % 2 == 0 else f"/batches/{first}" for n in range(args.tabs)]
+            worker = subprocess.Popen([sys.executable, __file__, "--tab-worker", web.base, web.token, *paths],
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            assert worker.stdout.readline().strip() == "ready"
             time.sleep(1.0)  # the tabs connect before the work starts
             tabs, tabs_wall = phase(home, lambda: run_batches(daemon, args.runs, "tabs"))
+            counts = json.loads(worker.communicate("", timeout=60)[0].strip().splitlines()[-1])
         finally:
             web.stop()
     for name, samples, wall in (("idle", idle, idle_wall), ("batch", alone, alone_wall),

@@ -53,6 +53,7 @@ class AgentView(View):
 
 class AgentSummary(View):
     id: str
+    request_id: str | None = Field(default=None, description="a batch run's agent has `<run id>-a<attempt>`")
     runtime: str
     model: str
     state: ExecutionState

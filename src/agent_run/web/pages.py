@@ -1,6 +1,7 @@
 """The pages (GET): home, agent, batch, run and the two forms; each one or a few tool calls."""
 
 import asyncio
+import re
 from typing import Any
 
 from starlette.requests import Request
@@ -25,17 +26,19 @@ def proxy(request: Request) -> Any:
     return request.app.state.proxy
 
 
+BATCH_RUN_REQUEST = re.compile(r"^rn_[0-9a-z]+-a\d+$")  # a batch run's agent (the scheduler's key)
+
+
 async def home(request: Request) -> HTMLResponse:
     project = request.query_params.get("project") or None
     batches, agents = await asyncio.gather(proxy(request).call("list_batches", {"limit": 50}),
                                            proxy(request).call("list_agents", {"limit": 100}))
-    views = await asyncio.gather(*(proxy(request).call("batch", {"batch_id": b["id"]})
-                                   for b in batches["items"]))
-    in_batches = {a["agent_id"] for v in views for r in v["runs"] for a in r["attempts"]}
-    shown = [v for v in views if project is None or v["project_root"] == project]
-    needs_you = [v for v in shown if v["state"] == "blocked" or v["counts"].get("failed")]
-    standalone = [a for a in agents["items"] if a["id"] not in in_batches]
-    projects = sorted({v["project_root"] for v in views})
+    shown = [b for b in batches["items"] if project is None or b["project_root"] == project]
+    # Only the batches that need you are read in full (for their failed runs and reason).
+    needs_you = await asyncio.gather(*(proxy(request).call("batch", {"batch_id": b["id"]}) for b in shown
+                                       if b["state"] == "blocked" or b["counts"].get("failed")))
+    standalone = [a for a in agents["items"] if not BATCH_RUN_REQUEST.match(a.get("request_id") or "")]
+    projects = sorted({b["project_root"] for b in batches["items"]})
     return page(request, "home.html", batches=shown, needs_you=needs_you, agents=standalone,
                 projects=projects, project=project, revision=batches["revision"])
 

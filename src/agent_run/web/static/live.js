@@ -7,7 +7,7 @@
   var watch = (body.dataset.watch || "").split(" ").filter(Boolean);
   var status = document.getElementById("live-status");
   if (!watch.length || !window.EventSource) { return; }
-  var refreshing = false, again = false;
+  var refreshing = false, again = false, MIN_REFRESH_MS = 500;
 
   function setStatus(text) { if (status) { status.textContent = text; status.dataset.state = text; } }
 
@@ -32,8 +32,11 @@
       })
       .catch(function () { again = true; })
       .finally(function () {
-        refreshing = false;
-        if (again) { again = false; setTimeout(refresh, 200); }
+        // At most one refresh in flight and two a second: changes in between join the next.
+        setTimeout(function () {
+          refreshing = false;
+          if (again) { again = false; refresh(); }
+        }, MIN_REFRESH_MS);
       });
   }
 
