@@ -31,6 +31,7 @@ from tests.batch_harness import make_repo, wait_batch
 from tests.web_harness import WebProcess  # noqa: E402
 
 PING_INTERVAL = 0.02
+MIN_REFRESH_SECONDS = 0.5  # live.js's MIN_REFRESH_MS
 
 
 class Pinger(threading.Thread):
@@ -48,20 +49,20 @@ class Pinger(threading.Thread):
 
 
 def tab(base: str, token: str, path: str, counts: dict[str, int], lock: threading.Lock) -> None:
-    """A page left open, as live.js keeps it: its event stream, and on each change a live
-    re-fetch of the page (`X-Live: 1`, `X-Revision`: the event's id)."""
+    """A page left open, as live.js keeps it: its event stream, and on a change a live re-fetch
+    of the page (`X-Live: 1`, `X-Revision`: the event's id), at most one every 0.5 s."""
     client = httpx2.Client(base_url=base, timeout=60)
     try:
         client.get(f"/?token={token}")
         with client.stream("GET", "/events", timeout=None) as stream:
-            last, pending = "", False
+            last, pending, fetched_at = "", False, 0.0
             for line in stream.iter_lines():
                 if line.startswith("id:"):
                     last = line[3:].strip()
                 if line.startswith("event: change"):
                     pending = True
-                elif line == "" and pending:
-                    pending = False
+                elif line == "" and pending and time.monotonic() - fetched_at >= MIN_REFRESH_SECONDS:
+                    pending, fetched_at = False, time.monotonic()
                     client.get(path, headers={"x-live": "1", "x-revision": last})
                     with lock:
                         counts["events"] += 1
