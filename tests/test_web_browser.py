@@ -105,7 +105,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_the_page_reconnects_after_the_web_process_is_killed_and_restarted(daemon, workdir):
+def test_the_page_reconnects_after_the_web_process_and_the_daemon_are_killed_and_restarted(daemon, workdir):
     web = WebProcess(daemon.home, port=free_port()).start()
     try:
         with browser_page(width=390, height=800) as (page, seen):  # a phone's width
@@ -120,6 +120,12 @@ def test_the_page_reconnects_after_the_web_process_is_killed_and_restarted(daemo
             assert page.evaluate("window.__notReloaded") is True
             page.wait_for_selector("#live-status[data-state=live]")
             screenshot(page, "home-phone")
+            # The daemon too: killed, restarted, and what happens after shows up without a reload.
+            daemon.kill9()
+            daemon.start()
+            later = daemon.call("start", {"task": "answer: after the daemon restart", "workdir": str(workdir)})
+            page.wait_for_selector(f"a:text('{later['id']}')", timeout=60_000)
+            assert page.evaluate("window.__notReloaded") is True
             assert not seen["dialogs"] and not seen["page_errors"], seen
     finally:
         web.stop()

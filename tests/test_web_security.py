@@ -19,6 +19,15 @@ def test_the_token_becomes_an_httponly_samesite_strict_cookie_and_leaves_the_url
     assert web.output[0].strip().endswith(web.token) and len(web.output) == 1  # printed once
     bad = web.client(signed_in=False).get("/?token=wrong")
     assert bad.status_code == 401 and "set-cookie" not in bad.headers
+    token_file = web.home.root / "web.token"
+    assert token_file.stat().st_mode & 0o777 == 0o600 and token_file.read_text().strip() == web.token
+
+
+def test_it_listens_on_127_0_0_1_only(web):
+    with open("/proc/net/tcp") as table:
+        rows = [line.split() for line in table.read().splitlines()[1:]]
+    listening = [r[1] for r in rows if r[3] == "0A" and int(r[1].split(":")[1], 16) == web.port]
+    assert listening == ["0100007F:%04X" % web.port]  # 127.0.0.1, not 0.0.0.0
 
 
 def test_a_foreign_host_is_refused_with_400_even_with_the_token(web):
