@@ -173,3 +173,16 @@ def test_events_are_coalesced_to_ten_a_second_and_together_miss_nothing(web, dae
     assert seen_agents == set(final["agents"])  # nothing missed
     for n in range(len(stamps) - 10):
         assert stamps[n + 10] - stamps[n] >= 1.0  # never more than 10 in a second
+
+
+def test_home_puts_agents_that_say_they_are_blocked_under_needs_you(web, daemon, workdir):
+    blocked = daemon.call("start", {"task": "finish: need a token\nfinish_status: blocked\nanswer: blocked",
+                                    "workdir": str(workdir)})
+    fine = daemon.call("start", {"task": "answer: fine", "workdir": str(workdir)})
+    for agent in (blocked, fine):
+        daemon.call("wait", {"agent_id": agent["id"], "timeout_seconds": 60})
+    listed = {a["id"]: a for a in daemon.call("list_agents", {})["items"]}
+    assert listed[blocked["id"]]["verdict"] == "blocked" and listed[fine["id"]]["verdict"] is None
+    html = web.client().get("/").text
+    needs_you = html[html.index("Needs you"):html.index("<h2>Batches")]
+    assert blocked["id"] in needs_you and fine["id"] not in needs_you

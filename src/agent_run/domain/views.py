@@ -62,6 +62,7 @@ class AgentSummary(View):
     created_at: float
     updated_at: float
     answer_sha256: str | None = None
+    verdict: Verdict | None = Field(default=None, description="done / blocked / failed, from the worker tools")
 
 
 class AgentList(View):

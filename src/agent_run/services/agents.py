@@ -91,7 +91,7 @@ async def list_agents(ctx: ServiceContext, p: ListAgentsParams) -> AgentList:
         items = [AgentSummary(id=r["id"], request_id=r["request_id"], runtime=r["runtime"], model=r["model"], state=r["state"],
                               failure_kind=r["failure_kind"], task_preview=r["task"].strip().splitlines()[0][:120] if r["task"].strip() else "",
                               created_at=r["created_at"], updated_at=r["updated_at"],
-                              answer_sha256=r["answer_sha256"]) for r in rows]
+                              answer_sha256=r["answer_sha256"], verdict=r["verdict"]) for r in rows]
         return AgentList(items=items, total=total, limit=p.limit, offset=p.offset, revision=revision)
 
     return await ctx.db(read)

@@ -38,8 +38,10 @@ async def home(request: Request) -> HTMLResponse:
     needs_you = await asyncio.gather(*(proxy(request).call("batch", {"batch_id": b["id"]}) for b in shown
                                        if b["state"] == "blocked" or b["counts"].get("failed")))
     standalone = [a for a in agents["items"] if not BATCH_RUN_REQUEST.match(a.get("request_id") or "")]
+    blocked_agents = [a for a in agents["items"] if a.get("verdict") == "blocked"]
     projects = sorted({b["project_root"] for b in batches["items"]})
     return page(request, "home.html", batches=shown, needs_you=needs_you, agents=standalone,
+                blocked_agents=blocked_agents,
                 projects=projects, project=project, revision=batches["revision"])
 
 
