@@ -32,6 +32,15 @@ def workdir() -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
+@pytest.fixture
+def web(daemon):
+    from tests.web_harness import WebProcess
+
+    w = WebProcess(daemon.home).start()
+    yield w
+    w.stop()
+
+
 # -- suite slices ---------------------------------------------------------------------------
 # A test module that drives the real engine CLIs (it names node_modules or the engine harness)
 # is an `engines` test; one that drives a browser is a `browser` test; one that needs sshd is
@@ -60,6 +69,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         slices = _slices_of(Path(item.fspath), cache)
         for name in slices:
             item.add_marker(name)
+        slices |= {name for name in _SLOW_SLICES if item.get_closest_marker(name)}
         (dropped if config.getoption("--fast") and slices else kept).append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)

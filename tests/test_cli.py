@@ -28,7 +28,7 @@ from tests.harness import (
 )
 
 SLOW_TASK = "steps: 50\nstep_seconds: 0.1\nanswer: x"
-ADMIN_VERBS = {"init", "doctor", "api", "demo", "mcp"}
+ADMIN_VERBS = {"init", "doctor", "api", "demo", "mcp", "web"}
 NO_AUTOSTART = {"AGENT_RUN_NO_AUTOSTART": "1"}
 
 
@@ -175,6 +175,8 @@ def test_demo_in_a_fresh_home_verifies_every_answer_and_shows_where_to_look(fres
         for verb in (f"batch show {batch_id}", f"batch review {batch_id}", f"answer {first.group(1)}",
                      f"transcript {first.group(1)}"):
             assert f"agent-run --home {fresh_home.root} {verb}" in result.stdout
+        assert f"agent-run --home {fresh_home.root} web --open" in result.stdout
+        assert f"http://127.0.0.1:8787/batches/{batch_id}" in result.stdout
         # The printed proof is the daemon's: `answer` of the winner reports the same sha256.
         answer = cli_json(fresh_home, "answer", first.group(1))
         assert answer["sha256"] == proofs[0][0]

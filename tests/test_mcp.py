@@ -1,4 +1,5 @@
-"""The MCP stdio server: every tool on the demo engine, progress, long-poll, errors, parity."""
+"""The MCP stdio server: every tool on the demo engine, progress, long-poll, errors, parity
+(with the socket, the CLI and the web JSON API)."""
 
 import os
 import signal
@@ -175,12 +176,14 @@ anyio.run(main)
     assert daemon.call("answer", {"agent_id": agent["id"]})["text"] == "survived"
 
 
-async def test_tool_table_is_identical_on_socket_mcp_and_cli(daemon):
+async def test_tool_table_is_identical_on_socket_mcp_cli_and_web(daemon, web):
     socket_tools = {t["name"]: t for t in daemon.call("tools")["tools"]}
     async with mcp_session(daemon.home) as s:
         listed = await s.list_tools()
     mcp_tools = {t.name: t for t in listed.tools}
-    assert set(socket_tools) == set(mcp_tools) == set(TOOLS)
+    web_tools = {t["name"]: t for t in web.client().get("/api/tools").json()["tools"]}
+    assert set(socket_tools) == set(mcp_tools) == set(web_tools) == set(TOOLS)
+    assert web_tools == socket_tools
     for name, tool in mcp_tools.items():
         sock = socket_tools[name]
         assert tool.description == sock["description"], name

@@ -242,7 +242,8 @@ def command_for(group: click.Group, verb: str) -> click.Command | None:
 
 
 _GROUP_HELP = {"batch": "Batches: many agents in parallel git worktrees.",
-               "run": "One run of a batch: stop, rerun, resume, follow up."}
+               "run": "One run of a batch: stop, rerun, resume, follow up.",
+               "folders": "Folders under the allowed roots: list them, inspect one as a project."}
 
 for _tool in TOOLS.values():
     *_groups, _name = _tool.cli_verb.split()

@@ -1,4 +1,4 @@
-"""Admin verbs: init, doctor, api (serve, launchd, systemd) and the demo quick start."""
+"""Admin verbs: init, doctor, api (serve, launchd, systemd), the demo quick start, mcp and web."""
 
 import json
 import os
@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from agent_run.domain.errors import DomainError
+from agent_run.web import DEFAULT_PORT as WEB_PORT
 
 
 def _session(ctx: click.Context) -> Any:
@@ -165,8 +166,20 @@ def mcp_cmd(ctx: click.Context) -> None:
     run(_session(ctx).home)
 
 
+@click.command("web")
+@click.option("--port", default=WEB_PORT, show_default=True, type=click.IntRange(0, 65535),
+              help="port on 127.0.0.1 (0: any free port)")
+@click.option("--open", "open_browser", is_flag=True, help="open the URL in your browser")
+@click.pass_context
+def web_cmd(ctx: click.Context, port: int, open_browser: bool) -> None:
+    """Serve the web UI on 127.0.0.1 (a front-end of the daemon); prints its URL with a token."""
+    from agent_run.web.app import run
+
+    run(_session(ctx).home, port, open_browser)
+
+
 def register(group: click.Group, format_option: Any) -> None:
-    for command in (init_cmd, doctor_cmd, api_group, demo_cmd, mcp_cmd):
-        if not isinstance(command, click.Group) and command is not mcp_cmd:
+    for command in (init_cmd, doctor_cmd, api_group, demo_cmd, mcp_cmd, web_cmd):
+        if not isinstance(command, click.Group) and command not in (mcp_cmd, web_cmd):
             command.params.append(format_option())
         group.add_command(command)

@@ -112,6 +112,22 @@ class DaemonConfig(StrictModel):
                                         description="each sealed answer is re-hashed once per this period")
 
 
+class WebConfig(StrictModel):
+    roots: list[str] = Field(default_factory=list,
+                             description="folders the web UI's picker may show (default: $HOME); never /")
+
+    @field_validator("roots")
+    @classmethod
+    def _absolute_and_not_the_filesystem_root(cls, value: list[str]) -> list[str]:
+        for root in value:
+            path = Path(root).expanduser()
+            if not path.is_absolute():
+                raise ValueError(f"{root} is not an absolute path")
+            if path.resolve() == Path("/"):
+                raise ValueError("/ cannot be a root: name the folders that hold your projects")
+        return value
+
+
 def _default_runtimes() -> dict[str, RuntimeConfig]:
     return {"demo": RuntimeConfig(engine="demo", models=["demo-1"], default_model="demo-1")}
 
@@ -121,6 +137,7 @@ class Config(StrictModel):
     default_runtime: str = "demo"
     supervisor: SupervisorConfig = Field(default_factory=SupervisorConfig)
     daemon: DaemonConfig = Field(default_factory=DaemonConfig)
+    web: WebConfig = Field(default_factory=WebConfig)
     runtimes: dict[str, RuntimeConfig] = Field(default_factory=_default_runtimes)
 
     @model_validator(mode="after")
@@ -208,6 +225,10 @@ def render_init_config(found_binaries: dict[str, str]) -> str:
         "cancel_grace_seconds = 5.0",
         "# While the disk is full, hold up to this many bytes of a run's events in memory.",
         "# storage_buffer_bytes = 4194304",
+        "",
+        "# `agent-run web`: the folder picker shows only folders under these roots (default: $HOME).",
+        "# [web]",
+        '# roots = ["~/src"]',
         "",
         "# The offline demo engine: pure Python, no network. The quick start uses it.",
         "[runtimes.demo]",

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from agent_run.cli_batch import render_ranking, watch_batch
-
+from agent_run.web import DEFAULT_PORT as WEB_PORT
 CANDIDATE_PROMPT = """Add a GREETING.md that greets new contributors.
 steps: 5
 step_seconds: 0.4
@@ -74,4 +74,7 @@ def run_quickstart(session: Any, candidates: int) -> int:
     print(f"  agent-run{home} answer {winner['agent_id']} --format text")
     print(f"  agent-run{home} transcript {winner['agent_id']} --format text")
     print(f"  agent-run{home} batch clean {batch['id']}          # preview; add --confirm --force to remove")
+    print("\nin the browser:")
+    print(f"  agent-run{home} web --open     # prints a signed-in URL; then this batch is at")
+    print(f"  http://127.0.0.1:{WEB_PORT}/batches/{batch['id']}")
     return 0

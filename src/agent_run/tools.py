@@ -86,6 +86,11 @@ TOOLS: dict[str, Tool] = {t.name: t for t in (
          "Wait until the agent is terminal, at most timeout_seconds; on timeout returns "
          "timed_out: true with the current view instead of an error. Call again to keep waiting.",
          read_only=True, positional=("agent_id",)),
+    Tool("changes", rq.ChangesParams, vw.ChangesResult, "agent_run.services.changes:changes",
+         "What changed after a revision: the ids of agents and batches with an event newer than "
+         "after_revision, and the revision to pass next time. With wait_seconds, a long-poll that "
+         "returns as soon as anything changes (or empty after the wait).",
+         read_only=True),
     Tool("doc", rq.DocParams, vw.DocResult, "agent_run.services.doc_tool:doc",
          "Built-in documentation: overview, states, failures, demo, config.",
          read_only=True, positional=("topic",)),
@@ -127,6 +132,18 @@ TOOLS: dict[str, Tool] = {t.name: t for t in (
          "unmerged branches are kept unless force=true.", read_only=False, destructive=True,
          verb="batch clean", positional=("batch_id",)),
 )}
+
+_F = "agent_run.batches.folders"
+TOOLS.update({t.name: t for t in (
+    Tool("list_dir", bm.FolderParams, bm.DirListing, f"{_F}:list_dir",
+         "The folders inside a folder (symlinks resolved, hidden ones left out), confined to the "
+         "allowed roots (`[web] roots` in config, default $HOME); without path, the roots. For "
+         "picking a project folder.", read_only=True, verb="folders list", positional=("path",)),
+    Tool("project_inspect", bm.FolderParams, bm.ProjectInfo, f"{_F}:project_inspect",
+         "What a folder under the allowed roots is as a batch project: its repository root, "
+         "subdirectory, branch and HEAD (is_repository: false when it is in no git repository).",
+         read_only=True, verb="folders inspect", positional=("path",)),
+)})
 
 # Served on the socket only: protocol plumbing, not operations.
 SOCKET_ONLY: dict[str, Tool] = {t.name: t for t in (

@@ -77,6 +77,11 @@ class BatchCleanParams(Params):
         default=None, max_length=500, description="only these runs' worktrees")
 
 
+class FolderParams(Params):
+    path: str | None = Field(default=None, description="an absolute folder under the allowed roots "
+                             "(`[web] roots`, default $HOME); omit for the roots themselves")
+
+
 class View(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -192,3 +197,27 @@ class BatchCleanResult(View):
     confirmed: bool
     items: list[CleanItem]
     message: str
+
+
+class ProjectInfo(View):
+    path: str = Field(description="the folder, symlinks resolved")
+    is_repository: bool
+    repository_root: str | None = None
+    subdir: str | None = Field(default=None, description="the folder relative to the repository root")
+    branch: str | None = Field(default=None, description="the checked-out branch (None when detached)")
+    head: str | None = Field(default=None, description="the commit HEAD points at")
+    head_subject: str | None = None
+
+
+class DirEntry(View):
+    name: str
+    path: str = Field(description="symlinks resolved")
+    is_repository: bool = Field(description="holds a .git entry")
+
+
+class DirListing(View):
+    path: str | None = Field(description="the listed folder; None when listing the roots")
+    parent: str | None = Field(description="the folder above, when it is still under a root")
+    roots: list[str]
+    entries: list[DirEntry]
+    truncated: bool = False

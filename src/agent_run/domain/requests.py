@@ -91,3 +91,10 @@ class DocParams(Params):
 
 class EmptyParams(Params):
     pass
+
+
+class ChangesParams(Params):
+    after_revision: int = Field(ge=0, description="report what changed after this revision (a previous `revision`)")
+    wait_seconds: float = Field(default=0.0, ge=0, le=60,
+                                description="wait up to this long for a change when there is none yet (long-poll)")
+    limit: int = Field(default=500, ge=1, le=5000, description="at most this many ids of each kind")

@@ -60,6 +60,7 @@ class AgentView(View):
 
 class AgentSummary(View):
     id: str
+    request_id: str | None = Field(default=None, description="a batch run's agent has `<run id>-a<attempt>`")
     runtime: str
     model: str
     state: ExecutionState
@@ -69,6 +70,7 @@ class AgentSummary(View):
     updated_at: float
     answer_sha256: str | None = None
     answer_verified: bool | None = Field(default=None, description=ANSWER_VERIFIED)
+    verdict: Verdict | None = Field(default=None, description="done / blocked / failed, from the worker tools")
 
 
 class AgentList(View):
@@ -140,3 +142,11 @@ class Pong(View):
 
 class ToolsResult(View):
     tools: list[dict[str, Any]]
+
+
+class ChangesResult(View):
+    after_revision: int
+    revision: int = Field(description="the revision read at: pass it as after_revision next time")
+    agents: list[str] = Field(description="agents with an event after after_revision (batch runs' agents too)")
+    batches: list[str] = Field(description="batches whose state or runs changed after after_revision")
+    truncated: bool = Field(default=False, description="more ids changed than `limit`; re-read everything")

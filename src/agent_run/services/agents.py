@@ -94,10 +94,11 @@ async def list_agents(ctx: ServiceContext, p: ListAgentsParams) -> AgentList:
         rows, total = agents_q.list_agents(conn, states=[s.value for s in p.state or []],
                                            runtime=p.runtime, after_revision=p.after_revision,
                                            limit=p.limit, offset=p.offset)
-        items = [AgentSummary(id=r["id"], runtime=r["runtime"], model=r["model"], state=r["state"],
+        items = [AgentSummary(id=r["id"], request_id=r["request_id"], runtime=r["runtime"], model=r["model"], state=r["state"],
                               failure_kind=r["failure_kind"], task_preview=r["task"].strip().splitlines()[0][:120] if r["task"].strip() else "",
                               created_at=r["created_at"], updated_at=r["updated_at"],
-                              answer_sha256=r["answer_sha256"], answer_verified=answer_verified(r))
+                              answer_sha256=r["answer_sha256"], answer_verified=answer_verified(r),
+                              verdict=r["verdict"])
                  for r in rows]
         return AgentList(items=items, total=total, limit=p.limit, offset=p.offset, revision=revision)
 

@@ -87,7 +87,7 @@ def list_agents(conn: sqlite3.Connection, *, states: list[str] | None, runtime: 
     total = conn.execute(f"SELECT count(*) {_LIST_BASE}{clause}", params).fetchone()[0]
     rows = conn.execute(
         f"SELECT a.*, e.id AS execution_id, e.state, e.failure_kind, e.number, e.updated_at,"
-        f" e.answer_sha256, e.integrity_failed_at, e.ended_at {_LIST_BASE}{clause}"
+        f" e.answer_sha256, e.integrity_failed_at, e.ended_at, e.verdict {_LIST_BASE}{clause}"
         f" ORDER BY a.created_at DESC, a.id DESC LIMIT ? OFFSET ?",
         [*params, limit, offset],
     ).fetchall()

@@ -57,3 +57,10 @@ def last_message(conn: sqlite3.Connection, agent_id: str) -> sqlite3.Row | None:
     return conn.execute(
         "SELECT * FROM messages WHERE agent_id = ? ORDER BY id DESC LIMIT 1", (agent_id,)
     ).fetchone()
+
+
+def changed_since(conn: sqlite3.Connection, revision: int, upto: int, limit: int) -> list[str]:
+    """The distinct agent and batch ids (events of batches carry the batch id) in (revision, upto]."""
+    rows = conn.execute("SELECT agent_id FROM events WHERE seq > ? AND seq <= ? GROUP BY agent_id"
+                        " ORDER BY max(seq) LIMIT ?", (revision, upto, limit + 1)).fetchall()
+    return [r[0] for r in rows]

@@ -1,0 +1,45 @@
+"""The HTTP JSON API, generated from the tool table: `POST /api/tools/<name>`, `GET /api/tools`.
+
+The body is the tool's params object; the answer is its result model, or `{"error": {code,
+message, field?}}` exactly as the socket reports it (the daemon validates, so every transport
+shares one message)."""
+
+import json
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+
+from agent_run.domain.errors import DomainError
+from agent_run.tools import TOOLS, tool_schemas
+from agent_run.web.security import require_csrf
+
+STATUS = {"InvalidParams": 422, "AgentNotFound": 404, "BatchNotFound": 404, "RunNotFound": 404,
+          "UnknownTool": 404, "Conflict": 409, "RunLocked": 409, "DaemonUnavailable": 503}
+
+
+def error_response(data: dict) -> JSONResponse:
+    error = {k: data[k] for k in ("code", "message", "field") if data.get(k) is not None}
+    return JSONResponse({"error": error}, status_code=STATUS.get(error["code"], 400))
+
+
+async def list_tools(_request: Request) -> JSONResponse:
+    return JSONResponse({"tools": tool_schemas()})
+
+
+async def call_tool(request: Request) -> JSONResponse:
+    require_csrf(request)
+    name = request.path_params["name"]
+    if name not in TOOLS:
+        return error_response({"code": "UnknownTool", "field": "name",
+                               "message": f"no tool {name!r}; tools: {', '.join(TOOLS)}"})
+    try:
+        params = json.loads(await request.body() or b"{}")
+    except ValueError as exc:
+        return error_response({"code": "InvalidParams", "message": f"the body is not JSON: {exc}"})
+    if not isinstance(params, dict):
+        return error_response({"code": "InvalidParams", "message": "the body must be a JSON object"})
+    try:
+        result = await request.app.state.proxy.call(name, params)
+    except DomainError as exc:
+        return error_response(exc.to_data())
+    return JSONResponse(result)

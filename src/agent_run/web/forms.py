@@ -1,0 +1,38 @@
+"""Posted HTML forms to tool params: types from the params model, empty fields left out."""
+
+import types
+import typing
+from typing import Any
+
+from pydantic import BaseModel
+
+
+def _base(annotation: Any) -> Any:
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if len(args) == 1:
+            return args[0]
+    return annotation
+
+
+def form_params(model: type[BaseModel], form: dict[str, str]) -> dict[str, Any]:
+    """Each non-empty field of the form that the model has; ints, floats and checkboxes converted.
+
+    A value that does not convert is passed on as text, so the tool's own validation names the
+    field and says what is wrong (the same message as on every other transport)."""
+    params: dict[str, Any] = {}
+    for name, field in model.model_fields.items():
+        kind = _base(field.annotation)
+        if kind is bool:
+            if name in form:
+                params[name] = form[name] in ("on", "true", "1", "yes")
+            continue
+        raw = form.get(name, "").strip() if kind is not str else form.get(name, "")
+        if raw == "" or (kind is str and not raw.strip()):
+            continue
+        converter = {int: int, float: float}.get(kind)
+        try:
+            params[name] = converter(raw) if converter else raw
+        except ValueError:
+            params[name] = raw
+    return params

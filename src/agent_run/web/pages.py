@@ -1,0 +1,186 @@
+"""The pages (GET): home, agent, batch, run and the two forms; each one or a few tool calls."""
+
+import asyncio
+import re
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import HTMLResponse
+
+from agent_run.domain.errors import DomainError
+
+TERMINAL_BATCH = {"completed", "failed", "cancelled"}
+SETTLED_RUN = {"succeeded", "failed", "cancelled"}
+TRANSCRIPT_PAGES = 20
+
+
+def page(request: Request, template: str, status: int = 200, **context: Any) -> HTMLResponse:
+    """Render a page; `watch` names the ids whose changes make the page refresh its live parts."""
+    env = request.app.state.env
+    context.setdefault("watch", "*")
+    html = env.get_template(template).render(csrf=request.app.state.guard.csrf, request=request, **context)
+    return HTMLResponse(html, status_code=status)
+
+
+def proxy(request: Request) -> Any:
+    return request.app.state.proxy
+
+
+BATCH_RUN_REQUEST = re.compile(r"^rn_[0-9a-z]+-a\d+$")  # a batch run's agent (the scheduler's key)
+
+
+async def home(request: Request) -> HTMLResponse:
+    project = request.query_params.get("project") or None
+    batches, agents = await asyncio.gather(proxy(request).call("list_batches", {"limit": 50}),
+                                           proxy(request).call("list_agents", {"limit": 100}))
+    shown = [b for b in batches["items"] if project is None or b["project_root"] == project]
+    # Only the batches that need you are read in full (for their failed runs and reason).
+    needs_you = await asyncio.gather(*(proxy(request).call("batch", {"batch_id": b["id"]}) for b in shown
+                                       if b["state"] == "blocked" or b["counts"].get("failed")))
+    standalone = [a for a in agents["items"] if not BATCH_RUN_REQUEST.match(a.get("request_id") or "")]
+    blocked_agents = [a for a in agents["items"] if a.get("verdict") == "blocked"]
+    projects = sorted({b["project_root"] for b in batches["items"]})
+    return page(request, "home.html", batches=shown, needs_you=needs_you, agents=standalone,
+                blocked_agents=blocked_agents,
+                projects=projects, project=project, revision=batches["revision"])
+
+
+async def agent_new(request: Request) -> HTMLResponse:
+    return page(request, "agent_new.html", form={}, errors={}, watch="")
+
+
+async def agent_page(request: Request) -> HTMLResponse:
+    agent_id = request.path_params["agent_id"]
+    agent = await proxy(request).call("agent", {"agent_id": agent_id})
+    session = await read_session(request, agent_id)
+    return page(request, "agent.html", agent=agent, session=session, watch=agent_id,
+                revision=agent["revision"])
+
+
+async def read_session(request: Request, agent_id: str) -> dict[str, Any]:
+    """The transcript grouped into turns, and the verified answer (or why there is none)."""
+    items: list[dict[str, Any]] = []
+    cursor = 0
+    for _ in range(TRANSCRIPT_PAGES):
+        chunk = await proxy(request).call("transcript", {"agent_id": agent_id, "cursor": cursor, "limit": 1000})
+        items += chunk["items"]
+        cursor = chunk["next_cursor"]
+        if not chunk["items"]:
+            break
+    answer, answer_error = None, None
+    try:
+        answer = await proxy(request).call("answer", {"agent_id": agent_id})
+    except DomainError as exc:
+        answer_error = {"code": exc.code, "message": exc.message}
+    return {"turns": group_turns(items), "answer": answer, "answer_error": answer_error}
+
+
+def group_turns(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per execution (turn): its messages, with consecutive tool calls folded into one group."""
+    turns: list[dict[str, Any]] = []
+    for item in items:
+        if not turns or turns[-1]["number"] != item["execution_number"]:
+            turns.append({"number": item["execution_number"], "blocks": []})
+        blocks = turns[-1]["blocks"]
+        is_tool = item["role"] in ("tool", "tool_call", "tool_result")
+        if is_tool and blocks and blocks[-1]["kind"] == "tools":
+            blocks[-1]["items"].append(item)
+        elif is_tool:
+            blocks.append({"kind": "tools", "items": [item]})
+        else:
+            blocks.append({"kind": "message", "item": item})
+    return turns
+
+
+async def batch_new(request: Request) -> HTMLResponse:
+    form: dict[str, Any] = {}
+    template = request.query_params.get("template")
+    if template:
+        source = await proxy(request).call("batch", {"batch_id": template})
+        form = {k: v for k, v in source["config"].items() if v is not None}
+        form.update(workflow=source["workflow"], base_ref=source["base_ref"], project=source["project_root"])
+    if request.query_params.get("project"):
+        form["project"] = request.query_params["project"]
+    return page(request, "batch_new.html", form=form, errors={}, watch="",
+                inspect=await inspect_project(request, form.get("project")))
+
+
+async def inspect_project(request: Request, folder: str | None) -> dict[str, Any] | None:
+    """`project_inspect` of the chosen folder, or the reason it cannot be inspected."""
+    if not folder:
+        return None
+    try:
+        return await proxy(request).call("project_inspect", {"path": folder})
+    except DomainError as exc:
+        return {"error": exc.message}
+
+
+async def folders(request: Request) -> HTMLResponse:
+    listing = await proxy(request).call("list_dir", {"path": request.query_params.get("path") or None})
+    return page(request, "folders.html", listing=listing, watch="")
+
+
+async def batch_page(request: Request) -> HTMLResponse:
+    batch = await proxy(request).call("batch", {"batch_id": request.path_params["batch_id"]})
+    return page(request, "batch.html", batch=batch, sections=batch_sections(batch),
+                can_cancel=batch["state"] not in TERMINAL_BATCH, watch=batch["id"], revision=batch["revision"])
+
+
+def batch_sections(batch: dict[str, Any]) -> dict[str, Any]:
+    runs = batch["runs"]
+    candidates = sorted((r for r in runs if r["stage"] == "candidate"),
+                        key=lambda r: (r["rank"] is None, r["rank"] or 0, r["index"]))
+    reviews: dict[str, list[dict[str, Any]]] = {}
+    for r in runs:
+        if r["stage"] == "reviewer" and r["parent_run_id"]:
+            reviews.setdefault(r["parent_run_id"], []).append(r)
+    others = [r for r in runs if r["stage"] not in ("candidate", "reviewer")]
+    return {"candidates": candidates, "reviews": reviews, "others": others}
+
+
+async def batch_clean_preview(request: Request) -> HTMLResponse:
+    batch_id = request.path_params["batch_id"]
+    preview = await proxy(request).call("batch_clean", {"batch_id": batch_id})
+    return page(request, "clean.html", batch_id=batch_id, preview=preview, watch="")
+
+
+async def run_page(request: Request) -> HTMLResponse:
+    batch = await proxy(request).call("batch", {"batch_id": request.path_params["batch_id"]})
+    run = next((r for r in batch["runs"] if r["id"] == request.path_params["run_id"]), None)
+    if run is None:
+        from agent_run.domain.errors import RunNotFound
+
+        raise RunNotFound(f"no run {request.path_params['run_id']} in {batch['id']}", field="run_id")
+    tab = request.query_params.get("tab", "session")
+    attempt = _attempt(run, request.query_params.get("attempt"))
+    context: dict[str, Any] = {"batch": batch, "run": run, "tab": tab, "attempt": attempt,
+                               "actions": run_actions(batch, run), "revision": batch["revision"]}
+    agent_id = attempt["agent_id"] if attempt else None
+    if tab == "changes":
+        review = await proxy(request).call("batch_review", {"batch_id": batch["id"], "run_id": run["id"]})
+        context["review"] = review["runs"][0] if review["runs"] else None
+    elif agent_id:
+        context["agent"] = await proxy(request).call("agent", {"agent_id": agent_id})
+        context["session"] = await read_session(request, agent_id)
+    return page(request, "run.html", watch=" ".join(filter(None, [batch["id"], agent_id])), **context)
+
+
+def _attempt(run: dict[str, Any], wanted: str | None) -> dict[str, Any] | None:
+    attempts = run["attempts"]
+    for a in attempts:
+        if wanted and str(a["attempt"]) == wanted:
+            return a
+    return attempts[-1] if attempts else None
+
+
+def run_actions(batch: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
+    """Which buttons the lifecycle allows now, and why follow-up is locked when it is."""
+    live = batch["state"] not in ("cancelled",)
+    settled = run["state"] in SETTLED_RUN
+    return {"stop": run["state"] == "running",
+            "rerun": live and settled,
+            "resume": live and run["state"] in ("failed", "cancelled") and bool(run["agent_id"]),
+            "followup": live and settled and bool(run["agent_id"]),
+            "locked_reason": ("this run's result feeds the batch's "
+                              f"{'ranking' if batch['workflow'] == 'ranked' else 'verdict'}; "
+                              "a follow-up must reopen it") if run["locked"] else None}

@@ -1,0 +1,65 @@
+// agent-run web: live updates without a framework. Listens to /events (server-sent events whose
+// id is the store revision; the browser resends the last one on reconnect) and, when something
+// this page shows changed, re-fetches the page and swaps its [data-live] parts in place.
+(function () {
+  "use strict";
+  var body = document.body;
+  var watch = (body.dataset.watch || "").split(" ").filter(Boolean);
+  var status = document.getElementById("live-status");
+  if (!watch.length || !window.EventSource) { return; }
+  var refreshing = false, again = false, MIN_REFRESH_MS = 500;
+
+  function setStatus(text) { if (status) { status.textContent = text; status.dataset.state = text; } }
+
+  function concerns(summary) {
+    if (watch.indexOf("*") >= 0 || summary.truncated) { return true; }
+    var ids = (summary.agents || []).concat(summary.batches || []);
+    return ids.some(function (id) { return watch.indexOf(id) >= 0; });
+  }
+
+  function refresh() {
+    if (refreshing) { again = true; return; }
+    refreshing = true;
+    fetch(window.location.href, { credentials: "same-origin", headers: { "X-Live": "1", "X-Revision": lastId || "" } })
+      .then(function (r) { return r.ok ? r.text() : Promise.reject(r.status); })
+      .then(function (html) {
+        var doc = new DOMParser().parseFromString(html, "text/html");
+        document.querySelectorAll("[data-live]").forEach(function (el) {
+          var fresh = el.id && doc.getElementById(el.id);
+          if (fresh && !el.contains(document.activeElement)) { el.replaceWith(document.importNode(fresh, true)); }
+        });
+        body.dataset.revision = doc.body.dataset.revision || body.dataset.revision;
+      })
+      .catch(function () { again = true; })
+      .finally(function () {
+        // At most one refresh in flight and two a second: changes in between join the next.
+        setTimeout(function () {
+          refreshing = false;
+          if (again) { again = false; refresh(); }
+        }, MIN_REFRESH_MS);
+      });
+  }
+
+  // The browser itself reconnects after a network error, sending Last-Event-ID; when it gives
+  // up (an HTTP error while the server restarts), open a new stream after the last id seen.
+  var lastId = body.dataset.revision || "";
+
+  function connect() {
+    var source = new EventSource("/events" + (lastId ? "?after=" + encodeURIComponent(lastId) : ""));
+    source.addEventListener("open", function () { setStatus("live"); });
+    source.addEventListener("error", function () {
+      setStatus("reconnecting");
+      if (source.readyState === EventSource.CLOSED) { setTimeout(connect, 1000); }
+    });
+    source.addEventListener("hello", function (e) { setStatus("live"); lastId = lastId || e.lastEventId; });
+    source.addEventListener("change", function (e) {
+      setStatus("live");
+      lastId = e.lastEventId;
+      body.dataset.lastEventId = lastId;
+      var summary = {};
+      try { summary = JSON.parse(e.data); } catch (err) { summary = { truncated: true }; }
+      if (concerns(summary)) { refresh(); }
+    });
+  }
+  connect();
+})();

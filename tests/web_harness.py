@@ -1,0 +1,93 @@
+"""`agent-run web` as a real child process for tests, and an HTTP client signed in to it."""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+from typing import Any
+
+import httpx2
+
+from agent_run.home import Home
+from tests.harness import wait_for
+
+URL_LINE = re.compile(r"agent-run web: (http://127\.0\.0\.1:(\d+)/\?token=(\S+))")
+
+
+class WebProcess:
+    """`agent-run web --port N` (0: any free port) as a child; autostart off, so it never
+    leaves a daemon of its own behind."""
+
+    def __init__(self, home: Home, port: int = 0) -> None:
+        self.home = home
+        self.port = port
+        self.proc: subprocess.Popen[str] | None = None
+        self.url = self.token = ""
+        self.output: list[str] = []
+
+    def start(self) -> "WebProcess":
+        env = {k: v for k, v in os.environ.items() if k != "AGENT_RUN_HOME"}
+        env["AGENT_RUN_NO_AUTOSTART"] = "1"
+        self.proc = subprocess.Popen([sys.executable, "-m", "agent_run", "--home", str(self.home.root),
+                                      "web", "--port", str(self.port)], stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True, env=env,
+                                     start_new_session=True)
+        threading.Thread(target=self._read, daemon=True).start()
+        match = wait_for(self._url, timeout=30, what="agent-run web to print its URL")
+        self.url, port, self.token = match.group(1), match.group(2), match.group(3)
+        self.port = int(port)
+        return self
+
+    def _read(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.output.append(line)
+
+    def _url(self) -> Any:
+        assert self.proc is not None
+        for line in list(self.output):
+            match = URL_LINE.search(line)
+            if match:
+                return match
+        if self.proc.poll() is not None:
+            raise AssertionError(f"agent-run web exited {self.proc.returncode}: {''.join(self.output)}")
+        return None
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def origin(self) -> str:
+        return self.base
+
+    def client(self, signed_in: bool = True, **kwargs: Any) -> httpx2.Client:
+        client = httpx2.Client(base_url=self.base, timeout=60, **kwargs)
+        if signed_in:
+            response = client.get(f"/?token={self.token}")
+            assert response.status_code == 303, response.text
+            assert client.cookies.get(self.cookie) == self.token
+        return client
+
+    @property
+    def cookie(self) -> str:
+        return f"agent_run_web_{self.port}"
+
+    def csrf(self, client: httpx2.Client) -> str:
+        page = client.get("/agents/new").text
+        return re.search(r'name="csrf" value="([0-9a-f]+)"', page).group(1)
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.kill9()
