@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO
 
@@ -32,6 +32,7 @@ from agent_run.supervisor.outcome import Outcome, decide_outcome
 from agent_run.supervisor.redact import Redactor
 from agent_run.supervisor.secrets import resolve_secrets
 from agent_run.supervisor.seal import seal_answer
+from agent_run.supervisor.stderr_log import StderrLog
 from agent_run.worker_tools.binding import (
     EXECUTION_ENV, HOME_ENV, SERVER_NAME, TOKEN_ENV, TOOLS_ENV, token_hash,
 )
@@ -64,6 +65,7 @@ class Supervisor:
         self.last_retry: RetryEvent | None = None
         self.signalled: int | None = None
         self.child: EngineProcess | None = None
+        self.stderr: StderrLog | None = None
         self.stop: StopRequest | None = None
         self.completion: Completion | None = None
         self.completions = 0
@@ -118,19 +120,18 @@ class Supervisor:
         Path(self.plan.engine_home).mkdir(mode=0o700, parents=True, exist_ok=True)
         self.spec = engine.launch(self.plan, secrets, worker, self.dir)
         spec = self.spec
-        stderr_log = open(self.dir / "engine.log", "ab")
         try:
             self.child = EngineProcess(subprocess.Popen(
                 spec.argv, env=spec.env, cwd=spec.cwd, start_new_session=True,
                 stdin=subprocess.PIPE if spec.stdin_pipe else subprocess.DEVNULL,
-                stdout=subprocess.PIPE, stderr=stderr_log,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             ))
         except OSError as exc:
             self._finish(Outcome(ExecutionState.FAILED, FailureKind.SPAWN_FAILED,
                                  f"cannot start {spec.argv[0]}: {exc.strerror}"))
             return
-        finally:
-            stderr_log.close()
+        assert self.child.proc.stderr is not None
+        self.stderr = StderrLog(self.child.proc.stderr.fileno(), self.dir / "engine.log", redact).start()
         identity = self.child.identity
         with write(self.conn):
             agents_q.update_execution(
@@ -338,16 +339,18 @@ class Supervisor:
         with write(self.conn):
             agents_q.update_execution(self.conn, self.execution_id, exit_code=exit_code)
         stderr_tail = ""
-        log_path = self.dir / "engine.log"
-        if log_path.exists():
-            stderr_tail = redact(log_path.read_bytes()[-2000:].decode("utf-8", errors="replace"))
+        if self.stderr is not None:
+            self.stderr.join()
+            stderr_tail = redact(self.stderr.tail())
         finish = reports_q.reports(self.conn, self.execution_id, "finish")
         finish_payload = json.loads(finish[-1]["payload"]) if finish else None
-        return decide_outcome(
+        outcome = decide_outcome(
             engine=engine, group_gone=group_gone, stop=self.stop, completion=self.completion,
             exit_code=exit_code, unparsed_lines=self.unparsed_lines, stderr_tail=stderr_tail,
             finish=finish_payload,
         )
+        # The answer is decoded text (a `finish` summary never passed through a stored line).
+        return replace(outcome, answer=redact(outcome.answer)) if outcome.answer else outcome
 
     def _finish(self, outcome: Outcome) -> None:
         self.log.flush()
