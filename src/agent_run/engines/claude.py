@@ -41,6 +41,7 @@ def kind_from_text(text: str, table: list[tuple[re.Pattern[str], FailureKind]]) 
 class ClaudeEngine(StreamJsonProtocol):
     name = "claude"
     key_variable = "ANTHROPIC_API_KEY"  # sent as x-api-key
+    default_base_url = "https://api.anthropic.com"  # the credential broker's upstream
 
     def launch(self, plan: ExecutionPlan, secrets: dict[str, str], worker: WorkerMcp,
                scratch: Path) -> LaunchSpec:

@@ -25,6 +25,7 @@ from agent_run.store import agents as agents_q
 from agent_run.store import commands as commands_q
 from agent_run.store import reports as reports_q
 from agent_run.store.db import connect, write
+from agent_run.supervisor.credentials import EngineCredentials, engine_credentials
 from agent_run.supervisor.eventlog import ExecutionLog
 from agent_run.supervisor.engine_process import EngineProcess, Escalation
 from agent_run.supervisor.identity import ProcessIdentity, kill_group
@@ -66,6 +67,7 @@ class Supervisor:
         self.signalled: int | None = None
         self.child: EngineProcess | None = None
         self.stderr: StderrLog | None = None
+        self.credentials: EngineCredentials | None = None
         self.stop: StopRequest | None = None
         self.completion: Completion | None = None
         self.completions = 0
@@ -116,9 +118,10 @@ class Supervisor:
             self._finish(Outcome(ExecutionState.FAILED, FailureKind.CONFIG_ERROR, str(exc)))
             return
         worker = self._worker_mcp()
-        redact = Redactor([*secrets.values(), worker.env[TOKEN_ENV]])
+        self.credentials = engine_credentials(engine, self.plan, secrets)
+        redact = Redactor([*secrets.values(), *self.credentials.secrets.values(), worker.env[TOKEN_ENV]])
         Path(self.plan.engine_home).mkdir(mode=0o700, parents=True, exist_ok=True)
-        self.spec = engine.launch(self.plan, secrets, worker, self.dir)
+        self.spec = engine.launch(self.credentials.plan, self.credentials.secrets, worker, self.dir)
         spec = self.spec
         try:
             self.child = EngineProcess(subprocess.Popen(
@@ -181,6 +184,8 @@ class Supervisor:
                     self._on_line(engine, redact, raw, pending)
                     pending = b""
             now = time.monotonic()
+            if self.credentials is not None:
+                self.credentials.record_signals(self.log)
             if self.log.due():
                 self.log.flush()
             if now >= next_poll:
@@ -349,6 +354,8 @@ class Supervisor:
             exit_code=exit_code, unparsed_lines=self.unparsed_lines, stderr_tail=stderr_tail,
             finish=finish_payload,
         )
+        if self.credentials is not None:
+            outcome = self.credentials.reclassify(outcome)
         # The answer is decoded text (a `finish` summary never passed through a stored line).
         return replace(outcome, answer=redact(outcome.answer)) if outcome.answer else outcome
 
@@ -356,6 +363,9 @@ class Supervisor:
         self.log.flush()
         for path in self.spec.token_files if self.spec else []:
             path.unlink(missing_ok=True)  # the capability dies with the execution
+        if self.credentials is not None:
+            self.credentials.record_signals(self.log)
+            self.credentials.close()  # so does the broker's token
         fields: dict[str, object] = {"verdict": outcome.verdict}
         if self.usage:
             fields["usage_json"] = json.dumps(self.usage)
