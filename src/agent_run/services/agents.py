@@ -25,6 +25,7 @@ from agent_run.store import commands as commands_q
 from agent_run.store import events as events_q
 from agent_run.store.db import write
 from agent_run.supervisor.launch import spawn_supervisor
+from agent_run.supervisor.secrets import secret_payload
 from agent_run.supervisor.seal import read_verified_answer
 
 # -- views --------------------------------------------------------------------------------
@@ -204,7 +205,8 @@ async def launch_execution(ctx: ServiceContext, agent_id: str, execution_id: str
     directory = ctx.home.execution_dir(agent_id, execution_id)
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     try:
-        await ctx.db(lambda _conn: spawn_supervisor(ctx.home, execution_id, directory / "supervisor.log"))
+        await ctx.db(lambda conn: spawn_supervisor(ctx.home, execution_id, directory / "supervisor.log",
+                                                   payload=secret_payload(conn, execution_id)))
     except errors.SpawnFailed as exc:
         await ctx.db(_mark_spawn_failed, execution_id, exc.message)
 

@@ -9,6 +9,7 @@ import threading
 import time
 
 from agent_run.domain.errors import SpawnFailed
+from agent_run.engines.environment import PASSTHROUGH
 from agent_run.home import Home
 from agent_run.supervisor.identity import ProcessIdentity
 
@@ -20,17 +21,26 @@ def supervisor_argv(home: Home, execution_id: str, ready_fd: int) -> list[str]:
             "--execution", execution_id, "--ready-fd", str(ready_fd)]
 
 
-def spawn_supervisor(home: Home, execution_id: str, log_path: os.PathLike[str]) -> ProcessIdentity:
+def supervisor_environment() -> dict[str, str]:
+    """The allowlist a supervisor starts with: never the daemon's whole environment (its keys)."""
+    return {name: os.environ[name] for name in (*PASSTHROUGH, "PYTHONPATH") if name in os.environ}
+
+
+def spawn_supervisor(home: Home, execution_id: str, log_path: os.PathLike[str],
+                     payload: bytes | None = None) -> ProcessIdentity:
     """Start `python -m agent_run.supervisor` in its own session; return once it is ready.
 
-    Ready means it has recorded its identity in the database and installed its signal handlers.
+    `payload` (the execution's credential, `secrets.secret_payload`) is written to its stdin,
+    which is then closed. Ready means it has recorded its identity in the database and
+    installed its signal handlers.
     """
     read_fd, write_fd = os.pipe()
     log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
         proc = subprocess.Popen(
             supervisor_argv(home, execution_id, write_fd), pass_fds=(write_fd,),
-            stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd="/", start_new_session=True,
+            stdin=subprocess.DEVNULL if payload is None else subprocess.PIPE, stdout=log, stderr=log,
+            cwd="/", start_new_session=True, env=supervisor_environment(),
         )
     except OSError as exc:
         os.close(read_fd)
@@ -38,6 +48,8 @@ def spawn_supervisor(home: Home, execution_id: str, log_path: os.PathLike[str]) 
     finally:
         os.close(write_fd)
         os.close(log)
+    if payload is not None:
+        _send_payload(proc, payload)
     # Reap it when it ends so it never lingers as a zombie of a long-lived daemon.
     threading.Thread(target=proc.wait, daemon=True, name=f"reap-{proc.pid}").start()
     try:
@@ -48,6 +60,15 @@ def spawn_supervisor(home: Home, execution_id: str, log_path: os.PathLike[str]) 
         raise SpawnFailed(f"supervisor pid {proc.pid} exited before it was ready; see {log_path}")
     ready = json.loads(line)
     return ProcessIdentity(ready["pid"], ready["start_ticks"], ready["boot_id"])
+
+
+def _send_payload(proc: subprocess.Popen[bytes], payload: bytes) -> None:
+    assert proc.stdin is not None
+    try:
+        proc.stdin.write(payload)
+        proc.stdin.close()
+    except BrokenPipeError:  # it died at once: the ready pipe's EOF says so
+        pass
 
 
 def _read_line(fd: int, timeout: float) -> bytes:

@@ -11,7 +11,7 @@ import time
 import traceback
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from agent_run.domain.failures import FailureKind
 from agent_run.domain.states import ExecutionState
@@ -31,7 +31,6 @@ from agent_run.supervisor.engine_process import EngineProcess, Escalation
 from agent_run.supervisor.identity import ProcessIdentity, kill_group
 from agent_run.supervisor.outcome import Outcome, decide_outcome
 from agent_run.supervisor.redact import Redactor
-from agent_run.supervisor.secrets import resolve_secrets
 from agent_run.supervisor.seal import seal_answer
 from agent_run.supervisor.stderr_log import StderrLog
 from agent_run.worker_tools.binding import (
@@ -67,6 +66,7 @@ class Supervisor:
         self.signalled: int | None = None
         self.child: EngineProcess | None = None
         self.stderr: StderrLog | None = None
+        self.payload: dict[str, Any] = {}  # from the spawner: {"secrets": ...} or {"auth_error": ...}
         self.credentials: EngineCredentials | None = None
         self.stop: StopRequest | None = None
         self.completion: Completion | None = None
@@ -112,11 +112,10 @@ class Supervisor:
 
     def _run(self) -> None:
         engine = self.engine
-        try:
-            secrets = resolve_secrets(self.plan.runtime_config.get("auth"))
-        except ValueError as exc:
-            self._finish(Outcome(ExecutionState.FAILED, FailureKind.CONFIG_ERROR, str(exc)))
+        if "auth_error" in self.payload:
+            self._finish(Outcome(ExecutionState.FAILED, FailureKind.CONFIG_ERROR, self.payload["auth_error"]))
             return
+        secrets: dict[str, str] = self.payload.get("secrets") or {}
         worker = self._worker_mcp()
         self.credentials = engine_credentials(engine, self.plan, secrets)
         redact = Redactor([*secrets.values(), *self.credentials.secrets.values(), worker.env[TOKEN_ENV]])
