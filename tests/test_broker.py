@@ -2,7 +2,6 @@
 
 import http.client
 import json
-import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer

@@ -5,7 +5,6 @@ import os
 import secrets as token_source
 import selectors
 import signal
-import subprocess
 import sys
 import time
 import traceback
@@ -123,17 +122,12 @@ class Supervisor:
         self.spec = engine.launch(self.credentials.plan, self.credentials.secrets, worker, self.dir)
         spec = self.spec
         try:
-            self.child = EngineProcess(subprocess.Popen(
-                spec.argv, env=spec.env, cwd=spec.cwd, start_new_session=True,
-                stdin=subprocess.PIPE if spec.stdin_pipe else subprocess.DEVNULL,
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            ))
+            self.child = EngineProcess.start(spec)
         except OSError as exc:
             self._finish(Outcome(ExecutionState.FAILED, FailureKind.SPAWN_FAILED,
                                  f"cannot start {spec.argv[0]}: {exc.strerror}"))
             return
-        assert self.child.proc.stderr is not None
-        self.stderr = StderrLog(self.child.proc.stderr.fileno(), self.dir / "engine.log", redact).start()
+        self.stderr = StderrLog(self.child.stderr_fd(), self.dir / "engine.log", redact).start()
         identity = self.child.identity
         with write(self.conn):
             agents_q.update_execution(
