@@ -95,7 +95,7 @@ def spawn_canary(home: Home) -> dict[str, int | str]:
     try:
         proc = subprocess.Popen(argv, pass_fds=(write_fd,), stdin=subprocess.DEVNULL,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd="/",
-                                start_new_session=True)
+                                start_new_session=True, env=supervisor_environment())
     finally:
         os.close(write_fd)
     try:
