@@ -174,3 +174,27 @@ def test_verify_command_gets_the_allowlisted_environment_not_the_daemons(home):
     output = runs_of(done, "candidate")[0]["verify_output"]
     assert "verify-ran" in output and "PATH=" in output
     assert "OTHER_RUNTIME_KEY" not in output and DAEMON_ONLY not in output
+
+
+def test_auth_is_resolved_by_the_daemon_missing_variable_is_config_error_and_a_file_works(home, workdir, tmp_path):
+    key_file = tmp_path / "key.txt"
+    key_file.write_text("file-held-secret-5e8d\n")
+    config = (home.root / "config.toml").read_text() + (
+        '\n[runtimes.unset]\nengine = "demo"\nmodels = ["demo-1"]\nauth = { env = "NOT_SET_ANYWHERE" }\n'
+        f'\n[runtimes.filed]\nengine = "demo"\nmodels = ["demo-1"]\nauth = {{ file = "{key_file}" }}\n')
+    (home.root / "config.toml").write_text(config)
+    daemon = DaemonProcess(home).start()
+    try:
+        unset = daemon.call("start", {"task": "answer: x", "workdir": str(workdir), "runtime": "unset"})
+        view = daemon.call("wait", {"agent_id": unset["id"], "timeout_seconds": 60})["agent"]
+        assert (view["state"], view["failure_kind"]) == ("failed", "config_error")
+        assert "NOT_SET_ANYWHERE" in view["execution"]["failure_message"]
+        filed = daemon.call("start", {"task": "echo_env: AGENT_RUN_API_KEY", "workdir": str(workdir),
+                                      "runtime": "filed"})
+        view = daemon.call("wait", {"agent_id": filed["id"], "timeout_seconds": 60})["agent"]
+        assert view["state"] == "succeeded", view
+        answer = daemon.call("answer", {"agent_id": filed["id"]})["text"]
+        assert answer.endswith(f"AGENT_RUN_API_KEY={REDACTED}"), "the engine got it and it was redacted"
+    finally:
+        daemon.stop()
+    assert leaks_under(home.root, "file-held-secret-5e8d") == []
