@@ -107,3 +107,17 @@ def _runs_sleep(pid: int) -> bool:
         return Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"sleep")
     except OSError:
         return False
+
+
+def test_broker_records_the_providers_rate_limit_headers_as_signals(workdir):
+    from tests.support.mock_provider import Fault
+
+    with MockProvider() as provider:
+        provider.add(Fault.http(429, retry_after=1, times=None))
+        with engine_daemon(runtime_block("r", "claude", provider.url, MODELS["claude"])) as (home, daemon):
+            view = run_agent(daemon, "r", "Say hello.", workdir, timeout=120)
+            assert (view["state"], view["failure_kind"]) == ("failed", "rate_limited"), view["execution"]
+            rows = db_rows(home, "SELECT kind, status, retry_after, detail FROM provider_signals "
+                                 "WHERE status = 429 AND retry_after IS NOT NULL")
+    assert rows and rows[0]["kind"] == "rate_limited" and rows[0]["retry_after"] == 1.0
+    assert json.loads(rows[0]["detail"]) == {"retry-after": "1"}
