@@ -39,6 +39,10 @@ def test_wrong_or_missing_token_is_401_and_never_forwarded(provider):
             _, response = post(broker, headers, messages_body(False))
             assert response.status == 401, headers
             response.read()
+        _, response = post(broker, {"x-api-key": broker.token}, messages_body(False),
+                           path="http://elsewhere.example/v1/messages")
+        assert response.status == 400, "an absolute-form target is refused"
+        response.read()
         assert provider.requests == []
     finally:
         broker.close()

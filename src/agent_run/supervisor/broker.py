@@ -101,7 +101,10 @@ class _BrokerHandler(BaseHTTPRequestHandler):
         headers = self._upstream_headers()
         body = self._read_body()
         if headers is None:
-            self._reply_401()
+            self._reply_error(401, "authentication_error", "missing or wrong token")
+            return
+        if not self.path.startswith("/"):  # an absolute-form target would name another host
+            self._reply_error(400, "invalid_request_error", "the request target must be a path")
             return
         try:
             response = self._send_upstream(headers, body)
@@ -205,10 +208,10 @@ class _BrokerHandler(BaseHTTPRequestHandler):
         if response.will_close:
             self._drop_upstream()
 
-    def _reply_401(self) -> None:
-        data = json.dumps({"type": "error", "error": {"type": "authentication_error",
-                           "message": "agent-run credential broker: missing or wrong token"}}).encode()
-        self.send_response(401)
+    def _reply_error(self, status: int, kind: str, message: str) -> None:
+        data = json.dumps({"type": "error", "error": {"type": kind,
+                           "message": f"agent-run credential broker: {message}"}}).encode()
+        self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
