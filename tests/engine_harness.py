@@ -36,9 +36,9 @@ def runtime_block(name: str, engine: str, base_url: str, model: str, **knobs: An
 
 
 @contextmanager
-def engine_daemon(block: str) -> Iterator[tuple[Home, DaemonProcess]]:
+def engine_daemon(block: str, key: str = PLANTED_KEY) -> Iterator[tuple[Home, DaemonProcess]]:
     home = make_home(TEST_CONFIG + "\n" + block)
-    daemon = DaemonProcess(home, env={KEY_VARIABLE: PLANTED_KEY}).start()
+    daemon = DaemonProcess(home, env={KEY_VARIABLE: key}).start()
     try:
         yield home, daemon
     finally:

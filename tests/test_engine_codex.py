@@ -193,15 +193,18 @@ def test_silence_before_headers_is_stalled_by_the_watchdog(provider, workdir):
 
 
 def test_refused_connection_is_a_network_error_in_bounded_time(workdir):
-    # Codex retries a refused connection forever ("Reconnecting... waiting for network"); the
-    # supervisor's retry give-up stops it.
+    # Codex retries a refused connection forever ("Reconnecting... waiting for network"), but
+    # it talks to the credential broker, which drops its connection when the provider refuses:
+    # Codex then fails the turn ("error sending request") and the broker's evidence makes it
+    # a network error.
     block = codex_block(f"http://127.0.0.1:{free_port()}/v1", retry_give_up_seconds=3.0)
     with engine_daemon(block) as (home, daemon):
         started = time.monotonic()
         view = run_agent(daemon, "r", "Say hello.", workdir, timeout=60)
         assert (view["state"], view["failure_kind"]) == ("failed", "network_error"), view["execution"]
         assert time.monotonic() - started < 30
-        assert events(home, view["id"], "retry"), "the reconnect notices arrive as retries"
+        assert "Connection refused" in view["execution"]["failure_message"]
+        assert events(home, view["id"], "upstream_unreachable"), "the broker's evidence is kept"
         assert engine_group_gone(home, view["id"])
 
 

@@ -20,6 +20,7 @@ from agent_run.batches.workflows import WORKFLOWS, Evidence, RunSpec, Workflow
 from agent_run.domain.errors import AnswerIntegrity, DomainError
 from agent_run.domain.ids import new_id
 from agent_run.domain.requests import CancelParams, StartParams
+from agent_run.engines.environment import command_environment
 from agent_run.services import agents as agent_service
 from agent_run.services.context import ServiceContext
 from agent_run.services.integrity import verified_answer
@@ -96,7 +97,8 @@ def write_run_if(conn: sqlite3.Connection, run_id: str, expect_state: str | tupl
 def run_verify(command: str, workdir: str, timeout: float) -> tuple[bool, str]:
     try:
         done = subprocess.run(command, shell=True, cwd=workdir, capture_output=True, text=True,
-                              timeout=timeout, stdin=subprocess.DEVNULL, start_new_session=True)
+                              timeout=timeout, stdin=subprocess.DEVNULL, start_new_session=True,
+                              env=command_environment())  # never the daemon's keys
     except subprocess.TimeoutExpired:
         return False, f"verify_command timed out after {timeout:g}s"
     output = (done.stdout + done.stderr)[-VERIFY_OUTPUT_BYTES:]

@@ -49,6 +49,7 @@ def kind_from_text(text: str, table: list[tuple[re.Pattern[str], FailureKind]]) 
 class ClaudeEngine(StreamJsonProtocol):
     name = "claude"
     key_variable = "ANTHROPIC_API_KEY"  # sent as x-api-key
+    default_base_url = "https://api.anthropic.com"  # the credential broker's upstream
 
     def __init__(self) -> None:
         self._turn_open = False  # a user message of the running turn has been taken in

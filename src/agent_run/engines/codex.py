@@ -92,6 +92,7 @@ class CodexEngine:
     supports_steer = True
     supports_interrupt = True
     steer_opens_turn = False  # turn/steer joins the running turn
+    default_base_url = DEFAULT_BASE_URL  # the credential broker's upstream
 
     def __init__(self) -> None:
         self.plan: ExecutionPlan | None = None

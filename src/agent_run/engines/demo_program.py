@@ -13,7 +13,7 @@ order, and exits at end of input. The task text chooses the behaviour, one direc
     sleep: S                silently wait S seconds before answering
     fail: KIND              fail: auth | rate_limit | quota | server | overloaded | crash |
                             malformed | error_reply | empty | hang | retry_forever
-    echo_env: VAR           put the value of VAR in the answer (redaction tests)
+    echo_env: VAR           put the value of VAR in the answer and on stderr (redaction tests)
     spawn: S                start a background child that sleeps S seconds (group-kill tests)
     finish: SUMMARY         call the worker tool `finish` through MCP (from --mcp-config) ...
     finish_status: STATUS   ... with this status: done (default) | blocked | failed
@@ -285,7 +285,12 @@ class DemoEngine:
                 answer = f"Earlier in this session: {earlier}"
             self.remember(task, answer)  # before echo_env: the session file keeps no secret
             for name in d.echo_env:
-                answer += f"\n{name}={os.environ.get(name, '')}"
+                value = os.environ.get(name, "")
+                answer += f"\n{name}={value}"
+                half = len(value) // 2  # on stderr too, in two writes: engine.log is redacted
+                for piece in (f"{name}={value[:half]}", value[half:] + "\n"):
+                    sys.stderr.write(piece)
+                    sys.stderr.flush()
             self.assistant([{"type": "text", "text": answer}])
             self.result(answer, started=started)
         except Interrupted:

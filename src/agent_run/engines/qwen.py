@@ -75,6 +75,7 @@ class QwenEngine(StreamJsonProtocol):
     lines, its usage totals and its error results."""
 
     name = "qwen"
+    default_base_url = "https://api.openai.com/v1"  # the credential broker's upstream
 
     def __init__(self) -> None:
         self._turn_usage: dict[str, float] = {}

@@ -26,6 +26,7 @@ from agent_run.store import commands as commands_q
 from agent_run.store import events as events_q
 from agent_run.store.db import is_storage_full, storage_full, write
 from agent_run.supervisor.launch import StartedSupervisor, await_ready, start_supervisor
+from agent_run.supervisor.secrets import secret_payload
 
 # -- views --------------------------------------------------------------------------------
 
@@ -249,15 +250,18 @@ async def launch_execution(ctx: ServiceContext, agent_id: str, execution_id: str
     The supervisor takes the row with a compare-and-set on `created`, so a second spawn of the
     same execution (a retry, a restarted daemon) exits without running anything.
     """
-    def spawn() -> StartedSupervisor:
+    def spawn(payload: bytes) -> StartedSupervisor:
         directory = ctx.home.execution_dir(agent_id, execution_id)
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        return start_supervisor(ctx.home, execution_id, directory / "supervisor.log")
+        return start_supervisor(ctx.home, execution_id, directory / "supervisor.log", payload)
 
     try:
         try:
             async with ctx.supervisors_starting:  # bounded: each start is an interpreter boot
-                started = await ctx.spawn(spawn)
+                # The credential goes to the supervisor over its stdin, resolved now: a
+                # respawn after a daemon restart resolves it again from the new environment.
+                payload = await ctx.db(secret_payload, execution_id)
+                started = await ctx.spawn(spawn, payload)
                 await await_ready(started)
         except errors.SpawnFailed as exc:
             await ctx.db(_mark_spawn_failed, execution_id, exc.message)

@@ -21,8 +21,15 @@ def main() -> int:
 
     from agent_run.home import Home
     from agent_run.supervisor.run import Supervisor
+    from agent_run.supervisor.secrets import read_payload
 
+    payload = read_payload(sys.stdin.buffer)  # the credential, from the spawner, over a pipe
     supervisor = Supervisor(Home.resolve(args.home), args.execution)
+    if payload is None and supervisor.plan.runtime_config.get("auth"):
+        print("no credential payload on stdin (the spawner went away): exiting unrecorded",
+              file=sys.stderr)
+        return 1  # the row stays `created`, for a later spawn
+    supervisor.payload = payload or {}
     if not supervisor.record_identity(args.ready_fd):
         return 1
     supervisor.run()

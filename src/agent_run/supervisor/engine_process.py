@@ -6,6 +6,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 
+from agent_run.engines.base import LaunchSpec
 from agent_run.supervisor.identity import ProcessIdentity, engine_group_alive, group_members, kill_group
 
 KILL_WAIT_SECONDS = 5.0
@@ -26,6 +27,19 @@ class EngineProcess:
         self.proc = proc
         self.pgid = proc.pid  # started with start_new_session: its own group
         self.identity = ProcessIdentity.of(proc.pid)
+
+    @classmethod
+    def start(cls, spec: LaunchSpec) -> "EngineProcess":
+        """Start the engine in its own session; stdout and stderr are pipes (OSError if it cannot)."""
+        return cls(subprocess.Popen(
+            spec.argv, env=spec.env, cwd=spec.cwd, start_new_session=True,
+            stdin=subprocess.PIPE if spec.stdin_pipe else subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        ))
+
+    def stderr_fd(self) -> int:
+        assert self.proc.stderr is not None
+        return self.proc.stderr.fileno()
 
     # -- stdin -------------------------------------------------------------------------------
 

@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass
 
 from agent_run.domain.errors import SpawnFailed
+from agent_run.engines.environment import PASSTHROUGH
 from agent_run.home import Home
 from agent_run.supervisor.identity import ProcessIdentity
 
@@ -20,6 +21,11 @@ READY_TIMEOUT_SECONDS = 30.0
 def supervisor_argv(home: Home, execution_id: str, ready_fd: int) -> list[str]:
     return [sys.executable, "-m", "agent_run.supervisor", "--home", str(home.root),
             "--execution", execution_id, "--ready-fd", str(ready_fd)]
+
+
+def supervisor_environment() -> dict[str, str]:
+    """The allowlist a supervisor starts with: never the daemon's whole environment (its keys)."""
+    return {name: os.environ[name] for name in (*PASSTHROUGH, "PYTHONPATH") if name in os.environ}
 
 
 @dataclass
@@ -39,20 +45,25 @@ class StartedSupervisor:
         return ProcessIdentity(ready["pid"], ready["start_ticks"], ready["boot_id"])
 
 
-def start_supervisor(home: Home, execution_id: str, log_path: os.PathLike[str]) -> StartedSupervisor:
+def start_supervisor(home: Home, execution_id: str, log_path: os.PathLike[str],
+                     payload: bytes | None = None) -> StartedSupervisor:
     """Start `python -m agent_run.supervisor` in its own session; do not wait for it.
 
     The caller waits for its ready line (`spawn_supervisor`, or the daemon's event loop) and
     closes `ready_fd`. Ready means it has installed its signal handlers and taken the execution
     (compare-and-set on `created`). A supervisor that is late is not killed: it may have taken
     the row just now; one that is later still loses the compare-and-set and exits.
+
+    `payload` (the execution's credential, `secrets.secret_payload`) is written to its stdin,
+    which is then closed: a secret never travels in the environment or argv.
     """
     read_fd, write_fd = os.pipe()
     log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
         proc = subprocess.Popen(
             supervisor_argv(home, execution_id, write_fd), pass_fds=(write_fd,),
-            stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd="/", start_new_session=True,
+            stdin=subprocess.DEVNULL if payload is None else subprocess.PIPE, stdout=log, stderr=log,
+            cwd="/", start_new_session=True, env=supervisor_environment(),
         )
     except OSError as exc:
         os.close(read_fd)
@@ -60,14 +71,17 @@ def start_supervisor(home: Home, execution_id: str, log_path: os.PathLike[str]) 
     finally:
         os.close(write_fd)
         os.close(log)
+    if payload is not None:
+        _send_payload(proc, payload)
     # Reap it when it ends so it never lingers as a zombie of a long-lived daemon.
     threading.Thread(target=proc.wait, daemon=True, name=f"reap-{proc.pid}").start()
     return StartedSupervisor(proc, read_fd, log_path)
 
 
-def spawn_supervisor(home: Home, execution_id: str, log_path: os.PathLike[str]) -> ProcessIdentity:
+def spawn_supervisor(home: Home, execution_id: str, log_path: os.PathLike[str],
+                     payload: bytes | None = None) -> ProcessIdentity:
     """Start a supervisor and block until it is ready; its identity."""
-    started = start_supervisor(home, execution_id, log_path)
+    started = start_supervisor(home, execution_id, log_path, payload)
     try:
         line = _read_line(started.ready_fd, READY_TIMEOUT_SECONDS)
     finally:
@@ -96,6 +110,15 @@ async def await_ready(started: StartedSupervisor, timeout: float = READY_TIMEOUT
         loop.remove_reader(started.ready_fd)
         os.close(started.ready_fd)
     return started.identity(line)
+
+
+def _send_payload(proc: subprocess.Popen[bytes], payload: bytes) -> None:
+    assert proc.stdin is not None
+    try:
+        proc.stdin.write(payload)
+        proc.stdin.close()
+    except BrokenPipeError:  # it died at once: the ready pipe's EOF says so
+        pass
 
 
 def _read_line(fd: int, timeout: float) -> bytes:
@@ -127,7 +150,7 @@ def spawn_canary(home: Home) -> dict[str, int | str]:
     try:
         proc = subprocess.Popen(argv, pass_fds=(write_fd,), stdin=subprocess.DEVNULL,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd="/",
-                                start_new_session=True)
+                                start_new_session=True, env=supervisor_environment())
     finally:
         os.close(write_fd)
     try:

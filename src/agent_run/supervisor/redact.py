@@ -1,20 +1,72 @@
-"""Redaction of secret values from every line agent-run stores (streams, messages, answers, logs)."""
+"""Redaction of secret values from every line agent-run stores (streams, messages, answers, logs).
 
+Engines print JSON, so a secret containing `"`, `\\`, a newline or non-ASCII text reaches us
+escaped (`\\"`, `\\\\`, `\\n`, `\\u00e9`), and twice escaped when a tool result that is itself
+JSON is embedded in a stream line. Every such form is matched on the text as it arrives,
+before anything is decoded, as well as the raw value.
+"""
+
+import json
 import re
 
 REDACTED = "[REDACTED]"
 # Shapes of common provider keys, redacted even when we were not told the value.
-_KEY_SHAPES = re.compile(r"\b(sk-[A-Za-z0-9_\-]{16,}|sk-ant-[A-Za-z0-9_\-]{16,})\b")
+_KEY_SHAPES = r"\b(?:sk-ant-[A-Za-z0-9_\-]{16,}|sk-[A-Za-z0-9_\-]{16,})\b"
 _MIN_SECRET_LENGTH = 4
+_UNICODE_ESCAPE = re.compile(r"\\u[0-9a-f]{4}")
+
+
+def _json_escapes(value: str) -> set[str]:
+    """The forms a JSON encoder may give `value` inside a string literal."""
+    forms = {json.dumps(value, ensure_ascii=False)[1:-1], json.dumps(value, ensure_ascii=True)[1:-1]}
+    for form in list(forms):
+        forms.add(_UNICODE_ESCAPE.sub(lambda m: m.group(0)[:2] + m.group(0)[2:].upper(), form))
+        if "/" in form:
+            forms.add(form.replace("/", "\\/"))
+    return forms
+
+
+def secret_forms(value: str) -> set[str]:
+    """The raw value, its JSON-escaped forms, and those escaped once more."""
+    once = _json_escapes(value)
+    twice = {form for inner in once for form in _json_escapes(inner)}
+    return {value} | once | twice
 
 
 class Redactor:
     def __init__(self, secrets: list[str]) -> None:
+        values = {s for s in secrets if len(s) >= _MIN_SECRET_LENGTH}
+        forms = {form for value in values for form in secret_forms(value)}
         # Longest first, so a secret containing another is replaced whole.
-        self.secrets = sorted({s for s in secrets if len(s) >= _MIN_SECRET_LENGTH}, key=len, reverse=True)
+        ordered = sorted(forms, key=len, reverse=True)
+        self.longest = len(ordered[0]) if ordered else 0
+        self._pattern = re.compile("|".join([*map(re.escape, ordered), _KEY_SHAPES]))
 
     def __call__(self, text: str) -> str:
-        for secret in self.secrets:
-            if secret in text:
-                text = text.replace(secret, REDACTED)
-        return _KEY_SHAPES.sub(REDACTED, text)
+        return self._pattern.sub(REDACTED, text)
+
+
+class StreamRedactor:
+    """Redacts a text stream given in arbitrary pieces (a secret may straddle two reads).
+
+    The last `longest - 1` characters are held back until more text or the end arrives, so a
+    secret split across pieces is still seen whole.
+    """
+
+    def __init__(self, redact: Redactor) -> None:
+        self.redact = redact
+        self.carry = ""
+
+    def feed(self, text: str) -> str:
+        done = self.redact(self.carry + text)
+        keep = max(self.redact.longest - 1, 0)
+        cut = len(done) - keep if keep else len(done)
+        if cut <= 0:
+            self.carry = done
+            return ""
+        self.carry = done[cut:]
+        return done[:cut]
+
+    def close(self) -> str:
+        done, self.carry = self.redact(self.carry), ""
+        return done

@@ -5,12 +5,12 @@ import os
 import secrets as token_source
 import selectors
 import signal
-import subprocess
 import sys
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from agent_run.domain.errors import StorageFull
 from agent_run.domain.failures import FailureKind
@@ -26,15 +26,16 @@ from agent_run.store import commands as commands_q
 from agent_run.store import reports as reports_q
 from agent_run.store.db import connect, is_storage_full, write
 from agent_run.supervisor.ending import Ending, EndWriter
+from agent_run.supervisor.credentials import EngineCredentials, engine_credentials
 from agent_run.supervisor.eventlog import ExecutionLog
 from agent_run.supervisor.engine_process import EngineProcess, Escalation
 from agent_run.supervisor.identity import ProcessIdentity, kill_group
 from agent_run.supervisor.outcome import Outcome, decide_outcome
 from agent_run.supervisor.redact import Redactor
 from agent_run.supervisor.retries import RetryWatch
-from agent_run.supervisor.secrets import resolve_secrets
-from agent_run.supervisor.storage import StorageReserve, note, reserve_log_space
 from agent_run.supervisor.seal import keep_reply
+from agent_run.supervisor.stderr_log import StderrLog
+from agent_run.supervisor.storage import StorageReserve, note, reserve_log_space
 from agent_run.worker_tools.binding import (
     EXECUTION_ENV, HOME_ENV, SERVER_NAME, TOKEN_ENV, TOOLS_ENV, token_hash,
 )
@@ -72,6 +73,9 @@ class Supervisor:
         self.retries = RetryWatch(float(self.plan.runtime_config.get("retry_give_up_seconds") or 120.0))
         self.signalled: int | None = None
         self.child: EngineProcess | None = None
+        self.stderr: StderrLog | None = None
+        self.payload: dict[str, Any] = {}  # from the spawner: {"secrets": ...} or {"auth_error": ...}
+        self.credentials: EngineCredentials | None = None
         self.stop: StopRequest | None = None
         self.completion: Completion | None = None
         self.completions = 0
@@ -129,29 +133,23 @@ class Supervisor:
         engine = self.engine
         self.reserve.take()  # space to record the end in, should the disk fill up meanwhile
         reserve_log_space()  # and for the log lines that would say so
-        try:
-            secrets = resolve_secrets(self.plan.runtime_config.get("auth"))
-        except ValueError as exc:
-            self._finish(Outcome(ExecutionState.FAILED, FailureKind.CONFIG_ERROR, str(exc)))
+        if "auth_error" in self.payload:
+            self._finish(Outcome(ExecutionState.FAILED, FailureKind.CONFIG_ERROR, self.payload["auth_error"]))
             return
+        secrets: dict[str, str] = self.payload.get("secrets") or {}
         worker = self._worker_mcp()
-        redact = Redactor([*secrets.values(), worker.env[TOKEN_ENV]])
+        self.credentials = engine_credentials(engine, self.plan, secrets)
+        redact = Redactor([*secrets.values(), *self.credentials.secrets.values(), worker.env[TOKEN_ENV]])
         Path(self.plan.engine_home).mkdir(mode=0o700, parents=True, exist_ok=True)
-        self.spec = engine.launch(self.plan, secrets, worker, self.dir)
+        self.spec = engine.launch(self.credentials.plan, self.credentials.secrets, worker, self.dir)
         spec = self.spec
-        stderr_log = open(self.dir / "engine.log", "ab")
         try:
-            self.child = EngineProcess(subprocess.Popen(
-                spec.argv, env=spec.env, cwd=spec.cwd, start_new_session=True,
-                stdin=subprocess.PIPE if spec.stdin_pipe else subprocess.DEVNULL,
-                stdout=subprocess.PIPE, stderr=stderr_log,
-            ))
+            self.child = EngineProcess.start(spec)
         except OSError as exc:
             self._finish(Outcome(ExecutionState.FAILED, FailureKind.SPAWN_FAILED,
                                  f"cannot start {spec.argv[0]}: {exc.strerror}"))
             return
-        finally:
-            stderr_log.close()
+        self.stderr = StderrLog(self.child.stderr_fd(), self.dir / "engine.log", redact).start()
         identity = self.child.identity
         self.log.update(engine_pid=self.child.pgid, engine_start_ticks=identity.start_ticks if identity else None)
         self.log.transition(ExecutionState.RUNNING)
@@ -197,6 +195,8 @@ class Supervisor:
                     self._on_line(engine, redact, pending)
                     pending = b""
             now = time.monotonic()
+            if self.credentials is not None:
+                self.credentials.record_signals(self.log)
             if self.log.due() and not self.log.flush() and self.log.exhausted:
                 self._request_stop(engine, f"the disk stayed full and the {self.log.buffer_bytes}-byte "
                                    f"event buffer is exhausted: {self.log.full_error}", FailureKind.STORAGE_FULL)
@@ -376,21 +376,28 @@ class Supervisor:
             self.log.event("group_killed", {"pids": survivors, "gone": group_gone})
         self.log.update(exit_code=exit_code)
         stderr_tail = ""
-        log_path = self.dir / "engine.log"
-        if log_path.exists():
-            stderr_tail = redact(log_path.read_bytes()[-2000:].decode("utf-8", errors="replace"))
+        if self.stderr is not None:
+            self.stderr.join()
+            stderr_tail = redact(self.stderr.tail())
         finish = reports_q.reports(self.conn, self.execution_id, "finish")
         finish_payload = json.loads(finish[-1]["payload"]) if finish else None
-        return decide_outcome(
+        outcome = decide_outcome(
             engine=engine, group_gone=group_gone, stop=self.stop, completion=self.completion,
             exit_code=exit_code, unparsed_lines=self.unparsed_lines, stderr_tail=stderr_tail,
             finish=finish_payload,
         )
+        if self.credentials is not None:
+            outcome = self.credentials.reclassify(outcome)
+        # The answer is decoded text (a `finish` summary never passed through a stored line).
+        return replace(outcome, answer=redact(outcome.answer)) if outcome.answer else outcome
 
     def _finish(self, outcome: Outcome) -> None:
         self.log.flush()
         for path in self.spec.token_files if self.spec else []:
             path.unlink(missing_ok=True)  # the capability dies with the execution
+        if self.credentials is not None:
+            self.credentials.record_signals(self.log)
+            self.credentials.close()  # so does the broker's token
         fields: dict[str, object] = {"verdict": outcome.verdict}
         if self.usage:
             fields["usage_json"] = json.dumps(self.usage)

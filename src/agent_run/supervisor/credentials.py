@@ -1,0 +1,61 @@
+"""What the engine is given in place of the provider key: the broker's URL and its token.
+
+An engine that talks HTTP to a provider declares `default_base_url`; when its runtime has a
+credential, the supervisor starts a `CredentialBroker` for the execution and launches the
+engine with `base_url` = the broker and the token as the value of its key variable. The real
+key stays in the supervisor. Engines without `default_base_url` (the demo) get the secret.
+"""
+
+from dataclasses import dataclass, replace
+
+from agent_run.domain.failures import FailureKind
+from agent_run.engines.base import Engine, ExecutionPlan
+from agent_run.engines.environment import single_secret
+from agent_run.supervisor.broker import CredentialBroker
+from agent_run.supervisor.eventlog import ExecutionLog
+from agent_run.supervisor.outcome import Outcome
+
+# What an engine makes of a dropped connection; with the broker's proof it is a network error.
+_UNREACHABLE_AS = {FailureKind.STREAM_ERROR, FailureKind.ERROR_REPLY, FailureKind.ENGINE_CRASHED,
+                   FailureKind.NETWORK_ERROR}
+
+
+@dataclass
+class EngineCredentials:
+    plan: ExecutionPlan  # the plan the engine is launched with
+    secrets: dict[str, str]  # what its key variable holds
+    broker: CredentialBroker | None
+
+    def record_signals(self, log: ExecutionLog) -> None:
+        """Rate-limit headers and upstream failures the broker saw since the last call."""
+        if self.broker is None:
+            return
+        while not self.broker.signals.empty():
+            status, retry_after, detail = self.broker.signals.get_nowait()
+            # A 429 is rate-limit evidence; other responses' rate-limit headers are usage.
+            log.signal("rate_limited" if status == 429 else "usage", status, retry_after, detail)
+        while not self.broker.upstream_failures.empty():
+            log.event("upstream_unreachable", {"error": self.broker.upstream_failures.get_nowait()[:500]})
+
+    def reclassify(self, outcome: Outcome) -> Outcome:
+        """An engine sees the broker drop its connection when the provider is unreachable and
+        reports a stream error; the broker knows better: it is a network error."""
+        reason = self.broker.unreachable if self.broker else None
+        if reason is None or outcome.failure not in _UNREACHABLE_AS:
+            return outcome
+        return replace(outcome, failure=FailureKind.NETWORK_ERROR,
+                       message=f"cannot reach {self.broker.upstream.host_header}: {reason}"[:500])
+
+    def close(self) -> None:
+        if self.broker is not None:
+            self.broker.close()
+
+
+def engine_credentials(engine: Engine, plan: ExecutionPlan, secrets: dict[str, str]) -> EngineCredentials:
+    default_url = getattr(engine, "default_base_url", None)
+    secret = single_secret(secrets)
+    if default_url is None or secret is None:
+        return EngineCredentials(plan, secrets, None)
+    broker = CredentialBroker(plan.runtime_config.get("base_url") or default_url, secret).start()
+    brokered = replace(plan, runtime_config={**plan.runtime_config, "base_url": broker.base_url})
+    return EngineCredentials(brokered, {name: broker.token for name in secrets}, broker)
