@@ -5,8 +5,7 @@ The schemas are what pydantic emitted for the former param models, kept byte-for
 `validation.validate` enforces them with pydantic-compatible coercions and messages.
 """
 
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from agent_run.domain.states import Verdict
 
@@ -49,8 +48,7 @@ SUBMIT_RESULT_SCHEMA = _object("SubmitResultParams", {
 })}})
 
 
-@dataclass(frozen=True)
-class WorkerTool:
+class WorkerTool(NamedTuple):
     name: str
     schema: dict[str, Any]
     description: str

@@ -7,8 +7,7 @@ notifications are ignored; anything else gets a typed JSON-RPC error, never a cr
 
 import json
 import sys
-from dataclasses import dataclass
-from typing import IO, Any, Protocol
+from typing import IO, Any, NamedTuple, Protocol
 
 from agent_run import __version__
 from agent_run.worker_tools.binding import SERVER_NAME
@@ -19,8 +18,7 @@ PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL_ERROR =
     -32700, -32600, -32601, -32602, -32603)
 
 
-@dataclass(frozen=True)
-class ToolAnswer:
+class ToolAnswer(NamedTuple):
     text: str
     error: bool = False
 
