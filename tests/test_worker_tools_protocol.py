@@ -35,6 +35,7 @@ def test_hostile_input_gets_typed_answers_and_records_nothing(daemon, home, work
         b"\xff\xfe\n",
         b"[1, 2]\n",
         b'"a string"\n',
+        b"[" * 200_000 + b"\n",
         _request(1, "initialize", {"protocolVersion": "1999-01-01", "capabilities": {}}),
         _request(2, "initialize", {"protocolVersion": "2025-06-18", "capabilities": {}}),
         b'{"jsonrpc": "2.0", "method": "notifications/initialized"}\n',
@@ -55,7 +56,7 @@ def test_hostile_input_gets_typed_answers_and_records_nothing(daemon, home, work
     answers = [a for a in answers if not isinstance(a, list)]
     by_id = {a["id"]: a for a in answers if a.get("id") is not None}
     anonymous = [a["error"]["code"] for a in answers if a.get("id") is None]
-    assert anonymous == [-32700, -32700, -32600], answers
+    assert anonymous == [-32700, -32700, -32600, -32700], answers
     assert by_id[1]["result"]["protocolVersion"] == "2025-11-25"
     assert by_id[2]["result"]["protocolVersion"] == "2025-06-18"
     assert by_id[2]["result"]["serverInfo"]["name"] == "agent_run_worker"
@@ -78,7 +79,7 @@ def test_hostile_input_gets_typed_answers_and_records_nothing(daemon, home, work
     assert by_id[11]["result"] == {}
     assert by_id[12]["error"]["code"] == -32600
     assert by_id[13]["error"]["code"] == -32602
-    assert len(answers) == 16, "notifications get no answer"
+    assert len(answers) == 17, "notifications get no answer"
     daemon.call("cancel", {"agent_id": agent["id"]})
     daemon.call("wait", {"agent_id": agent["id"], "timeout_seconds": 30})
     assert db_rows(home, "SELECT count(*) AS n FROM tool_reports")[0]["n"] == 0
@@ -91,6 +92,7 @@ def test_validation_coerces_like_before_and_names_the_nested_field():
         ({"score": 101, "reason": "r"}, "invalid score: Input should be less than or equal to 100"),
         ({"score": "x", "reason": "r"}, "invalid score: Input should be a valid number, unable to parse string as a number"),
         ({"score": "nan", "reason": "r"}, "invalid score: Input should be greater than or equal to 0"),
+        ({"score": 10**400, "reason": "r"}, "invalid score: Input should be less than or equal to 100"),
         ({"score": 1, "reason": "r", "extra": 1}, "invalid extra: Extra inputs are not permitted"),
     ]:
         try:

@@ -102,6 +102,8 @@ def answer_line(tools: Tools, line: bytes) -> Any:
         message = json.loads(line)
     except ValueError as exc:  # also bad UTF-8
         return _error(None, PARSE_ERROR, f"Parse error: {exc}")
+    except RecursionError:
+        return _error(None, PARSE_ERROR, "Parse error: nested too deeply")
     if isinstance(message, list):  # a JSON-RPC batch (allowed by the 2025-03-26 revision)
         if not message:
             return _error(None, INVALID_REQUEST, "Invalid Request: empty batch")

@@ -69,7 +69,7 @@ def _array(root: dict[str, Any], schema: dict[str, Any], value: Any, loc: list[s
 
 def _number(schema: dict[str, Any], value: Any, loc: list[str | int]) -> float:
     if isinstance(value, (bool, int, float)):
-        number = float(value)
+        number = float(value) if abs(value) < 1e300 else float("inf") * (1 if value > 0 else -1)
     elif isinstance(value, str):
         try:
             number = float(value.strip())
