@@ -161,6 +161,37 @@ def pycache_env(enabled: bool) -> tuple[dict[str, str], Path | None]:
     return {"PYTHONDONTWRITEBYTECODE": "", "PYTHONPYCACHEPREFIX": str(prefix)}, prefix
 
 
+@contextlib.contextmanager
+def ref_tree(commit: str | None) -> Iterator[dict[str, str] | None]:
+    """Environment overrides that run COMMIT's src/ (git archive into a temp dir, through
+    PYTHONPATH, which precedes the editable install), or None without a commit."""
+    import subprocess
+    import tempfile
+
+    if not commit:
+        yield None
+        return
+    tmp = tempfile.mkdtemp(prefix="arref-")
+    try:
+        archive = subprocess.run(["git", "archive", commit, "src"], cwd=ROOT, capture_output=True, check=True)
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, check=True)
+        yield {"PYTHONPATH": os.path.join(tmp, "src")}
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def memory_mib(pid: int) -> tuple[float, float] | None:
+    """(VmRSS, Pss) in MiB from /proc, or None if the process is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            rss = next(int(line.split()[1]) for line in fh if line.startswith("VmRSS:"))
+        with open(f"/proc/{pid}/smaps_rollup") as fh:
+            pss = next(int(line.split()[1]) for line in fh if line.startswith("Pss:"))
+    except (OSError, StopIteration):
+        return None
+    return rss / 1024, pss / 1024
+
+
 def wait_all_terminal(home: Any, agent_ids: Sequence[str], timeout: float = 120.0) -> dict[str, str]:
     """Poll the database (not the daemon) until every agent's latest execution is terminal."""
     wanted = set(agent_ids)
@@ -177,6 +208,6 @@ def wait_all_terminal(home: Any, agent_ids: Sequence[str], timeout: float = 120.
 
 __all__ = [
     "BENCH_CONFIG", "DaemonProcess", "ROOT", "TERMINAL", "daemon_env", "db_rows", "kill_leftovers",
-    "machine_info", "make_home", "pycache_env", "print_table", "ratio", "remove_home", "summary",
+    "machine_info", "make_home", "memory_mib", "pycache_env", "ref_tree", "print_table", "ratio", "remove_home", "summary",
     "wait_all_terminal", "wait_for", "write_results", "percentile",
 ]

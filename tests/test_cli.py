@@ -490,3 +490,28 @@ def test_every_tool_has_a_cli_verb_covering_all_its_params(tool_name: str) -> No
 
 def test_the_cli_grows_no_verbs_of_its_own_beyond_the_tool_table_and_admin() -> None:
     assert set(root_command.commands) == {t.cli_verb.split()[0] for t in TOOLS.values()} | ADMIN_VERBS
+
+
+def test_the_frozen_cli_spec_matches_the_tool_table() -> None:
+    """`cli_spec.json` is what the CLI builds its verbs from: regenerate it with
+    `python -m agent_run.cli_spec` whenever a tool's params or doc change."""
+    from agent_run import cli_spec
+
+    assert cli_spec.load() == cli_spec.build()
+
+
+@pytest.mark.parametrize("argv", [["--version"], ["agents"], ["agents", "--format", "text"]])
+def test_a_plain_verb_imports_no_pydantic_mcp_server_stack_or_engines(daemon, home, argv) -> None:
+    probe = ("import sys, runpy\n"
+             f"sys.argv = ['agent-run', '--home', {str(home.root)!r}, *{argv!r}]\n"
+             "try:\n    runpy.run_module('agent_run', run_name='__main__')\n"
+             "except SystemExit:\n    pass\n"
+             "heavy = {'pydantic', 'mcp', 'mcp_types', 'starlette', 'uvicorn', 'anyio', 'structlog'}\n"
+             "loaded = sorted(m for m in sys.modules if m.split('.')[0] in heavy or m.startswith('agent_run.engines'))\n"
+             "print('LOADED', loaded, file=sys.stderr)\n")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
+                            env={**os.environ, "AGENT_RUN_NO_AUTOSTART": "1"})
+    assert "LOADED []" in result.stderr, result.stderr
+    assert result.stdout.strip(), "the verb really ran"
+    if argv == ["agents"]:
+        assert json.loads(result.stdout)["items"] == []

@@ -1,25 +1,21 @@
 """The `agent-run` command line: one verb per tool of the table, plus admin verbs.
 
-Verbs are generated from `tools.TOOLS`; this module only maps pydantic fields to click
-parameters, talks to the daemon over the socket and prints one JSON object per line
-(`--format text` for people, see `cli_format`).
+Verbs are generated from `tools.TOOLS` through its frozen copy `cli_spec.json` (so a verb
+imports no pydantic); this module only maps spec params to click parameters, talks to the
+daemon over the socket and prints one JSON object per line (`--format text` for people, see
+`cli_format`).
 """
 
 import json
 import sys
 import time
-import types
-import typing
-from enum import Enum
-from typing import Any, Literal
+from typing import Any
 
 import click
-from pydantic import BaseModel
 
-from agent_run import cli_format
+from agent_run import cli_format, cli_spec
 from agent_run.domain.errors import DomainError
 from agent_run.home import Home
-from agent_run.tools import TOOLS, Tool
 
 # Exit codes of `wait` and `start --wait`.
 EXIT_SUCCEEDED, EXIT_ERROR, EXIT_FAILED, EXIT_CANCELLED, EXIT_RUNNING = 0, 1, 2, 3, 4
@@ -49,25 +45,14 @@ class Session:
             click.echo(cli_format.render(kind, data))
 
 
-def _unwrap_optional(annotation: Any) -> Any:
-    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(annotation) if a is not type(None)]
-        if len(args) == 1:
-            return args[0]
-    return annotation
+_CLICK_TYPES = {"int": click.INT, "float": click.FLOAT, "bool": click.BOOL, "string": click.STRING}
 
 
-def click_type(annotation: Any) -> tuple[Any, bool]:
-    """(click type, multiple) for a pydantic field annotation."""
-    annotation = _unwrap_optional(annotation)
-    if typing.get_origin(annotation) is list:
-        inner, _ = click_type(typing.get_args(annotation)[0])
-        return inner, True
-    if typing.get_origin(annotation) is Literal:
-        return click.Choice([str(a) for a in typing.get_args(annotation)]), False
-    if isinstance(annotation, type) and issubclass(annotation, Enum):
-        return click.Choice([m.value for m in annotation]), False
-    return {int: click.INT, float: click.FLOAT, bool: click.BOOL}.get(annotation, click.STRING), False
+def click_type(ptype: Any) -> Any:
+    """The click type for a spec param type ("int", ... or {"choice": [...]})."""
+    if isinstance(ptype, dict):
+        return click.Choice(ptype["choice"])
+    return _CLICK_TYPES[ptype]
 
 
 def option_names(field: str) -> list[str]:
@@ -77,19 +62,18 @@ def option_names(field: str) -> list[str]:
     return names
 
 
-def click_params(model: type[BaseModel], positional: tuple[str, ...]) -> list[click.Parameter]:
+def click_params(spec_params: list[dict[str, Any]]) -> list[click.Parameter]:
     params: list[click.Parameter] = []
-    for name, field in model.model_fields.items():
-        ctype, multiple = click_type(field.annotation)
-        if name in positional:
-            params.append(click.Argument([name], type=ctype, required=field.is_required()))
-        elif _unwrap_optional(field.annotation) is bool:
+    for p in spec_params:
+        name, ctype, required = p["name"], click_type(p["type"]), p["required"]
+        if p["kind"] == "argument":
+            params.append(click.Argument([name], type=ctype, required=required))
+        elif p["kind"] == "flag":
             flag = name.replace("_", "-")
-            params.append(click.Option([f"--{flag}/--no-{flag}", name], default=None, help=field.description))
+            params.append(click.Option([f"--{flag}/--no-{flag}", name], default=None, help=p["help"]))
         else:
-            params.append(click.Option(option_names(name) + [name], type=ctype, multiple=multiple,
-                                       required=field.is_required(), help=field.description,
-                                       show_default=not field.is_required()))
+            params.append(click.Option(option_names(name) + [name], type=ctype, multiple=p["multiple"],
+                                       required=required, help=p["help"], show_default=not required))
     return params
 
 
@@ -98,9 +82,9 @@ def _given(kwargs: dict[str, Any]) -> dict[str, Any]:
             if v is not None and v != ()}
 
 
-def _run_tool(session: Session, tool: Tool, params: dict[str, Any]) -> Any:
-    result = session.call(tool.name, params)
-    session.emit(tool.name, result)
+def _run_tool(session: Session, name: str, params: dict[str, Any]) -> Any:
+    result = session.call(name, params)
+    session.emit(name, result)
     return result
 
 
@@ -139,35 +123,38 @@ def format_option() -> click.Option:
                         help="json (default): one object per line; text: for people")
 
 
-def make_command(tool: Tool) -> click.Command:
+def make_command(tool: dict[str, Any]) -> click.Command:
+    """The click command of one tool, from its entry in the frozen CLI spec (`cli_spec`)."""
+    name = tool["name"]
     extra: list[click.Parameter] = [format_option()]
-    if tool.name == "start":
+    if name == "start":
         extra.append(click.Option(["--wait", "wait_for_it"], is_flag=True,
                                   help="wait until the agent ends; exit 0/2/3 like `wait`"))
-    if tool.name == "transcript":
+    if name == "transcript":
         extra.append(click.Option(["--follow"], is_flag=True, help="keep printing until the agent ends"))
-    if tool.name == "batch":
+    if name == "batch":
         extra.append(click.Option(["--follow"], is_flag=True,
                                   help="draw live progress until the batch ends or is blocked"))
 
     @click.pass_obj
     def callback(session: Session, wait_for_it: bool = False, follow: bool = False, **kwargs: Any) -> None:
         params = _given(kwargs)
-        if tool.name == "wait":
+        if name == "wait":
             sys.exit(_wait_until_done(session, params["agent_id"], params.get("timeout_seconds", 30.0)))
-        if tool.name == "transcript" and follow:
+        if name == "transcript" and follow:
             _follow_transcript(session, params)
             return
-        if tool.name == "batch" and follow:
+        if name == "batch" and follow:
             from agent_run.cli_batch import follow_batch
 
             sys.exit(follow_batch(session, params["batch_id"]))
-        result = _run_tool(session, tool, params)
-        if tool.name == "start" and wait_for_it:
+        result = _run_tool(session, name, params)
+        if name == "start" and wait_for_it:
             sys.exit(_wait_until_done(session, result["id"], None))
 
-    return click.Command(tool.cli_verb.split()[-1], callback=callback, help=tool.doc, short_help=tool.doc.split(". ")[0],
-                         params=click_params(tool.params, tool.positional) + extra)
+    doc = tool["doc"]
+    return click.Command(tool["verb"].split()[-1], callback=callback, help=doc, short_help=doc.split(". ")[0],
+                         params=click_params(tool["params"]) + extra)
 
 
 class AgentRunGroup(click.Group):
@@ -245,8 +232,8 @@ _GROUP_HELP = {"batch": "Batches: many agents in parallel git worktrees.",
                "run": "One run of a batch: stop, rerun, resume, follow up.",
                "folders": "Folders under the allowed roots: list them, inspect one as a project."}
 
-for _tool in TOOLS.values():
-    *_groups, _name = _tool.cli_verb.split()
+for _tool in cli_spec.load():
+    *_groups, _name = _tool["verb"].split()
     _parent: click.Group = cli
     for _word in _groups:
         if _word not in _parent.commands:

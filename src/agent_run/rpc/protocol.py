@@ -3,11 +3,12 @@ and the checks that turn hostile input (bad Unicode, deep nesting, huge lines) i
 
 import json
 import re
-from typing import Any
-
-from pydantic import ValidationError
+from typing import TYPE_CHECKING, Any
 
 from agent_run.domain.errors import LineTooLong
+
+if TYPE_CHECKING:  # the client imports this module and must not pay for pydantic
+    from pydantic import ValidationError
 
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
@@ -104,7 +105,7 @@ def line_too_long() -> dict[str, Any]:
     return error(None, INVALID_REQUEST, "request line too long", data.to_data())
 
 
-def validation_error_data(exc: ValidationError) -> dict[str, Any]:
+def validation_error_data(exc: "ValidationError") -> dict[str, Any]:
     """`InvalidParams` with the dotted path of the first bad field, and every problem listed."""
     problems = [{"field": ".".join(str(p) for p in e["loc"]) or "<params>", "message": e["msg"]}
                 for e in exc.errors(include_url=False)]

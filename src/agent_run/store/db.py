@@ -4,7 +4,6 @@ import errno
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
-from importlib import resources
 from pathlib import Path
 
 from agent_run.domain.errors import StorageFull
@@ -16,6 +15,8 @@ NO_SPACE_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 
 def migrations() -> list[tuple[int, str, str]]:
     """(number, name, sql) for every file `NNNN_name.sql`, in order."""
+    from importlib import resources  # only migrating needs it; the worker tools start without it
+
     found = []
     for entry in resources.files("agent_run.store.migrations").iterdir():
         if entry.name.endswith(".sql"):

@@ -3,6 +3,7 @@
 Configuration arrives in its environment: the home, the execution id and the capability
 token. A call is recorded only while the token's hash matches the execution's and the
 execution is live; it writes the database directly, so it works while the daemon is down.
+Stdlib only (no mcp SDK, no pydantic): one runs per agent, so its start-up is paid per agent.
 """
 
 import json
@@ -11,21 +12,15 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-import mcp_types as types
-from mcp.server.context import ServerRequestContext
-from mcp.server.lowlevel.server import Server
-from mcp.server.stdio import stdio_server
-from pydantic import ValidationError
-
 from agent_run.domain.errors import DomainError
 from agent_run.domain.states import ExecutionState
 from agent_run.store.agents import get_execution
 from agent_run.store.db import connect, write
 from agent_run.store.reports import append_report, complete_report
-from agent_run.worker_tools.binding import (
-    EXECUTION_ENV, HOME_ENV, SERVER_NAME, TOKEN_ENV, TOOLS_ENV, token_hash,
-)
+from agent_run.worker_tools.binding import EXECUTION_ENV, HOME_ENV, TOKEN_ENV, TOOLS_ENV, token_hash
 from agent_run.worker_tools.catalog import WORKER_TOOLS
+from agent_run.worker_tools.stdio import ToolAnswer, serve_stdio
+from agent_run.worker_tools.validation import InvalidArgument, validate
 
 
 class ReportRefused(Exception):
@@ -75,51 +70,42 @@ def _complete(conn: sqlite3.Connection, report_id: int, payload: dict[str, Any])
         complete_report(conn, report_id, payload)
 
 
-def _text(text: str, *, error: bool = False) -> types.CallToolResult:
-    return types.CallToolResult(content=[types.TextContent(text=text)], is_error=error)
+class WorkerTools:
+    """The tools one execution offers, bound to its token: listed and called by the stdio loop."""
 
+    def __init__(self, conn: sqlite3.Connection, execution_id: str, token: str, offered: list[str]) -> None:
+        self.conn, self.execution_id, self.token = conn, execution_id, token
+        self.offered = [name for name in WORKER_TOOLS if name in offered]
 
-def build_server(conn: sqlite3.Connection, execution_id: str, token: str,
-                 offered: list[str]) -> Server[Any]:
-    tools = [types.Tool(name=t.name, description=t.description,
-                        input_schema=t.params.model_json_schema(),
-                        annotations=types.ToolAnnotations(read_only_hint=False, destructive_hint=False,
-                                                          idempotent_hint=False, open_world_hint=False))
-             for name, t in WORKER_TOOLS.items() if name in offered]
+    def list(self) -> list[dict[str, Any]]:
+        annotations = {"destructiveHint": False, "idempotentHint": False, "openWorldHint": False,
+                       "readOnlyHint": False}
+        return [{"annotations": annotations, "description": WORKER_TOOLS[name].description,
+                 "inputSchema": WORKER_TOOLS[name].schema, "name": name} for name in self.offered]
 
-    async def list_tools(_ctx: ServerRequestContext[Any, Any], _p: Any) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=tools)
-
-    async def call_tool(_ctx: ServerRequestContext[Any, Any],
-                        params: types.CallToolRequestParams) -> types.CallToolResult:
-        tool = WORKER_TOOLS.get(params.name)
-        if tool is None or params.name not in offered:
-            return _text(f"no worker tool {params.name!r}", error=True)
+    def call(self, name: Any, arguments: Any) -> ToolAnswer:
+        if not isinstance(name, str) or name not in self.offered:
+            return ToolAnswer(f"no worker tool {name!r}", error=True)
         try:
-            parsed = tool.params.model_validate(params.arguments or {})
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            return _text(f"invalid {'.'.join(map(str, first['loc']))}: {first['msg']}", error=True)
+            parsed = validate(WORKER_TOOLS[name].schema, arguments or {})
+        except InvalidArgument as exc:
+            return ToolAnswer(str(exc), error=True)
         extra = ""
         try:
-            if tool.name == "create_commit":
-                report_id, sha = create_commit(conn, execution_id, token, parsed.model_dump())
+            if name == "create_commit":
+                report_id, sha = create_commit(self.conn, self.execution_id, self.token, parsed)
                 extra = f"; commit {sha}"
             else:
-                report_id = record(conn, execution_id, token, tool.name, parsed.model_dump())
+                report_id = record(self.conn, self.execution_id, self.token, name, parsed)
         except ReportRefused as exc:
-            return _text(f"refused: {exc}", error=True)
+            return ToolAnswer(f"refused: {exc}", error=True)
         except DomainError as exc:
-            return _text(f"{tool.name} failed: {exc.message}", error=True)
-        return _text(f"recorded ({tool.name} #{report_id}{extra})")
-
-    return Server(SERVER_NAME, on_list_tools=list_tools, on_call_tool=call_tool)
+            return ToolAnswer(f"{name} failed: {exc.message}", error=True)
+        return ToolAnswer(f"recorded ({name} #{report_id}{extra})")
 
 
-async def serve() -> None:
+def serve() -> None:
     home = Path(os.environ[HOME_ENV])
     conn = connect(home / "state.db", apply_migrations=False)
     offered = os.environ.get(TOOLS_ENV, "finish").split(",")
-    server = build_server(conn, os.environ[EXECUTION_ENV], os.environ[TOKEN_ENV], offered)
-    async with stdio_server() as (read_stream, write_stream):
-        await server.run(read_stream, write_stream, server.create_initialization_options())
+    serve_stdio(WorkerTools(conn, os.environ[EXECUTION_ENV], os.environ[TOKEN_ENV], offered))

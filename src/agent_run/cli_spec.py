@@ -1,0 +1,65 @@
+"""The CLI's view of the tool table, frozen to `cli_spec.json` so a verb starts without pydantic.
+
+`build()` derives it from `tools.TOOLS` (pydantic fields -> click parameter descriptions);
+`load()` reads the committed file, stdlib only. A test fails when they differ: after changing
+a tool's params or doc run `python -m agent_run.cli_spec` to rewrite the file.
+"""
+
+import json
+import types
+import typing
+from enum import Enum
+from pathlib import Path
+from typing import Any, Literal
+
+SPEC_FILE = Path(__file__).with_name("cli_spec.json")
+
+
+def load() -> list[dict[str, Any]]:
+    return json.loads(SPEC_FILE.read_text())
+
+
+def _unwrap_optional(annotation: Any) -> Any:
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if len(args) == 1:
+            return args[0]
+    return annotation
+
+
+def param_type(annotation: Any) -> tuple[Any, bool]:
+    """(type name or {"choice": [...]}, multiple) for a pydantic field annotation."""
+    annotation = _unwrap_optional(annotation)
+    if typing.get_origin(annotation) is list:
+        inner, _ = param_type(typing.get_args(annotation)[0])
+        return inner, True
+    if typing.get_origin(annotation) is Literal:
+        return {"choice": [str(a) for a in typing.get_args(annotation)]}, False
+    if isinstance(annotation, type) and issubclass(annotation, Enum):
+        return {"choice": [m.value for m in annotation]}, False
+    return {int: "int", float: "float", bool: "bool"}.get(annotation, "string"), False
+
+
+def _params(tool: Any) -> list[dict[str, Any]]:
+    params = []
+    for name, field in tool.params.model_fields.items():
+        ptype, multiple = param_type(field.annotation)
+        kind = ("argument" if name in tool.positional
+                else "flag" if _unwrap_optional(field.annotation) is bool else "option")
+        params.append({"name": name, "kind": kind, "type": ptype, "multiple": multiple,
+                       "required": field.is_required(), "help": field.description})
+    return params
+
+
+def build() -> list[dict[str, Any]]:
+    from agent_run.tools import TOOLS
+
+    return [{"name": t.name, "verb": t.cli_verb, "doc": t.doc, "params": _params(t)} for t in TOOLS.values()]
+
+
+def write() -> None:
+    SPEC_FILE.write_text(json.dumps(build(), indent=1, ensure_ascii=False) + "\n")
+
+
+if __name__ == "__main__":
+    write()
