@@ -9,7 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from agent_run.supervisor.broker import CredentialBroker
-from tests.support.mock_provider import MockProvider, Text
+from tests.support.mock_provider import Fault, MockProvider, Text
 
 KEY = "sk-real-key-held-by-the-broker-0042"
 
@@ -199,3 +199,26 @@ def test_no_proxy_names_the_hosts_that_bypass_it(monkeypatch):
     proxied = Upstream("https://api.anthropic.com")
     assert proxied.proxy == "http://proxy.corp.example:3128"
     assert (proxied.proxy_host, proxied.proxy_port) == ("proxy.corp.example", 3128)
+
+
+def test_a_kept_alive_connection_carries_request_after_request_whatever_the_reply(provider):
+    """An engine reuses its connection to the broker, and the broker its connection upstream:
+    a reply with a Content-Length body (a 401 here, as Claude Code's retries see it) must be
+    finished on both, or the next request on them is dropped (an engine retry with no status)."""
+    provider.add(Fault.http(401, times=2))
+    provider.add(Text("third time"))
+    broker = CredentialBroker(provider.url, KEY).start()
+    try:
+        conn, response = post(broker, {"x-api-key": broker.token}, messages_body(False))
+        statuses = [response.status]
+        response.read()
+        for _ in range(2):
+            conn.request("POST", "/v1/messages", body=json.dumps(messages_body(False)),
+                         headers={"Content-Type": "application/json", "x-api-key": broker.token})
+            response = conn.getresponse()
+            statuses.append(response.status)
+            body = response.read().decode()
+        assert statuses == [401, 401, 200] and "third time" in body
+        assert len(provider.requests) == 3
+    finally:
+        broker.close()

@@ -184,7 +184,7 @@ def test_a_refused_key_ends_auth_failed_at_once_not_after_the_give_up_window(eng
         assert (view["state"], view["failure_kind"]) == ("failed", "auth_failed"), view["execution"]
         assert "401" in view["execution"]["failure_message"]
         retries = db_rows(home, "SELECT data FROM events WHERE agent_id = ? AND kind = 'retry'", (view["id"],))
-        assert [json.loads(r["data"])["status"] for r in retries] == [401, 401]
+        assert [json.loads(r["data"])["status"] for r in retries] == [401, 401], [r["data"] for r in retries]
         assert len(provider.main_requests()) <= 3
         assert engine_group_gone(home, view["id"])
 

@@ -189,7 +189,7 @@ def test_a_429_that_never_clears_ends_rate_limited_with_its_signal_row(provider,
     with engine_daemon(block) as (home, daemon):
         provider.add(Fault.http(429, retry_after=1, times=None))
         view = run_agent(daemon, "r", "Say hello.", workdir, timeout=100)
-        assert (view["state"], view["failure_kind"]) == ("failed", "rate_limited"), view["execution"]
+        assert (view["state"], view["failure_kind"]) == ("failed", "rate_limited"), view["execution"]["failure_message"]
         message = view["execution"]["failure_message"]
         assert "only retried" in message and "last status: 429" in message, message
         retries = db_rows(home, "SELECT data FROM events WHERE agent_id = ? AND kind = 'retry'", (view["id"],))

@@ -198,3 +198,13 @@ def test_auth_is_resolved_by_the_daemon_missing_variable_is_config_error_and_a_f
     finally:
         daemon.stop()
     assert leaks_under(home.root, "file-held-secret-5e8d") == []
+
+
+def test_stream_redaction_holds_back_only_what_could_start_a_secret():
+    """An engine's last stderr line before a long wait (Qwen's 429 before "Retrying in 60s")
+    is stored at once; only a tail that may be the start of a secret waits for the next read."""
+    stream = StreamRedactor(Redactor(["sk-hold-back-secret-0001"]))
+    assert stream.feed("[API Error: 429 rate limited]\n") == "[API Error: 429 rate limited]\n"
+    assert stream.feed("token sk-hold") == "token "
+    assert stream.feed("-back-secret-0001 done") == "[REDACTED] done"
+    assert stream.close() == ""

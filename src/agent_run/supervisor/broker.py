@@ -205,6 +205,9 @@ class _BrokerHandler(BaseHTTPRequestHandler):
         if chunked:
             self.wfile.write(b"0\r\n\r\n")
             self.wfile.flush()
+        # Mark the response done: read1 leaves a Content-Length body open at its end, and a
+        # kept-alive upstream connection refuses its next request (ResponseNotReady) until then.
+        response.close()
         if response.will_close:
             self._drop_upstream()
 

@@ -39,6 +39,7 @@ class Redactor:
         forms = {form for value in values for form in secret_forms(value)}
         # Longest first, so a secret containing another is replaced whole.
         ordered = sorted(forms, key=len, reverse=True)
+        self.forms = ordered
         self.longest = len(ordered[0]) if ordered else 0
         self._pattern = re.compile("|".join([*map(re.escape, ordered), _KEY_SHAPES]))
 
@@ -49,8 +50,9 @@ class Redactor:
 class StreamRedactor:
     """Redacts a text stream given in arbitrary pieces (a secret may straddle two reads).
 
-    The last `longest - 1` characters are held back until more text or the end arrives, so a
-    secret split across pieces is still seen whole.
+    Only a tail that could be the start of a secret is held back until more text or the end
+    arrives, so a split secret is still seen whole while everything else (an engine's last
+    error line before a long retry wait, say) is stored at once.
     """
 
     def __init__(self, redact: Redactor) -> None:
@@ -59,13 +61,17 @@ class StreamRedactor:
 
     def feed(self, text: str) -> str:
         done = self.redact(self.carry + text)
-        keep = max(self.redact.longest - 1, 0)
-        cut = len(done) - keep if keep else len(done)
-        if cut <= 0:
-            self.carry = done
-            return ""
-        self.carry = done[cut:]
-        return done[:cut]
+        keep = self._held_back(done)
+        self.carry = done[len(done) - keep:] if keep else ""
+        return done[:len(done) - keep]
+
+    def _held_back(self, text: str) -> int:
+        """The length of the longest tail of `text` that is a proper prefix of a secret form."""
+        for size in range(min(self.redact.longest - 1, len(text)), 0, -1):
+            tail = text[-size:]
+            if any(form.startswith(tail) for form in self.redact.forms):
+                return size
+        return 0
 
     def close(self) -> str:
         done, self.carry = self.redact(self.carry), ""
