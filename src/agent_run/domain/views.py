@@ -108,6 +108,21 @@ class TranscriptPage(View):
     finished: bool = Field(description="the agent is terminal and every item has been read")
 
 
+class EventItem(View):
+    seq: int = Field(description="the store revision of the event (global order)")
+    agent_seq: int = Field(description="the event's number among this agent's events")
+    execution_id: str
+    kind: str
+    data: dict[str, Any]
+    ts: float
+
+
+class EventsPage(View):
+    agent_id: str
+    items: list[EventItem]
+    next_after: int = Field(description="pass as `after_seq` to read what follows")
+
+
 class WaitResult(View):
     agent: AgentView
     timed_out: bool

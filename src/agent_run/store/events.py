@@ -36,10 +36,16 @@ def count_events(conn: sqlite3.Connection, agent_id: str) -> int:
 
 
 def agent_events(conn: sqlite3.Connection, agent_id: str, *, after_seq: int = 0,
-                 limit: int = 1000) -> list[sqlite3.Row]:
+                 limit: int = 1000, kinds: list[str] | None = None) -> list[sqlite3.Row]:
+    if kinds is None:
+        return conn.execute(
+            "SELECT * FROM events WHERE agent_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+            (agent_id, after_seq, limit),
+        ).fetchall()
+    marks = ",".join("?" * len(kinds))
     return conn.execute(
-        "SELECT * FROM events WHERE agent_id = ? AND seq > ? ORDER BY seq LIMIT ?",
-        (agent_id, after_seq, limit),
+        f"SELECT * FROM events WHERE agent_id = ? AND seq > ? AND kind IN ({marks}) ORDER BY seq LIMIT ?",
+        (agent_id, after_seq, *kinds, limit),
     ).fetchall()
 
 

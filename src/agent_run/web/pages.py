@@ -12,6 +12,7 @@ from agent_run.domain.errors import DomainError
 TERMINAL_BATCH = {"completed", "failed", "cancelled"}
 SETTLED_RUN = {"succeeded", "failed", "cancelled"}
 TRANSCRIPT_PAGES = 20
+LOG_EVENTS = 2000  # the Log tab shows at most this many events
 
 
 def page(request: Request, template: str, status: int = 200, **context: Any) -> HTMLResponse:
@@ -52,8 +53,10 @@ async def agent_new(request: Request) -> HTMLResponse:
 async def agent_page(request: Request) -> HTMLResponse:
     agent_id = request.path_params["agent_id"]
     agent = await proxy(request).call("agent", {"agent_id": agent_id})
-    session = await read_session(request, agent_id)
-    return page(request, "agent.html", agent=agent, session=session, watch=agent_id,
+    tab = request.query_params.get("tab", "session")
+    session = await read_session(request, agent_id) if tab != "log" else None
+    log = await read_log(request, agent_id) if tab == "log" else None
+    return page(request, "agent.html", agent=agent, session=session, log=log, tab=tab, watch=agent_id,
                 revision=agent["revision"])
 
 
@@ -73,6 +76,23 @@ async def read_session(request: Request, agent_id: str) -> dict[str, Any]:
     except DomainError as exc:
         answer_error = {"code": exc.code, "message": exc.message}
     return {"turns": group_turns(items), "answer": answer, "answer_error": answer_error}
+
+
+async def read_log(request: Request, agent_id: str) -> dict[str, Any]:
+    """The agent's events for the Log tab (`events`, filtered by `?kind=`), and the kinds it has."""
+    kind = request.query_params.get("kind") or None
+    everything = await proxy(request).call("events", {"agent_id": agent_id, "limit": 1000})
+    kinds = sorted({e["kind"] for e in everything["items"]} | ({kind} if kind else set()))
+    items: list[dict[str, Any]] = []
+    after = 0
+    while len(items) < LOG_EVENTS:
+        chunk = await proxy(request).call("events", {"agent_id": agent_id, "after_seq": after, "limit": 1000,
+                                                     **({"kinds": [kind]} if kind else {})})
+        items += chunk["items"]
+        after = chunk["next_after"]
+        if len(chunk["items"]) < 1000:
+            break
+    return {"items": items[:LOG_EVENTS], "kinds": kinds, "kind": kind, "truncated": len(items) >= LOG_EVENTS}
 
 
 def group_turns(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -161,7 +181,10 @@ async def run_page(request: Request) -> HTMLResponse:
         context["review"] = review["runs"][0] if review["runs"] else None
     elif agent_id:
         context["agent"] = await proxy(request).call("agent", {"agent_id": agent_id})
-        context["session"] = await read_session(request, agent_id)
+        if tab == "log":
+            context["log"] = await read_log(request, agent_id)
+        else:
+            context["session"] = await read_session(request, agent_id)
     return page(request, "run.html", watch=" ".join(filter(None, [batch["id"], agent_id])), **context)
 
 
