@@ -98,6 +98,7 @@ class TranscriptItem(View):
     name: str | None = None
     content: str
     ts: float
+    is_error: bool = Field(default=False, description="a tool result the engine marked as failed")
 
 
 class TranscriptPage(View):

@@ -19,10 +19,11 @@ def append_event(conn: sqlite3.Connection, *, agent_id: str, execution_id: str, 
 
 
 def append_message(conn: sqlite3.Connection, *, agent_id: str, execution_id: str, role: str,
-                   name: str | None, content: str, ts: float | None = None) -> int:
+                   name: str | None, content: str, ts: float | None = None, is_error: bool = False) -> int:
     cur = conn.execute(
-        "INSERT INTO messages (agent_id, execution_id, role, name, content, ts) VALUES (?, ?, ?, ?, ?, ?)",
-        (agent_id, execution_id, role, name, content, ts if ts is not None else time.time()),
+        "INSERT INTO messages (agent_id, execution_id, role, name, content, ts, is_error)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (agent_id, execution_id, role, name, content, ts if ts is not None else time.time(), int(is_error)),
     )
     return cur.lastrowid
 
