@@ -154,8 +154,37 @@ def batch_sections(batch: dict[str, Any]) -> dict[str, Any]:
     for r in runs:
         if r["stage"] == "reviewer" and r["parent_run_id"]:
             reviews.setdefault(r["parent_run_id"], []).append(r)
-    others = [r for r in runs if r["stage"] not in ("candidate", "reviewer")]
-    return {"candidates": candidates, "reviews": reviews, "others": others}
+    sections: dict[str, Any] = {"candidates": candidates, "reviews": reviews}
+    if batch["workflow"] == "validated":
+        sections["validation"] = validation_section(runs)
+        others = [r for r in runs if r["stage"] not in ("worker", "validator")]
+    elif batch["workflow"] == "generated":
+        sections["generation"] = generation_section(runs)
+        others = [r for r in runs if r["stage"] != "generator"]
+    else:
+        others = [r for r in runs if r["stage"] not in ("candidate", "reviewer")]
+    sections["others"] = others
+    return sections
+
+
+def validation_section(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Validated: each worker beside the validator's pass/reason for it, and the winner."""
+    validator = next((r for r in runs if r["stage"] == "validator"), None)
+    verdict = validator["result"] if validator and isinstance(validator["result"], dict) else {}
+    by_worker = {v.get("worker"): v for v in verdict.get("workers") or [] if isinstance(v, dict)}
+    workers = [{"run": r, "verdict": by_worker.get(r["index"]), "winner": verdict.get("winner") == r["index"]}
+               for r in runs if r["stage"] == "worker"]
+    return {"validator": validator, "workers": workers, "winner": verdict.get("winner"), "has_verdict": bool(verdict)}
+
+
+def generation_section(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Generated: the generator and the tasks it made, each with the run that works on it."""
+    generator = next((r for r in runs if r["stage"] == "generator"), None)
+    made = generator["result"] if generator and isinstance(generator["result"], list) else []
+    workers = {r["index"]: r for r in runs if r["stage"] == "worker"}
+    tasks = [{"number": n, "title": t.get("title"), "prompt": t.get("prompt"), "run": workers.get(n)}
+             for n, t in enumerate(made, start=1) if isinstance(t, dict)]
+    return {"generator": generator, "tasks": tasks}
 
 
 async def batch_clean_preview(request: Request) -> HTMLResponse:
