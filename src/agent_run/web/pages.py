@@ -119,6 +119,8 @@ async def batch_new(request: Request) -> HTMLResponse:
         source = await proxy(request).call("batch", {"batch_id": template})
         form = {k: v for k, v in source["config"].items() if v is not None}
         form.update(workflow=source["workflow"], base_ref=source["base_ref"], project=source["project_root"])
+        if source["workflow"] == "generated":
+            form["generator_instruction"] = form.pop("prompt", "")
     if request.query_params.get("project"):
         form["project"] = request.query_params["project"]
     return page(request, "batch_new.html", form=form, errors={}, watch="",
