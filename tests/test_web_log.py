@@ -84,3 +84,14 @@ def test_run_log_tab_shows_the_attempts_agent_events(web, daemon):
     html = web.client().get(f"/batches/{batch['id']}/runs/{run['id']}?tab=log&kind=state").text
     assert _rows(html) == [k for k in kinds if k == "state"] and _rows(html)
     assert 'aria-current="page">Log<' in html
+
+
+def test_events_over_the_cli_verb_is_the_sockets_page(daemon, workdir):
+    from tests.harness import cli_json
+
+    agent = daemon.call("start", {"task": "answer: on the cli", "workdir": str(workdir)})
+    _done(daemon, agent["id"])
+    expected = daemon.call("events", {"agent_id": agent["id"], "kinds": ["state", "session"], "limit": 3})
+    got = cli_json(daemon.home, "events", agent["id"], "--kinds", "state", "--kinds", "session", "--limit", "3")
+    assert got == expected and len(got["items"]) == 3
+    assert {e["kind"] for e in got["items"]} <= {"state", "session"}
