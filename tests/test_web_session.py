@@ -1,5 +1,7 @@
 """The Session tab marks failed tool calls: the engine's is_error survives into the transcript."""
 
+import json
+
 from agent_run.engines.stream_json import events_of
 from tests.harness import wait_for
 
@@ -32,3 +34,23 @@ def test_stream_json_keeps_a_tool_results_is_error():
         {"type": "tool_result", "tool_use_id": "toolu_1", "is_error": True, "content": "denied"},
         {"type": "tool_result", "tool_use_id": "toolu_2", "content": [{"type": "text", "text": "fine"}]}]}}
     assert [(e.content, e.is_error) for e in events_of(line)] == [("denied", True), ("fine", False)]
+
+
+def test_codex_marks_a_failed_command_patch_or_mcp_call():
+    from agent_run.engines.codex import CodexEngine
+
+    def completed(item):
+        line = json.dumps({"method": "item/completed", "params": {"item": item}})
+        return [(e.content.splitlines()[-1], e.is_error) for e in CodexEngine().parse_line(line)]
+
+    assert completed({"type": "commandExecution", "id": "c1", "aggregatedOutput": "ok", "exitCode": 0,
+                      "status": "completed"}) == [("[exit 0]", False)]
+    assert completed({"type": "commandExecution", "id": "c2", "aggregatedOutput": "no", "exitCode": 2,
+                      "status": "failed"}) == [("[exit 2]", True)]
+    assert completed({"type": "commandExecution", "id": "c3", "exitCode": None,
+                      "status": "declined"}) == [("[exit None]", True)]
+    assert completed({"type": "fileChange", "id": "p1", "status": "failed"}) == [("failed", True)]
+    assert completed({"type": "fileChange", "id": "p2", "status": "completed"}) == [("completed", False)]
+    assert completed({"type": "mcpToolCall", "id": "m1", "error": {"message": "boom"}})[0][1] is True
+    assert completed({"type": "mcpToolCall", "id": "m2", "result": {"content": [{"type": "text", "text": "hi"}]}}
+                     ) == [("hi", False)]
