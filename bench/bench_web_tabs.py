@@ -4,7 +4,7 @@ One real daemon and one real `agent-run web` process. Three phases, each with a 
 calls `ping` on a fresh socket connection every 20 ms and records the round trip:
 
   idle       nothing runs, no tab is open (the baseline)
-  batch      two repeated batches of --runs demo agents each (default 25: 50 agents) run, no tab open
+  batch      two repeated batches of --runs demo agents each (default 50: the issue's 100 agents) run, no tab open
   batch+tabs the same work again while 20 simulated tabs are open: each holds `GET /events`
              (SSE) and, on every event, re-fetches the page it shows, as live.js does (10 tabs
              on the home page, 10 on the batch page)
@@ -12,7 +12,7 @@ calls `ping` on a fresh socket connection every 20 ms and records the round trip
 Reported: ping p50/p95/max per phase, the ratios batch+tabs / batch and batch+tabs / idle,
 events and page fetches served, and each phase's wall time.
 
-Run:  uv run python bench/bench_web_tabs.py [--tabs 20] [--runs 25]   (~2 min; --runs 50 ~4 min)
+Run:  uv run python bench/bench_web_tabs.py [--tabs 20] [--runs 50]   (~2 min on a loaded 2-core machine)
 """
 
 import argparse
@@ -110,8 +110,8 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--tabs", type=int, default=20)
     parser.add_argument("--tab-worker", nargs="+", help=argparse.SUPPRESS)
-    parser.add_argument("--runs", type=int, default=25,
-                        help="runs per batch, two batches (50: the 100-agent figure, ~4 min)")
+    parser.add_argument("--runs", type=int, default=50,
+                        help="runs per batch, two batches (default 50: the issue's 100 agents, ~2 min)")
     args = parser.parse_args()
     if args.tab_worker:
         return tab_worker(args.tab_worker[0], args.tab_worker[1], args.tab_worker[2:])

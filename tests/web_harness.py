@@ -20,9 +20,11 @@ class WebProcess:
     """`agent-run web --port N` (0: any free port) as a child; autostart off, so it never
     leaves a daemon of its own behind."""
 
-    def __init__(self, home: Home, port: int = 0) -> None:
+    def __init__(self, home: Home, port: int = 0, args: tuple[str, ...] = (),
+                 env: dict[str, str] | None = None) -> None:
         self.home = home
         self.port = port
+        self.args, self.extra_env = args, env or {}
         self.proc: subprocess.Popen[str] | None = None
         self.url = self.token = ""
         self.output: list[str] = []
@@ -30,8 +32,9 @@ class WebProcess:
     def start(self) -> "WebProcess":
         env = {k: v for k, v in os.environ.items() if k != "AGENT_RUN_HOME"}
         env["AGENT_RUN_NO_AUTOSTART"] = "1"
+        env.update(self.extra_env)
         self.proc = subprocess.Popen([sys.executable, "-m", "agent_run", "--home", str(self.home.root),
-                                      "web", "--port", str(self.port)], stdout=subprocess.PIPE,
+                                      "web", "--port", str(self.port), *self.args], stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True, env=env,
                                      start_new_session=True)
         threading.Thread(target=self._read, daemon=True).start()

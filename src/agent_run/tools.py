@@ -82,6 +82,10 @@ TOOLS: dict[str, Tool] = {t.name: t for t in (
     Tool("transcript", rq.TranscriptParams, vw.TranscriptPage, f"{_A}:transcript",
          "The agent's normalized messages, a page at a time: pass next_cursor back as cursor.",
          read_only=True, positional=("agent_id",)),
+    Tool("events", rq.EventsParams, vw.EventsPage, "agent_run.services.events:events",
+         "The agent's normalized event log (state changes, commands, steering, reports, integrity), "
+         "oldest first, a page at a time: pass next_after back as after_seq; kinds filters.",
+         read_only=True, positional=("agent_id",)),
     Tool("wait", rq.WaitParams, vw.WaitResult, f"{_A}:wait",
          "Wait until the agent is terminal, at most timeout_seconds; on timeout returns "
          "timed_out: true with the current view instead of an error. Call again to keep waiting.",

@@ -98,3 +98,12 @@ class ChangesParams(Params):
     wait_seconds: float = Field(default=0.0, ge=0, le=60,
                                 description="wait up to this long for a change when there is none yet (long-poll)")
     limit: int = Field(default=500, ge=1, le=5000, description="at most this many ids of each kind")
+
+
+class EventsParams(Params):
+    agent_id: str = AgentId
+    after_seq: int = Field(default=0, ge=0, le=MAX_INT,
+                           description="only events after this seq (pass a previous `next_after`); 0 for the start")
+    limit: int = Field(default=200, ge=1, le=1000, description="at most this many events")
+    kinds: list[Annotated[str, Field(min_length=1, max_length=64)]] | None = Field(
+        default=None, max_length=32, description="only events of these kinds (e.g. state, command, tool_report)")

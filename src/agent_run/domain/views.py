@@ -98,6 +98,7 @@ class TranscriptItem(View):
     name: str | None = None
     content: str
     ts: float
+    is_error: bool = Field(default=False, description="a tool result the engine marked as failed")
 
 
 class TranscriptPage(View):
@@ -106,6 +107,21 @@ class TranscriptPage(View):
     next_cursor: int = Field(description="pass as `cursor` to read what follows")
     state: ExecutionState
     finished: bool = Field(description="the agent is terminal and every item has been read")
+
+
+class EventItem(View):
+    seq: int = Field(description="the store revision of the event (global order)")
+    agent_seq: int = Field(description="the event's number among this agent's events")
+    execution_id: str
+    kind: str
+    data: dict[str, Any]
+    ts: float
+
+
+class EventsPage(View):
+    agent_id: str
+    items: list[EventItem]
+    next_after: int = Field(description="pass as `after_seq` to read what follows")
 
 
 class WaitResult(View):

@@ -69,6 +69,7 @@ class MessageEvent:
     role: str  # assistant | user | tool
     content: str
     name: str | None = None
+    is_error: bool = False  # a tool result the engine marked as failed
 
 
 @dataclass(frozen=True)

@@ -316,13 +316,16 @@ def _item_completed(item: dict[str, Any]) -> list[EngineEvent]:
         return [MessageEvent("assistant", item["text"])]
     if kind == "commandExecution":
         output = item.get("aggregatedOutput") or ""
-        return [MessageEvent("tool", f"{output}\n[exit {item.get('exitCode')}]", name=item.get("id"))]
+        code = item.get("exitCode")
+        return [MessageEvent("tool", f"{output}\n[exit {code}]", name=item.get("id"),
+                             is_error=code not in (0, None) or item.get("status") in ("failed", "declined"))]
     if kind == "fileChange":
-        return [MessageEvent("tool", str(item.get("status")), name=item.get("id"))]
+        return [MessageEvent("tool", str(item.get("status")), name=item.get("id"),
+                             is_error=item.get("status") in ("failed", "declined"))]
     if kind == "mcpToolCall":
         result = item.get("result") or {}
         parts = [str(p.get("text", "")) for p in result.get("content") or [] if isinstance(p, dict)]
         error = item.get("error")
         text = "\n".join(parts) if not error else f"error: {error}"
-        return [MessageEvent("tool", text, name=item.get("id"))]
+        return [MessageEvent("tool", text, name=item.get("id"), is_error=bool(error))]
     return []

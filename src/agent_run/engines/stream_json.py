@@ -63,7 +63,8 @@ def events_of(obj: dict[str, Any]) -> list[EngineEvent]:
                                            name=block.get("name")))
         return events
     if kind == "user":
-        return [MessageEvent("tool", _tool_result_text(block), name=block.get("tool_use_id"))
+        return [MessageEvent("tool", _tool_result_text(block), name=block.get("tool_use_id"),
+                             is_error=bool(block.get("is_error")))
                 for block in _blocks(obj.get("message") or {}) if block.get("type") == "tool_result"]
     if kind == "result":
         return [Completion(

@@ -346,7 +346,8 @@ async def transcript(ctx: ServiceContext, p: TranscriptParams) -> TranscriptPage
         execution = latest_execution_or_raise(conn, p.agent_id)  # read state first: no lost tail
         rows = events_q.messages_page(conn, p.agent_id, after_id=p.cursor, limit=p.limit)
         items = [TranscriptItem(id=r["id"], execution_number=r["execution_number"], role=r["role"],
-                                name=r["name"], content=r["content"], ts=r["ts"]) for r in rows]
+                                name=r["name"], content=r["content"], ts=r["ts"],
+                                is_error=bool(r["is_error"])) for r in rows]
         state = ExecutionState(execution["state"])
         return TranscriptPage(agent_id=p.agent_id, items=items,
                               next_cursor=items[-1].id if items else p.cursor, state=state,

@@ -19,10 +19,11 @@ def append_event(conn: sqlite3.Connection, *, agent_id: str, execution_id: str, 
 
 
 def append_message(conn: sqlite3.Connection, *, agent_id: str, execution_id: str, role: str,
-                   name: str | None, content: str, ts: float | None = None) -> int:
+                   name: str | None, content: str, ts: float | None = None, is_error: bool = False) -> int:
     cur = conn.execute(
-        "INSERT INTO messages (agent_id, execution_id, role, name, content, ts) VALUES (?, ?, ?, ?, ?, ?)",
-        (agent_id, execution_id, role, name, content, ts if ts is not None else time.time()),
+        "INSERT INTO messages (agent_id, execution_id, role, name, content, ts, is_error)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (agent_id, execution_id, role, name, content, ts if ts is not None else time.time(), int(is_error)),
     )
     return cur.lastrowid
 
@@ -36,10 +37,16 @@ def count_events(conn: sqlite3.Connection, agent_id: str) -> int:
 
 
 def agent_events(conn: sqlite3.Connection, agent_id: str, *, after_seq: int = 0,
-                 limit: int = 1000) -> list[sqlite3.Row]:
+                 limit: int = 1000, kinds: list[str] | None = None) -> list[sqlite3.Row]:
+    if kinds is None:
+        return conn.execute(
+            "SELECT * FROM events WHERE agent_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+            (agent_id, after_seq, limit),
+        ).fetchall()
+    marks = ",".join("?" * len(kinds))
     return conn.execute(
-        "SELECT * FROM events WHERE agent_id = ? AND seq > ? ORDER BY seq LIMIT ?",
-        (agent_id, after_seq, limit),
+        f"SELECT * FROM events WHERE agent_id = ? AND seq > ? AND kind IN ({marks}) ORDER BY seq LIMIT ?",
+        (agent_id, after_seq, *kinds, limit),
     ).fetchall()
 
 

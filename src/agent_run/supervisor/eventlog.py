@@ -63,8 +63,8 @@ class ExecutionLog:
     def event(self, kind: str, data: dict[str, Any]) -> None:
         self._add("event", (kind, data, time.time()), len(str(data)))
 
-    def message(self, role: str, content: str, name: str | None = None) -> None:
-        self._add("message", (role, name, content, time.time()), len(content))
+    def message(self, role: str, content: str, name: str | None = None, *, is_error: bool = False) -> None:
+        self._add("message", (role, name, content, time.time(), is_error), len(content))
 
     def signal(self, kind: str, status: int | None, retry_after: float | None, detail: str) -> None:
         """Rate-limit / quota evidence, kept as rows a capacity feature can read."""
@@ -187,8 +187,9 @@ class ExecutionLog:
                 append_signal(self.conn, **ids, runtime=self.runtime, kind=kind, status=status,
                               retry_after=retry_after, detail=detail)
             elif what == "message":
-                role, name, content, ts = fields
-                append_message(self.conn, **ids, role=role, name=name, content=content, ts=ts)
+                role, name, content, ts, is_error = fields
+                append_message(self.conn, **ids, role=role, name=name, content=content, ts=ts,
+                               is_error=is_error)
             elif what == "update":
                 agents_q.update_execution(self.conn, self.execution_id, **fields)
             elif what == "transition":

@@ -228,7 +228,7 @@ class Supervisor:
                 self.log.update(engine_session_id=event.session_id)
                 self.log.flush()
         elif isinstance(event, MessageEvent):
-            self.log.message(event.role, event.content, event.name)
+            self.log.message(event.role, event.content, event.name, is_error=event.is_error)
             self.log.event("message", {"role": event.role, "name": event.name,
                                        "preview": event.content[:200]})
         elif isinstance(event, RetryEvent):

@@ -8,7 +8,7 @@ from starlette.responses import RedirectResponse, Response
 from agent_run.domain import batch_models as bm
 from agent_run.domain import requests as rq
 from agent_run.domain.errors import DomainError
-from agent_run.web.forms import form_params
+from agent_run.web.forms import batch_form, form_params
 from agent_run.web.pages import inspect_project, page, proxy
 from agent_run.web.security import checked_form
 
@@ -50,13 +50,17 @@ async def agent_action(request: Request) -> Response:
 
 async def batch_create(request: Request) -> Response:
     form = await checked_form(request)
-    params = form_params(bm.BatchStartParams, form)
     try:
-        batch = await proxy(request).call("batch_start", params)
+        sent, shown_at = batch_form(form)
+        batch = await proxy(request).call("batch_start", form_params(bm.BatchStartParams, sent))
+    except ValueError as exc:
+        errors = {"generator_instruction": str(exc)}
     except DomainError as exc:
-        return page(request, "batch_new.html", status=422, form=form, errors=field_errors(exc), watch="",
-                    inspect=await inspect_project(request, form.get("project")))
-    return see(f"/batches/{batch['id']}")
+        errors = {shown_at.get(name, name): message for name, message in field_errors(exc).items()}
+    else:
+        return see(f"/batches/{batch['id']}")
+    return page(request, "batch_new.html", status=422, form=form, errors=errors, watch="",
+                inspect=await inspect_project(request, form.get("project")))
 
 
 async def batch_cancel(request: Request) -> Response:

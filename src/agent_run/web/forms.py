@@ -36,3 +36,16 @@ def form_params(model: type[BaseModel], form: dict[str, str]) -> dict[str, Any]:
         except ValueError:
             params[name] = raw
     return params
+
+
+def batch_form(form: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """The new-batch form as `batch_start` reads it, and where each tool field's error shows.
+
+    A generated batch's `prompt` is its generator's instruction: the form has a field of that
+    name, sent as `prompt` (the Prompt field is for the other workflows)."""
+    instruction = form.get("generator_instruction", "")
+    if form.get("workflow") != "generated" or not instruction.strip():
+        return form, {}
+    if form.get("prompt", "").strip():
+        raise ValueError("a generated batch takes the generator instruction; leave Prompt empty")
+    return {**form, "prompt": instruction}, {"prompt": "generator_instruction"}

@@ -12,6 +12,7 @@ from agent_run.domain.errors import DomainError
 TERMINAL_BATCH = {"completed", "failed", "cancelled"}
 SETTLED_RUN = {"succeeded", "failed", "cancelled"}
 TRANSCRIPT_PAGES = 20
+LOG_EVENTS = 2000  # the Log tab shows at most this many events
 
 
 def page(request: Request, template: str, status: int = 200, **context: Any) -> HTMLResponse:
@@ -52,8 +53,10 @@ async def agent_new(request: Request) -> HTMLResponse:
 async def agent_page(request: Request) -> HTMLResponse:
     agent_id = request.path_params["agent_id"]
     agent = await proxy(request).call("agent", {"agent_id": agent_id})
-    session = await read_session(request, agent_id)
-    return page(request, "agent.html", agent=agent, session=session, watch=agent_id,
+    tab = request.query_params.get("tab", "session")
+    session = await read_session(request, agent_id) if tab != "log" else None
+    log = await read_log(request, agent_id) if tab == "log" else None
+    return page(request, "agent.html", agent=agent, session=session, log=log, tab=tab, watch=agent_id,
                 revision=agent["revision"])
 
 
@@ -73,6 +76,23 @@ async def read_session(request: Request, agent_id: str) -> dict[str, Any]:
     except DomainError as exc:
         answer_error = {"code": exc.code, "message": exc.message}
     return {"turns": group_turns(items), "answer": answer, "answer_error": answer_error}
+
+
+async def read_log(request: Request, agent_id: str) -> dict[str, Any]:
+    """The agent's events for the Log tab (`events`, filtered by `?kind=`), and the kinds it has."""
+    kind = request.query_params.get("kind") or None
+    everything = await proxy(request).call("events", {"agent_id": agent_id, "limit": 1000})
+    kinds = sorted({e["kind"] for e in everything["items"]} | ({kind} if kind else set()))
+    items: list[dict[str, Any]] = []
+    after = 0
+    while len(items) < LOG_EVENTS:
+        chunk = await proxy(request).call("events", {"agent_id": agent_id, "after_seq": after, "limit": 1000,
+                                                     **({"kinds": [kind]} if kind else {})})
+        items += chunk["items"]
+        after = chunk["next_after"]
+        if len(chunk["items"]) < 1000:
+            break
+    return {"items": items[:LOG_EVENTS], "kinds": kinds, "kind": kind, "truncated": len(items) >= LOG_EVENTS}
 
 
 def group_turns(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -99,6 +119,8 @@ async def batch_new(request: Request) -> HTMLResponse:
         source = await proxy(request).call("batch", {"batch_id": template})
         form = {k: v for k, v in source["config"].items() if v is not None}
         form.update(workflow=source["workflow"], base_ref=source["base_ref"], project=source["project_root"])
+        if source["workflow"] == "generated":
+            form["generator_instruction"] = form.pop("prompt", "")
     if request.query_params.get("project"):
         form["project"] = request.query_params["project"]
     return page(request, "batch_new.html", form=form, errors={}, watch="",
@@ -134,8 +156,37 @@ def batch_sections(batch: dict[str, Any]) -> dict[str, Any]:
     for r in runs:
         if r["stage"] == "reviewer" and r["parent_run_id"]:
             reviews.setdefault(r["parent_run_id"], []).append(r)
-    others = [r for r in runs if r["stage"] not in ("candidate", "reviewer")]
-    return {"candidates": candidates, "reviews": reviews, "others": others}
+    sections: dict[str, Any] = {"candidates": candidates, "reviews": reviews}
+    if batch["workflow"] == "validated":
+        sections["validation"] = validation_section(runs)
+        others = [r for r in runs if r["stage"] not in ("worker", "validator")]
+    elif batch["workflow"] == "generated":
+        sections["generation"] = generation_section(runs)
+        others = [r for r in runs if r["stage"] != "generator"]
+    else:
+        others = [r for r in runs if r["stage"] not in ("candidate", "reviewer")]
+    sections["others"] = others
+    return sections
+
+
+def validation_section(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Validated: each worker beside the validator's pass/reason for it, and the winner."""
+    validator = next((r for r in runs if r["stage"] == "validator"), None)
+    verdict = validator["result"] if validator and isinstance(validator["result"], dict) else {}
+    by_worker = {v.get("worker"): v for v in verdict.get("workers") or [] if isinstance(v, dict)}
+    workers = [{"run": r, "verdict": by_worker.get(r["index"]), "winner": verdict.get("winner") == r["index"]}
+               for r in runs if r["stage"] == "worker"]
+    return {"validator": validator, "workers": workers, "winner": verdict.get("winner"), "has_verdict": bool(verdict)}
+
+
+def generation_section(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Generated: the generator and the tasks it made, each with the run that works on it."""
+    generator = next((r for r in runs if r["stage"] == "generator"), None)
+    made = generator["result"] if generator and isinstance(generator["result"], list) else []
+    workers = {r["index"]: r for r in runs if r["stage"] == "worker"}
+    tasks = [{"number": n, "title": t.get("title"), "prompt": t.get("prompt"), "run": workers.get(n)}
+             for n, t in enumerate(made, start=1) if isinstance(t, dict)]
+    return {"generator": generator, "tasks": tasks}
 
 
 async def batch_clean_preview(request: Request) -> HTMLResponse:
@@ -161,7 +212,10 @@ async def run_page(request: Request) -> HTMLResponse:
         context["review"] = review["runs"][0] if review["runs"] else None
     elif agent_id:
         context["agent"] = await proxy(request).call("agent", {"agent_id": agent_id})
-        context["session"] = await read_session(request, agent_id)
+        if tab == "log":
+            context["log"] = await read_log(request, agent_id)
+        else:
+            context["session"] = await read_session(request, agent_id)
     return page(request, "run.html", watch=" ".join(filter(None, [batch["id"], agent_id])), **context)
 
 

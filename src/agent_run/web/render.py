@@ -37,8 +37,12 @@ def pretty(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
 
 
+def compact(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(", ", ": "))
+
+
 def make_env() -> Environment:
     env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape(default=True),
                       trim_blocks=True, lstrip_blocks=True)
-    env.filters.update(markdown=markdown, ago=ago, clock=clock, pretty=pretty)
+    env.filters.update(markdown=markdown, ago=ago, clock=clock, pretty=pretty, compact=compact)
     return env
