@@ -26,23 +26,13 @@ import subprocess
 import sys
 import time
 
-from _common import daemon_env, db_rows, machine_info, print_table, ratio, summary, wait_for, write_results
+from _common import (
+    daemon_env, db_rows, machine_info, memory_mib, print_table, ratio, summary, wait_for, write_results,
+)
 
 SAMPLE_S = 0.1
 TASK = "steps: 100\nstep_seconds: 0.05\nanswer: x"
 TICK = os.sysconf("SC_CLK_TCK")
-
-
-def memory_mib(pid: int) -> tuple[float, float] | None:
-    """(VmRSS, Pss) in MiB, or None if the process is gone."""
-    try:
-        with open(f"/proc/{pid}/status") as fh:
-            rss = next(int(line.split()[1]) for line in fh if line.startswith("VmRSS:"))
-        with open(f"/proc/{pid}/smaps_rollup") as fh:
-            pss = next(int(line.split()[1]) for line in fh if line.startswith("Pss:"))
-    except (OSError, StopIteration):
-        return None
-    return rss / 1024, pss / 1024
 
 
 def cpu_seconds(pid: int) -> float | None:
