@@ -9,9 +9,8 @@ from agent_run.domain.states import ExecutionState, can_transition, check_transi
 from agent_run.engines.base import Completion
 from agent_run.engines.demo import DemoEngine
 from agent_run.store.db import connect, migrations
-from agent_run.supervisor.outcome import decide_outcome
+from agent_run.supervisor.outcome import StopRequest, decide_outcome
 from agent_run.supervisor.redact import REDACTED, Redactor
-from agent_run.supervisor.run import StopRequest
 
 S = ExecutionState
 

@@ -5,12 +5,14 @@ named as `module:function` and imported only by the daemon, so front-ends stay l
 """
 
 import importlib
+import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel
 
+from agent_run import __version__
 from agent_run.domain import batch_models as bm
 from agent_run.domain import requests as rq
 from agent_run.domain import views as vw
@@ -151,9 +153,9 @@ TOOLS.update({t.name: t for t in (
 
 # Served on the socket only: protocol plumbing, not operations.
 SOCKET_ONLY: dict[str, Tool] = {t.name: t for t in (
-    Tool("ping", rq.EmptyParams, vw.Pong, "agent_run.rpc.server:ping", "Liveness check.",
+    Tool("ping", rq.EmptyParams, vw.Pong, "agent_run.tools:ping", "Liveness check.",
          read_only=True),
-    Tool("tools", rq.EmptyParams, vw.ToolsResult, "agent_run.rpc.server:list_tools",
+    Tool("tools", rq.EmptyParams, vw.ToolsResult, "agent_run.tools:list_tools",
          "Every tool's name, description, input and output JSON schema and annotations.",
          read_only=True),
 )}
@@ -161,3 +163,12 @@ SOCKET_ONLY: dict[str, Tool] = {t.name: t for t in (
 
 def tool_schemas() -> list[dict[str, Any]]:
     return [tool.schema() for tool in TOOLS.values()]
+
+
+async def ping(ctx: Any, _p: rq.EmptyParams) -> vw.Pong:
+    """The daemon answers: its version, pid and home (`ctx` is the daemon's ServiceContext)."""
+    return vw.Pong(version=__version__, pid=os.getpid(), home=str(ctx.home.root))
+
+
+async def list_tools(_ctx: Any, _p: rq.EmptyParams) -> vw.ToolsResult:
+    return vw.ToolsResult(tools=tool_schemas())

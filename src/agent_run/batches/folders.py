@@ -9,7 +9,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from agent_run.batches import git as g
+from agent_run import git as g
 from agent_run.domain.batch_models import DirEntry, DirListing, FolderParams, ProjectInfo
 from agent_run.domain.errors import InvalidRequest
 from agent_run.services.context import ServiceContext

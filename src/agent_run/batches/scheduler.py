@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from agent_run.batches import git
+from agent_run import git
 from agent_run.batches.workflows import WORKFLOWS, Evidence, RunSpec, Workflow
 from agent_run.domain.errors import AnswerIntegrity, DomainError
 from agent_run.domain.ids import new_id

@@ -8,7 +8,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from agent_run.batches import git
+from agent_run import git
 from agent_run.batches.scheduler import BatchScheduler, insert_runs, write_run, write_run_if
 from agent_run.batches.views import batch_summary, batch_view, get_run_or_raise, run_view
 from agent_run.batches.workflows import WORKFLOWS

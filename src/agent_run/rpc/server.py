@@ -13,20 +13,16 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from agent_run import __version__
 from agent_run.config import load_config
 from agent_run.domain.errors import DomainError, InternalError
-from agent_run.domain.requests import EmptyParams
-from agent_run.domain.views import Pong, ToolsResult
 from agent_run.home import MAX_SOCKET_PATH, Home
 from agent_run.logs import daemon_logger
 from agent_run.rpc import protocol as p
-from agent_run.services.context import ServiceContext
+from agent_run.services.context import ServiceContext, as_storage_full
 from agent_run.services.integrity import scrub_once
 from agent_run.services.agents import adopt_orphan
 from agent_run.services.reconcile import reconcile_once
-from agent_run.store.db import connect, is_storage_full, storage_full
-from agent_run.tools import SOCKET_ONLY, TOOLS, Tool, tool_schemas
+from agent_run.tools import SOCKET_ONLY, TOOLS, Tool
 
 ALL_TOOLS: dict[str, Tool] = {**TOOLS, **SOCKET_ONLY}
 SCRUB_TICK_SECONDS = 10.0
@@ -34,14 +30,6 @@ SCRUB_TICK_SECONDS = 10.0
 
 class DaemonAlreadyRunning(Exception):
     pass
-
-
-async def ping(ctx: ServiceContext, _p: EmptyParams) -> Pong:
-    return Pong(version=__version__, pid=os.getpid(), home=str(ctx.home.root))
-
-
-async def list_tools(_ctx: ServiceContext, _p: EmptyParams) -> ToolsResult:
-    return ToolsResult(tools=tool_schemas())
 
 
 def acquire_lock(home: Home) -> int:
@@ -97,8 +85,7 @@ class Daemon:
                              "bytes; choose a shorter --home")
         lock_fd = acquire_lock(self.home)
         fd_limit = raise_fd_limit()
-        connect(self.home.db_path).close()  # migrate once, before serving
-        self.ctx.warm_up()
+        self.ctx.warm_up()  # migrates the store once, before serving
         # We hold the lock, so any socket file left behind belongs to a dead daemon.
         self.home.socket_path.unlink(missing_ok=True)
         old_umask = os.umask(0o177)
@@ -264,8 +251,7 @@ class Daemon:
         except DomainError as exc:
             return p.error(request_id, p.DOMAIN_ERROR, exc.message, exc.to_data())
         except Exception as exc:
-            if is_storage_full(exc):  # a write outside store.db.write (a file, a directory)
-                full = storage_full(f"what `{method}` needed to store", exc)
+            if full := as_storage_full(exc, f"what `{method}` needed to store"):
                 return p.error(request_id, p.DOMAIN_ERROR, full.message, full.to_data())
             self.log.exception("rpc.internal_error", method=method)
             return self._internal_error(request_id, exc)

@@ -11,7 +11,8 @@ from typing import Any, TypeVar
 from agent_run.config import Config
 from agent_run.home import Home
 from agent_run.services.group_write import GroupWriter
-from agent_run.store.db import connect
+from agent_run.domain.errors import StorageFull
+from agent_run.store.db import connect, is_storage_full, storage_full
 from agent_run.store.events import current_revision
 
 T = TypeVar("T")
@@ -71,6 +72,12 @@ class RevisionWatcher:
             self._waiters -= 1
 
 
+def as_storage_full(exc: BaseException, writing: str) -> StorageFull | None:
+    """`exc` as the typed full-disk error when it says the disk is full (a write outside
+    `store.db.write`: a file, a directory), else None."""
+    return storage_full(writing, exc) if is_storage_full(exc) else None
+
+
 class ServiceContext:
     def __init__(self, home: Home, config: Config, *, threads: int = 32, log: Any = None) -> None:
         self.home = home
@@ -89,7 +96,9 @@ class ServiceContext:
     def warm_up(self) -> None:
         """Start every database thread (each opening its connection), spawn thread and the group
         writer now, at boot. Started lazily, each `Thread.start` blocks the event loop until the
-        new thread runs: tens of milliseconds apiece on a loaded machine, in the first burst."""
+        new thread runs: tens of milliseconds apiece on a loaded machine, in the first burst.
+        The store is migrated first, once, before any of them opens it."""
+        connect(self.home.db_path).close()
         for pool, opens_db in ((self._executor, True), (self._spawner, False), (self.grouped.thread, True)):
             size = pool._max_workers  # noqa: SLF001 - the pool's own bound
             barrier = threading.Barrier(size)

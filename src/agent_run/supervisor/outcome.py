@@ -2,17 +2,24 @@
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from agent_run.domain.failures import FailureKind
 from agent_run.domain.states import ExecutionState
 from agent_run.engines.base import Completion, Engine
-
-if TYPE_CHECKING:
-    from agent_run.supervisor.run import StopRequest
+from agent_run.supervisor.engine_process import Escalation
 
 # A reply that is nothing but an error message is a failure, whatever the engine's flags say.
 _ERROR_ONLY = re.compile(r"^\s*\[?\s*API Error\b", re.IGNORECASE)
+
+
+@dataclass
+class StopRequest:
+    """Why the engine is being stopped before it finished on its own."""
+
+    reason: str
+    failure: FailureKind | None  # None: a cancel
+    escalation: Escalation | None = None
+    answer_stands: bool = False  # idle after a completed turn: that turn decides the outcome
 
 
 @dataclass(frozen=True)
@@ -28,7 +35,7 @@ def is_error_only(text: str) -> bool:
     return bool(_ERROR_ONLY.match(text))
 
 
-def decide_outcome(*, engine: Engine, group_gone: bool, stop: "StopRequest | None",
+def decide_outcome(*, engine: Engine, group_gone: bool, stop: StopRequest | None,
                    completion: Completion | None, exit_code: int | None, unparsed_lines: int,
                    stderr_tail: str, finish: dict[str, str] | None = None) -> Outcome:
     """`finish` is the last report of the worker tool of that name: its summary becomes the

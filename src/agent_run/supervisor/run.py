@@ -8,7 +8,7 @@ import signal
 import sys
 import time
 import traceback
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,7 @@ from agent_run.supervisor.credentials import EngineCredentials, engine_credentia
 from agent_run.supervisor.eventlog import ExecutionLog
 from agent_run.supervisor.engine_process import EngineProcess, Escalation
 from agent_run.supervisor.identity import ProcessIdentity, kill_group
-from agent_run.supervisor.outcome import Outcome, decide_outcome
+from agent_run.supervisor.outcome import Outcome, StopRequest, decide_outcome
 from agent_run.supervisor.redact import Redactor
 from agent_run.supervisor.retries import RetryWatch
 from agent_run.supervisor.seal import keep_reply
@@ -43,16 +43,6 @@ from agent_run.worker_tools.binding import (
 COMMAND_POLL_SECONDS = 0.2
 MAX_LINE_BYTES = 8 * 1024 * 1024
 STDERR_TAIL_BYTES = 4000
-
-
-@dataclass
-class StopRequest:
-    """Why the engine is being stopped before it finished on its own."""
-
-    reason: str
-    failure: FailureKind | None  # None: a cancel
-    escalation: Escalation | None = None
-    answer_stands: bool = False  # idle after a completed turn: that turn decides the outcome
 
 
 class Supervisor:

@@ -53,7 +53,7 @@ def create_commit(conn: sqlite3.Connection, execution_id: str, token: str, paylo
     """Record the intent first (while the execution is live), then commit, then complete the
     report with the sha: a commit never exists without its report, whatever ends in between
     (the judge then finds the commit in git). A failed commit completes it as `failed`."""
-    from agent_run.batches.git import commit_files
+    from agent_run.git import commit_files
 
     report_id = record(conn, execution_id, token, "create_commit", {**payload, "sha": None, "state": "intent"})
     try:

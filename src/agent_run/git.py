@@ -1,5 +1,5 @@
-"""Git operations for batches: locating the project, pinning the base, worktrees, commits,
-review diffs and clean-up. Every call runs the real `git` with a bounded timeout."""
+"""Git operations, shared by batches and the worker tools: locating the project, pinning the
+base, worktrees, commits, review diffs and clean-up. Every call runs the real `git` with a bounded timeout."""
 
 import re
 import subprocess
