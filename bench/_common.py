@@ -23,7 +23,13 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # for tests.harness (src is installed in the uv venv)
 
 from tests.harness import (  # noqa: E402
-    DaemonProcess, db_rows, kill_leftovers, make_home, remove_home, short_tmpdir, wait_for,
+    DaemonProcess,
+    db_rows,
+    kill_leftovers,
+    make_home,
+    remove_home,
+    short_tmpdir,
+    wait_for,
 )
 
 # The harness's TEST_CONFIG, but with the *default* reconcile interval (2 s), not the tests' 0.2 s.
@@ -77,10 +83,10 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
 
     cells = [[fmt(v) for v in row] for row in rows]
     widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(headers)]
-    print("  ".join(h.ljust(w) for h, w in zip(headers, widths)))
+    print("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)))
     print("  ".join("-" * w for w in widths))
     for r in cells:
-        print("  ".join(c.ljust(w) for c, w in zip(r, widths)))
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)))
 
 
 def source_state() -> dict[str, Any]:
@@ -208,6 +214,7 @@ def wait_all_terminal(home: Any, agent_ids: Sequence[str], timeout: float = 120.
 
 __all__ = [
     "BENCH_CONFIG", "DaemonProcess", "ROOT", "TERMINAL", "daemon_env", "db_rows", "kill_leftovers",
-    "machine_info", "make_home", "memory_mib", "pycache_env", "ref_tree", "print_table", "ratio", "remove_home", "summary",
+    "machine_info", "make_home", "memory_mib", "pycache_env", "ref_tree", "print_table", "ratio", "remove_home",
+    "summary",
     "wait_all_terminal", "wait_for", "write_results", "percentile",
 ]

@@ -29,7 +29,14 @@ from collections import Counter
 from typing import Any
 
 from _common import (
-    daemon_env, db_rows, machine_info, print_table, ratio, summary, wait_all_terminal, write_results,
+    daemon_env,
+    db_rows,
+    machine_info,
+    print_table,
+    ratio,
+    summary,
+    wait_all_terminal,
+    write_results,
 )
 
 from agent_run.rpc.client import RpcClient
@@ -93,9 +100,9 @@ async def burst(socket_path: str, n: int, connections: int, workdir: str) -> dic
             replies[reply["id"]] = (time.perf_counter(), reply)
 
     shares = [list(range(k, n, connections)) for k in range(connections)]
-    readers = [asyncio.create_task(read_replies(r, len(share))) for (r, _w), share in zip(conns, shares)]
+    readers = [asyncio.create_task(read_replies(r, len(share))) for (r, _w), share in zip(conns, shares, strict=True)]
     began = time.time()
-    for (_r, writer), share in zip(conns, shares):
+    for (_r, writer), share in zip(conns, shares, strict=True):
         for i in share:
             line = {"jsonrpc": "2.0", "id": i, "method": "start",
                     "params": {"task": f"answer: burst {i}", "workdir": workdir, "request_id": f"burst-{i}"}}
@@ -121,7 +128,8 @@ def verify(home: Any, socket_path: str, ids: dict[int, str]) -> dict[str, Any]:
     verified = 0
     with RpcClient(socket_path, timeout=60) as client:
         for i, agent_id in ids.items():
-            if state.get(agent_id) == "succeeded" and client.call("answer", {"agent_id": agent_id})["text"] == f"burst {i}":
+            if (state.get(agent_id) == "succeeded"
+                    and client.call("answer", {"agent_id": agent_id})["text"] == f"burst {i}"):
                 verified += 1
     return {"verified": verified, "states": dict(Counter(state[a] for a in ids.values())),
             "failure_kinds": dict(kinds)}

@@ -19,7 +19,16 @@ import subprocess
 import sys
 import time
 
-from _common import daemon_env, machine_info, print_table, pycache_env, ratio, ref_tree, summary, write_results
+from _common import (
+    daemon_env,
+    machine_info,
+    print_table,
+    pycache_env,
+    ratio,
+    ref_tree,
+    summary,
+    write_results,
+)
 
 BEFORE_COMMIT = "8924acf"  # main before this change: the CLI imported the tool table (pydantic)
 

@@ -35,10 +35,19 @@ import time
 from collections import Counter
 
 from _common import (
-    daemon_env, db_rows, machine_info, print_table, pycache_env, ratio, summary, wait_for, write_results,
+    daemon_env,
+    db_rows,
+    machine_info,
+    print_table,
+    pycache_env,
+    ratio,
+    summary,
+    wait_for,
+    write_results,
 )
 
 from agent_run.rpc.client import RpcClient
+
 
 def proc_cpu(pid: int) -> tuple[float, float]:
     """(own utime+stime, reaped children's cutime+cstime) of a process, in seconds."""
@@ -185,7 +194,8 @@ def run_daemon(home, daemon_pid: int, n_agents: int, base: int, workdir: str, cl
             "daemon_cpu_seconds": own1 - own0, "children_cpu_seconds": kids1 - kids0,
             "verified": verified["ok"], "verify_counts": dict(verified), "states": dict(states),
             "failure_kinds": dict(kinds), "errors": errors,
-            "failure_messages": sorted({(r["failure_message"] or "")[:300] for r in rows if r["failure_kind"]}), "start_latency": start_lat,
+            "failure_messages": sorted({(r["failure_message"] or "")[:300] for r in rows if r["failure_kind"]}),
+            "start_latency": start_lat,
             "admitted_to_ended_max": max((r["ended_at"] - r["created_at"] for r in rows if r["ended_at"]),
                                          default=float("nan"))}
 
@@ -236,14 +246,15 @@ def main() -> None:
                     daemon_runs.append(res)
                 print(f"round {r + 1} {which:6s}: wall {res['wall']:.2f}s verified {res['verified']}/"
                       f"{args.agents}" + (f" states {res['states']}" if which == "daemon" else "")
-                      + f" cpu {res.get('children_cpu_seconds', 0) + res.get('daemon_cpu_seconds', 0):.1f}s", flush=True)
+                      + f" cpu {res.get('children_cpu_seconds', 0) + res.get('daemon_cpu_seconds', 0):.1f}s",
+                      flush=True)
                 # Let the machine settle (reap, WAL checkpoint) between measurements.
                 time.sleep(1.0)
 
     total = time.perf_counter() - t_begin
     d_wall = [x["wall"] for x in daemon_runs]
     b_wall = [x["wall"] for x in direct_runs]
-    per_round = [ratio(d, b) for d, b in zip(d_wall, b_wall)]
+    per_round = [ratio(d, b) for d, b in zip(d_wall, b_wall, strict=True)]
     start_lat = [v for x in daemon_runs for v in x["start_latency"]]
     succeeded = [x["states"].get("succeeded", 0) for x in daemon_runs]
     d_cpu = [(x["daemon_cpu_seconds"] + x["children_cpu_seconds"]) / args.agents for x in daemon_runs]

@@ -27,7 +27,7 @@ def main() -> int:
         for _ in range(ROUNDS):
             returned: dict[str, float] = {}
 
-            def poll(after: int = revision) -> None:
+            def poll(after: int = revision, returned: dict[str, float] = returned) -> None:
                 with RpcClient(home.socket_path, timeout=30) as c:
                     result = c.call("list_agents", {"after_revision": after, "wait_seconds": 10})
                 returned["at"] = time.perf_counter()
@@ -50,7 +50,8 @@ def main() -> int:
     wake, ping = summary(wakes), summary(pings)
     print_table(["measure", "p50 ms", "p95 ms", "max ms"],
                 [["long-poll wake after commit", f"{wake['p50']:.1f}", f"{wake['p95']:.1f}", f"{wake['max']:.1f}"],
-                 ["ping round trip (fresh connection)", f"{ping['p50']:.2f}", f"{ping['p95']:.2f}", f"{ping['max']:.2f}"]])
+                 ["ping round trip (fresh connection)", f"{ping['p50']:.2f}", f"{ping['p95']:.2f}",
+                  f"{ping['max']:.2f}"]])
     print(f"wake / ping (p50): {ratio(wake['p50'], ping['p50']):.1f}")
     write_results("bench_longpoll", {"rounds": ROUNDS, "wake_ms": wake, "ping_ms": ping,
                                      "wake_over_ping_p50": ratio(wake["p50"], ping["p50"]),

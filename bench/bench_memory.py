@@ -27,7 +27,15 @@ import sys
 import time
 
 from _common import (
-    daemon_env, db_rows, machine_info, memory_mib, print_table, ratio, summary, wait_for, write_results,
+    daemon_env,
+    db_rows,
+    machine_info,
+    memory_mib,
+    print_table,
+    ratio,
+    summary,
+    wait_for,
+    write_results,
 )
 
 SAMPLE_S = 0.1
@@ -82,10 +90,11 @@ def run_agents(home, daemon, workdir, n_agents: int) -> tuple[dict[str, list[flo
             row = db_rows(home, "SELECT supervisor_pid FROM executions WHERE agent_id = ?", (agent_id,))[0]
             sup_pid = row["supervisor_pid"]
             sup_cpu_ready = cpu_seconds(sup_pid)
-            engine_pid = wait_for(lambda: db_rows(home, "SELECT engine_pid FROM executions WHERE agent_id = ?",
-                                                  (agent_id,))[0]["engine_pid"], timeout=30, what="engine pid")
-            wait_for(lambda: db_rows(home, "SELECT state FROM executions WHERE agent_id = ?",
-                                     (agent_id,))[0]["state"] != "starting", timeout=30, what="running")
+            engine_pid = wait_for(lambda a=agent_id: db_rows(
+                home, "SELECT engine_pid FROM executions WHERE agent_id = ?", (a,))[0]["engine_pid"],
+                timeout=30, what="engine pid")
+            wait_for(lambda a=agent_id: db_rows(home, "SELECT state FROM executions WHERE agent_id = ?",
+                                                (a,))[0]["state"] != "starting", timeout=30, what="running")
             c0, t0 = cpu_seconds(sup_pid), time.monotonic()
             e0 = cpu_seconds(engine_pid)
             a_sup = {"rss": [], "pss": []}

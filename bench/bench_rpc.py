@@ -38,7 +38,16 @@ import sys
 import time
 from collections import Counter
 
-from _common import daemon_env, db_rows, machine_info, print_table, pycache_env, ratio, summary, write_results
+from _common import (
+    daemon_env,
+    db_rows,
+    machine_info,
+    print_table,
+    pycache_env,
+    ratio,
+    summary,
+    write_results,
+)
 
 from agent_run.rpc.client import RpcClient
 

@@ -22,9 +22,8 @@ import sys
 import threading
 import time
 
-from _common import daemon_env, machine_info, print_table, ratio, summary, write_results
-
 import httpx2
+from _common import daemon_env, machine_info, print_table, ratio, summary, write_results
 
 from agent_run.rpc.client import RpcClient
 from tests.batch_harness import make_repo, wait_batch

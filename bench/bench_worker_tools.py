@@ -23,7 +23,15 @@ import sys
 import time
 
 from _common import (
-    machine_info, make_home, memory_mib, print_table, pycache_env, ratio, ref_tree, remove_home, summary,
+    machine_info,
+    make_home,
+    memory_mib,
+    print_table,
+    pycache_env,
+    ratio,
+    ref_tree,
+    remove_home,
+    summary,
     write_results,
 )
 
@@ -106,7 +114,6 @@ def run(n: int, trees: dict[str, dict[str, str]], base: dict[str, str]) -> dict[
 def report(info: dict, args: argparse.Namespace, samples: dict[str, list[tuple[float, ...]]]) -> None:
     bare = summary([s[0] for s in samples["bare"]])
     bare_pss = summary([s[2] for s in samples["bare"]])
-    bare_rss = summary([s[1] for s in samples["bare"]])
     results, rows = {}, []
     for key, values in samples.items():
         wall = summary([v[0] for v in values])

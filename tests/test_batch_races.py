@@ -75,9 +75,9 @@ def test_clean_and_rerun_of_the_same_run_never_both_happen(daemon: DaemonProcess
         batch = start_batch(daemon, workflow="repeated", project=str(make_repo()), runs=1,
                             prompt="answer: nothing changed")
         run = runs_of(wait_batch(daemon, batch["id"]), "worker")[0]
-        rerun, clean = _race([lambda: daemon.call("run_rerun", {"run_id": run["id"]}),
-                              lambda: daemon.call("batch_clean", {"batch_id": batch["id"], "confirm": True,
-                                                                  "force": True})])
+        rerun, clean = _race([lambda run=run: daemon.call("run_rerun", {"run_id": run["id"]}),
+                              lambda batch=batch: daemon.call("batch_clean", {"batch_id": batch["id"],
+                                                                              "confirm": True, "force": True})])
         assert not isinstance(clean, Exception), clean
         [item] = clean["items"]
         if item["action"] == "removed":
@@ -97,7 +97,8 @@ def test_git_of_batch_start_runs_off_the_event_loop(home: Home) -> None:
     real_git = shutil.which("git")
     (wrappers / "git").write_text(
         "#!/bin/sh\n"
-        f'case "$*" in *--show-toplevel*) touch "{marks}/git-started"; {_wait_for_file(marks / "release", 600)};; esac\n'
+        f'case "$*" in *--show-toplevel*) touch "{marks}/git-started"; '
+        f'{_wait_for_file(marks / "release", 600)};; esac\n'
         f'exec "{real_git}" "$@"\n')
     (wrappers / "git").chmod(0o755)
     daemon = DaemonProcess(home, env={"PATH": f"{wrappers}:{os.environ['PATH']}"}).start()
@@ -166,7 +167,8 @@ def test_write_private_file_fsyncs_the_directory_after_the_rename(workdir: Path)
     trace = workdir / "trace.txt"
     code = ("from pathlib import Path; from agent_run.home import write_private_file; "
             f"write_private_file(Path({str(workdir)!r}) / 'reply.md', b'x' * 100000)")
-    subprocess.run(["strace", "-f", "-s", "4096", "-o", str(trace), "-e", "trace=openat,fsync,rename,renameat,renameat2",
+    subprocess.run(["strace", "-f", "-s", "4096", "-o", str(trace),
+                    "-e", "trace=openat,fsync,rename,renameat,renameat2",
                     sys.executable, "-c", code], check=True, capture_output=True, timeout=60)
     lines = trace.read_text().splitlines()
     renamed = next(i for i, line in enumerate(lines) if "rename" in line and "reply.md" in line)

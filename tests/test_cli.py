@@ -17,14 +17,20 @@ from typing import Any
 import click
 import pytest
 
-from agent_run.cli import command_for
-
 from agent_run.cli import cli as root_command
+from agent_run.cli import command_for
 from agent_run.domain.failures import FailureKind
 from agent_run.home import Home
 from agent_run.tools import TOOLS
 from tests.harness import (
-    DaemonProcess, cli, cli_json, kill_leftovers, make_home, remove_home, short_tmpdir, wait_for,
+    DaemonProcess,
+    cli,
+    cli_json,
+    kill_leftovers,
+    make_home,
+    remove_home,
+    short_tmpdir,
+    wait_for,
 )
 
 SLOW_TASK = "steps: 50\nstep_seconds: 0.1\nanswer: x"
@@ -507,7 +513,8 @@ def test_a_plain_verb_imports_no_pydantic_mcp_server_stack_or_engines(daemon, ho
              "try:\n    runpy.run_module('agent_run', run_name='__main__')\n"
              "except SystemExit:\n    pass\n"
              "heavy = {'pydantic', 'mcp', 'mcp_types', 'starlette', 'uvicorn', 'anyio', 'structlog'}\n"
-             "loaded = sorted(m for m in sys.modules if m.split('.')[0] in heavy or m.startswith('agent_run.engines'))\n"
+             "loaded = sorted(m for m in sys.modules\n"
+             "                if m.split('.')[0] in heavy or m.startswith('agent_run.engines'))\n"
              "print('LOADED', loaded, file=sys.stderr)\n")
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
                             env={**os.environ, "AGENT_RUN_NO_AUTOSTART": "1"})

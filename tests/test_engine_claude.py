@@ -5,8 +5,14 @@ import json
 import pytest
 
 from tests.engine_harness import (
-    PLANTED_KEY, engine_daemon, engine_group_gone, files_containing, free_port, run_agent,
-    runtime_block, wait_done,
+    PLANTED_KEY,
+    engine_daemon,
+    engine_group_gone,
+    files_containing,
+    free_port,
+    run_agent,
+    runtime_block,
+    wait_done,
 )
 from tests.harness import db_rows, wait_for
 from tests.support.mock_provider import Dynamic, Fault, MockProvider, Text, ToolCall

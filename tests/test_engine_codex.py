@@ -8,8 +8,14 @@ import pytest
 
 from agent_run.supervisor.identity import group_members
 from tests.engine_harness import (
-    PLANTED_KEY, engine_daemon, engine_group_gone, files_containing, free_port, run_agent,
-    runtime_block, wait_done,
+    PLANTED_KEY,
+    engine_daemon,
+    engine_group_gone,
+    files_containing,
+    free_port,
+    run_agent,
+    runtime_block,
+    wait_done,
 )
 from tests.harness import db_rows
 from tests.support.mock_provider import Fault, MockProvider, Text, ToolCall

@@ -14,8 +14,14 @@ import threading
 import pytest
 
 from tests.engine_harness import (
-    PLANTED_KEY, engine_daemon, engine_group_gone, files_containing, free_port, run_agent,
-    runtime_block, wait_done,
+    PLANTED_KEY,
+    engine_daemon,
+    engine_group_gone,
+    files_containing,
+    free_port,
+    run_agent,
+    runtime_block,
+    wait_done,
 )
 from tests.harness import db_rows, short_tmpdir, wait_for
 from tests.support.mock_provider import Fault, MockProvider, Text, ToolCall

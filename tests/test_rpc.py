@@ -14,8 +14,7 @@ import pytest
 from agent_run.home import Home
 from agent_run.rpc.protocol import MAX_LINE_BYTES
 from agent_run.tools import TOOLS
-from tests.harness import DaemonProcess, cli, raw_socket, remove_home, make_home, wait_for
-
+from tests.harness import DaemonProcess, cli, make_home, raw_socket, remove_home, wait_for
 
 
 class Wire:

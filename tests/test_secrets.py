@@ -144,7 +144,8 @@ def test_supervisor_without_its_credential_payload_exits_unrecorded_and_a_respaw
             "id": "ex_payloadtest", "kind": "resume", "prompt": "answer: two", "plan": plan})
     home.execution_dir(first["id"], "ex_payloadtest").mkdir(mode=0o700)  # as launch_execution does
     argv = [sys.executable, "-m", "agent_run.supervisor", "--home", str(home.root), "--execution", "ex_payloadtest"]
-    orphan = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
+    orphan = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=60,
+                            env={"PATH": "/usr/bin:/bin"})
     assert orphan.returncode == 1 and b"no credential payload" in orphan.stderr
     row = db_rows(home, "SELECT state, supervisor_pid FROM executions WHERE id = 'ex_payloadtest'")[0]
     assert (row["state"], row["supervisor_pid"]) == ("created", None)
@@ -154,7 +155,8 @@ def test_supervisor_without_its_credential_payload_exits_unrecorded_and_a_respaw
     done = subprocess.run(argv, input=payload, capture_output=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
     assert done.returncode == 0, done.stderr
     row = db_rows(home, "SELECT state, answer_path FROM executions WHERE id = 'ex_payloadtest'")[0]
-    assert row["state"] == "succeeded", dict(db_rows(home, "SELECT failure_kind, failure_message FROM executions WHERE id = 'ex_payloadtest'")[0])
+    assert row["state"] == "succeeded", dict(db_rows(
+        home, "SELECT failure_kind, failure_message FROM executions WHERE id = 'ex_payloadtest'")[0])
     assert Path(row["answer_path"]).read_text().startswith("two")
 
 

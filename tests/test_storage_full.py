@@ -132,7 +132,8 @@ def test_a_disk_that_fills_then_frees_loses_no_event(running):
     assert daemon.call("agent", {"agent_id": agent["id"]})["state"] == "running"
     fs.free()
     done = daemon.call("wait", {"agent_id": agent["id"], "timeout_seconds": 90})["agent"]
-    assert done["state"] == "succeeded", (done["execution"]["failure_message"], (daemon.home.execution_dir(agent["id"], agent["execution"]["id"]) / "engine.log").read_text()[-1500:])
+    engine_log = daemon.home.execution_dir(agent["id"], agent["execution"]["id"]) / "engine.log"
+    assert done["state"] == "succeeded", (done["execution"]["failure_message"], engine_log.read_text()[-1500:])
     progress = [r for r in db_rows(daemon.home, "SELECT * FROM messages WHERE agent_id = ?", (agent["id"],))
                 if "step" in r["content"]]
     assert len(progress) == 100  # every step the engine streamed is in the transcript

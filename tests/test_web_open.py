@@ -11,7 +11,8 @@ from tests.web_harness import WebProcess
 def test_open_calls_the_browser_with_the_url_carrying_port_and_token(daemon, tmp_path):
     called = tmp_path / "called.txt"
     browser = tmp_path / "browser"
-    browser.write_text(f"#!{sys.executable}\nimport sys\nopen({str(called)!r}, 'a').write(repr(sys.argv[1:]) + '\\n')\n")
+    browser.write_text(f"#!{sys.executable}\nimport sys\n"
+                       f"open({str(called)!r}, 'a').write(repr(sys.argv[1:]) + '\\n')\n")
     browser.chmod(browser.stat().st_mode | stat.S_IXUSR)
     web = WebProcess(daemon.home, args=("--open",), env={"BROWSER": str(browser), "DISPLAY": "",
                                                          "WAYLAND_DISPLAY": ""}).start()

@@ -27,7 +27,7 @@ def test_it_listens_on_127_0_0_1_only(web):
     with open("/proc/net/tcp") as table:
         rows = [line.split() for line in table.read().splitlines()[1:]]
     listening = [r[1] for r in rows if r[3] == "0A" and int(r[1].split(":")[1], 16) == web.port]
-    assert listening == ["0100007F:%04X" % web.port]  # 127.0.0.1, not 0.0.0.0
+    assert listening == [f"0100007F:{web.port:04X}"]  # 127.0.0.1, not 0.0.0.0
 
 
 def test_a_foreign_host_is_refused_with_400_even_with_the_token(web):

@@ -5,8 +5,8 @@ import os
 import subprocess
 import sys
 
-from agent_run.worker_tools.validation import InvalidArgument, validate
 from agent_run.worker_tools.catalog import SUBMIT_RESULT_SCHEMA, SUBMIT_SCORE_SCHEMA
+from agent_run.worker_tools.validation import InvalidArgument, validate
 from tests.harness import db_rows, wait_for
 
 
@@ -90,7 +90,8 @@ def test_validation_coerces_like_before_and_names_the_nested_field():
     assert validate(SUBMIT_SCORE_SCHEMA, {"score": 70, "reason": "ok"})["score"] == 70.0
     for args, expected in [
         ({"score": 101, "reason": "r"}, "invalid score: Input should be less than or equal to 100"),
-        ({"score": "x", "reason": "r"}, "invalid score: Input should be a valid number, unable to parse string as a number"),
+        ({"score": "x", "reason": "r"},
+         "invalid score: Input should be a valid number, unable to parse string as a number"),
         ({"score": "nan", "reason": "r"}, "invalid score: Input should be greater than or equal to 0"),
         ({"score": 10**400, "reason": "r"}, "invalid score: Input should be less than or equal to 100"),
         ({"score": 1, "reason": "r", "extra": 1}, "invalid extra: Extra inputs are not permitted"),

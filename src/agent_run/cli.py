@@ -15,12 +15,13 @@ import click
 
 from agent_run import cli_format, cli_spec
 from agent_run.domain.errors import DomainError
+from agent_run.domain.states import ExecutionState as S
 from agent_run.home import Home
 
 # Exit codes of `wait` and `start --wait`.
 EXIT_SUCCEEDED, EXIT_ERROR, EXIT_FAILED, EXIT_CANCELLED, EXIT_RUNNING = 0, 1, 2, 3, 4
-_STATE_EXIT = {"succeeded": EXIT_SUCCEEDED, "failed": EXIT_FAILED, "lost": EXIT_FAILED,
-               "cancelled": EXIT_CANCELLED}
+_STATE_EXIT = {S.SUCCEEDED: EXIT_SUCCEEDED, S.FAILED: EXIT_FAILED, S.LOST: EXIT_FAILED,
+               S.CANCELLED: EXIT_CANCELLED}
 
 
 class Session:

@@ -4,8 +4,11 @@ import sys
 import time
 from typing import Any
 
-SETTLED = ("completed", "failed", "cancelled", "blocked")
-_MARK = {"queued": ".", "running": ">", "succeeded": "+", "failed": "x", "cancelled": "-"}
+from agent_run.domain.batch_states import BATCH_ENDED, BatchState, RunState
+
+SETTLED = (*BATCH_ENDED, BatchState.BLOCKED)  # where `--follow` stops watching
+_MARK = {RunState.QUEUED: ".", RunState.RUNNING: ">", RunState.SUCCEEDED: "+", RunState.FAILED: "x",
+         RunState.CANCELLED: "-"}
 
 
 def render_batch(b: dict[str, Any]) -> str:
@@ -60,6 +63,6 @@ def watch_batch(session: Any, batch_id: str) -> dict[str, Any]:
 def follow_batch(session: Any, batch_id: str) -> int:
     """`batch show --follow`: exit 0 completed, 2 failed or blocked, 3 cancelled."""
     b = watch_batch(session, batch_id)
-    if b["workflow"] == "ranked" and b["state"] == "completed":
+    if b["workflow"] == "ranked" and b["state"] == BatchState.COMPLETED:
         print(render_ranking(b))
-    return {"completed": 0, "cancelled": 3}.get(b["state"], 2)
+    return {BatchState.COMPLETED: 0, BatchState.CANCELLED: 3}.get(b["state"], 2)

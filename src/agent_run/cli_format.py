@@ -30,7 +30,8 @@ def _agent(a: dict[str, Any]) -> str:
     if ex.get("answer_sha256"):
         lines.append(f"  answer  {ex['answer_bytes']} bytes, sha256 {ex['answer_sha256']}")
         if ex.get("answer_verified") is False:
-            lines.append("  answer  NOT VERIFIED: answer.md no longer matches its sha256 (see its integrity_failed event)")
+            lines.append("  answer  NOT VERIFIED: answer.md no longer matches its sha256"
+                         " (see its integrity_failed event)")
     elif a.get("last_message"):
         lines.append(f"  last    {a['last_message'].splitlines()[0][:100]}")
     return "\n".join(lines)

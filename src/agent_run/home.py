@@ -59,11 +59,6 @@ class Home:
         return self
 
 
-def private_dir(path: Path) -> Path:
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    return path
-
-
 def write_private_file(path: Path, data: bytes) -> None:
     """Write a file 0600 atomically and durably: temp file, every byte written, fsync, rename,
     fsync the directory (without the last step a crash can leave the old name, or none, after

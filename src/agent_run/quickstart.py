@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from agent_run.cli_batch import render_ranking, watch_batch
+from agent_run.domain.batch_states import BatchState
 from agent_run.web import DEFAULT_PORT as WEB_PORT
+
 CANDIDATE_PROMPT = """Add a GREETING.md that greets new contributors.
 steps: 5
 step_seconds: 0.4
@@ -54,7 +56,7 @@ def run_quickstart(session: Any, candidates: int) -> int:
     print(f"started ranked batch {batch['id']}: {candidates} candidates in their own worktrees, "
           "2 reviewers each, through the daemon\n")
     batch = watch_batch(session, batch["id"])
-    if batch["state"] != "completed":
+    if batch["state"] != BatchState.COMPLETED:
         print(f"\nthe batch ended {batch['state']}: {batch['state_reason']}")
         return 1
     print("\n" + render_ranking(batch))

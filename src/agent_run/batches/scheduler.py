@@ -16,10 +16,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 from agent_run import git
-from agent_run.batches.workflows import WORKFLOWS, Evidence, RunSpec, Workflow
+from agent_run.batches.workflows import Evidence, RunSpec, Workflow, check_stage, workflow_named
+from agent_run.domain.batch_states import RUN_ACTIVE, BatchState, RunState
 from agent_run.domain.errors import AnswerIntegrity, DomainError
 from agent_run.domain.ids import new_id
 from agent_run.domain.requests import CancelParams, StartParams
+from agent_run.domain.states import ExecutionState
 from agent_run.engines.environment import command_environment
 from agent_run.services import agents as agent_service
 from agent_run.services.context import ServiceContext
@@ -32,7 +34,6 @@ from agent_run.store.db import write
 TICK_SECONDS = 0.5
 IDLE_SECONDS = 5.0
 VERIFY_OUTPUT_BYTES = 20_000
-AGENT_TERMINAL = ("succeeded", "failed", "cancelled", "lost")
 
 
 def new_run_row(batch: sqlite3.Row, spec: RunSpec, runs: list[sqlite3.Row]) -> dict[str, Any]:
@@ -59,6 +60,9 @@ def new_run_row(batch: sqlite3.Row, spec: RunSpec, runs: list[sqlite3.Row]) -> d
 
 def insert_runs(conn: sqlite3.Connection, batch: sqlite3.Row, specs: list[RunSpec],
                 runs: list[sqlite3.Row]) -> None:
+    workflow = workflow_named(batch["workflow"])
+    for spec in specs:
+        check_stage(workflow, spec.stage)
     rows = [new_run_row(batch, spec, runs) for spec in specs]  # git work outside the lock
     with write(conn):
         for row, spec in zip(rows, specs, strict=True):
@@ -103,6 +107,21 @@ def run_verify(command: str, workdir: str, timeout: float) -> tuple[bool, str]:
         return False, f"verify_command timed out after {timeout:g}s"
     output = (done.stdout + done.stderr)[-VERIFY_OUTPUT_BYTES:]
     return done.returncode == 0, f"exit {done.returncode}\n{output}"
+
+
+def settled_state(workflow: Workflow, runs: list[sqlite3.Row]) -> tuple[BatchState, str | None]:
+    """The batch's state (and reason) that its runs make: blocked when a staged workflow's run
+    failed, live while a run waits or runs, then failed or completed."""
+    failed = [r for r in runs if r["state"] == RunState.FAILED]
+    if workflow.staged and failed:
+        first = failed[0]
+        return BatchState.BLOCKED, f"{first['title']} failed ({first['failure']}); rerun or resume it to continue"
+    if any(RunState(r["state"]) in RUN_ACTIVE for r in runs):
+        started = any(r["state"] == RunState.RUNNING or r["attempt"] for r in runs)
+        return (BatchState.RUNNING if started else BatchState.QUEUED), None
+    if failed:
+        return BatchState.FAILED, f"{len(failed)} run(s) failed"
+    return BatchState.COMPLETED, None
 
 
 @dataclass(frozen=True)
@@ -163,14 +182,14 @@ class BatchScheduler:
 
     async def _decide(self, batch_id: str) -> list[Action]:
         batch = await self.ctx.db(batches_q.get_batch, batch_id)
-        if batch is None or batch["state"] in ("completed", "failed", "cancelled"):
+        if batch is None or BatchState(batch["state"]).ended:
             return []
-        workflow, cfg = WORKFLOWS[batch["workflow"]], json.loads(batch["config_json"])
+        workflow, cfg = workflow_named(batch["workflow"]), json.loads(batch["config_json"])
         actions: list[Action] = []
         for run in await self.ctx.db(batches_q.runs, batch_id):
-            if run["state"] == "running" and run["id"] not in self.busy:
+            if run["state"] == RunState.RUNNING and run["id"] not in self.busy:
                 if run["agent_id"] is not None or not batch["cancel_requested"]:
-                    actions += await self._sync_run(run)
+                    actions += await self._sync_run(run, workflow)
         runs = await self.ctx.db(batches_q.runs, batch_id)
         if batch["cancel_requested"]:
             await self._cancel(batch, runs)
@@ -179,11 +198,11 @@ class BatchScheduler:
         if specs:
             await self.ctx.db(insert_runs, batch, specs, runs)
             runs = await self.ctx.db(batches_q.runs, batch_id)
-        running = sum(r["state"] == "running" for r in runs)
+        running = sum(r["state"] == RunState.RUNNING for r in runs)
         for run in runs:
             if running >= cfg["concurrency"]:
                 break
-            if run["state"] == "queued" and run["id"] not in self.busy and workflow.ready(run, runs):
+            if run["state"] == RunState.QUEUED and run["id"] not in self.busy and workflow.ready(run, runs):
                 actions += await self.begin_attempt(run, kind="start")
                 running += 1
         await self._settle_batch(batch, workflow)
@@ -200,11 +219,10 @@ class BatchScheduler:
         def begin(conn: sqlite3.Connection) -> bool:
             with write(conn):
                 if not batches_q.update_run_if(conn, run, expect_state=run["state"], expect_attempt=run["attempt"],
-                                               state="running", attempt=attempt, agent_id=None, failure=None):
+                                               state=RunState.RUNNING, attempt=attempt, agent_id=None,
+                                               failure=None):
                     return False
-                batch = batches_q.get_batch(conn, run["batch_id"])
-                if batch["state"] == "queued":
-                    batches_q.update_batch(conn, batch["id"], state="running")
+                batches_q.move_batch(conn, run["batch_id"], expect=BatchState.QUEUED, to=BatchState.RUNNING)
                 return True
 
         if not await self.ctx.db(begin):
@@ -212,27 +230,29 @@ class BatchScheduler:
         self.busy.add(run["id"])
         return [Action("start", run["id"], attempt, kind)]
 
-    async def _sync_run(self, run: sqlite3.Row) -> list[Action]:
+    async def _sync_run(self, run: sqlite3.Row, workflow: Workflow) -> list[Action]:
         if run["agent_id"] is None:  # the daemon died between committing the attempt and the agent
             self.busy.add(run["id"])
             return [Action("start", run["id"], run["attempt"], "rerun")]
         latest = await self.ctx.db(agents_q.latest_execution, run["agent_id"])
-        state = latest["state"]
-        if state not in AGENT_TERMINAL:
+        state = ExecutionState(latest["state"])
+        if not state.terminal:
             return []
-        if state == "cancelled":
-            await self.ctx.db(write_run_if, run["id"], "running", run["attempt"], state="cancelled", failure="stopped")
+        if state is ExecutionState.CANCELLED:
+            await self.ctx.db(write_run_if, run["id"], RunState.RUNNING, run["attempt"], state=RunState.CANCELLED,
+                              failure="stopped")
             return []
-        if state != "succeeded":
+        if state is not ExecutionState.SUCCEEDED:
             failure = f"{latest['failure_kind']}: {(latest['failure_message'] or '')[:300]}"
-            return await self._fail_run(run, failure)
+            return await self._fail_run(run, workflow, failure)
         self.busy.add(run["id"])
         return [Action("judge", run["id"], run["attempt"])]
 
-    async def _fail_run(self, run: sqlite3.Row, failure: str) -> list[Action]:
-        if not await self.ctx.db(write_run_if, run["id"], "running", run["attempt"], state="failed", failure=failure):
+    async def _fail_run(self, run: sqlite3.Row, workflow: Workflow, failure: str) -> list[Action]:
+        if not await self.ctx.db(write_run_if, run["id"], RunState.RUNNING, run["attempt"], state=RunState.FAILED,
+                                 failure=failure):
             return []
-        if run["stage"] == "generator" and run["attempt"] <= 1:  # a generator is retried once
+        if run["attempt"] <= workflow.retries(run["stage"]):  # the workflow's retry policy
             fresh = await self.ctx.db(batches_q.get_run, run["id"])
             return await self.begin_attempt(fresh, kind="rerun")
         return []
@@ -257,17 +277,16 @@ class BatchScheduler:
     async def _start_agent(self, action: Action) -> None:
         run = await self.ctx.db(batches_q.get_run, action.run_id)
         batch = await self.ctx.db(batches_q.get_batch, run["batch_id"])
-        workflow, cfg = WORKFLOWS[batch["workflow"]], json.loads(batch["config_json"])
+        workflow, cfg = workflow_named(batch["workflow"]), json.loads(batch["config_json"])
         runs = await self.ctx.db(batches_q.runs, batch["id"])
-        read_roots = [r["workdir"] for r in runs if r["stage"] == "worker"] if run["stage"] == "validator" else []
         params = StartParams(task=run["prompt"], workdir=run["workdir"], runtime=cfg.get("runtime"),
                              model=cfg.get("model"), profile=run["profile"],
-                             request_id=f"{run['id']}-a{action.attempt}", read_roots=read_roots,
+                             request_id=f"{run['id']}-a{action.attempt}", read_roots=workflow.read_roots(run, runs),
                              stall_seconds=cfg.get("stall_seconds"), wall_seconds=cfg.get("wall_seconds"))
         try:
             agent = await agent_service.start(self.ctx, params, worker_tools=workflow.worker_tools(run["stage"]))
         except DomainError as exc:
-            await self.ctx.db(write_run_if, run["id"], "running", action.attempt, state="failed",
+            await self.ctx.db(write_run_if, run["id"], RunState.RUNNING, action.attempt, state=RunState.FAILED,
                               failure=f"start: {exc.message}")
             return
 
@@ -277,7 +296,7 @@ class BatchScheduler:
                 if fresh["agent_id"] == agent.id:
                     return True
                 if fresh["agent_id"] is not None or not batches_q.update_run_if(
-                        conn, fresh, expect_state="running", expect_attempt=action.attempt, agent_id=agent.id):
+                        conn, fresh, expect_state=RunState.RUNNING, expect_attempt=action.attempt, agent_id=agent.id):
                     return False
                 kind = action.start_kind if action.attempt > 1 else "start"
                 batches_q.record_attempt(conn, fresh, attempt=action.attempt, kind=kind, agent_id=agent.id)
@@ -291,23 +310,22 @@ class BatchScheduler:
         verdict only if the run is still at that attempt."""
         run = await self.ctx.db(batches_q.get_run, action.run_id)
         batch = await self.ctx.db(batches_q.get_batch, run["batch_id"])
-        workflow, cfg = WORKFLOWS[batch["workflow"]], json.loads(batch["config_json"])
+        workflow, cfg = workflow_named(batch["workflow"]), json.loads(batch["config_json"])
         try:
             evidence = await self.ctx.db(evidence_for, batch, run)
         except AnswerIntegrity as exc:  # a tampered answer is never judged
             async with self.lock:
-                return await self._fail_run(run, f"integrity: {exc.message}")
+                return await self._fail_run(run, workflow, f"integrity: {exc.message}")
         outcome = workflow.judge(run, evidence, cfg)
         if not outcome.ok:
             async with self.lock:
-                return await self._fail_run(run, outcome.failure or "failed")
-        fields: dict[str, Any] = {"state": "succeeded", "failure": None,
+                return await self._fail_run(run, workflow, outcome.failure or "failed")
+        fields: dict[str, Any] = {"state": RunState.SUCCEEDED, "failure": None,
                                   "result_json": json.dumps(outcome.result) if outcome.result is not None else None}
-        if run["stage"] == "candidate" and cfg.get("verify_command"):
-            passed, output = await asyncio.to_thread(run_verify, cfg["verify_command"], run["workdir"],
-                                                     cfg["verify_timeout_seconds"])
+        if check := workflow.post_success_check(run, cfg):
+            passed, output = await asyncio.to_thread(run_verify, check.command, run["workdir"], check.timeout)
             fields.update(verify_passed=int(passed), verify_output=output)
-        await self.ctx.db(write_run_if, run["id"], "running", action.attempt, **fields)
+        await self.ctx.db(write_run_if, run["id"], RunState.RUNNING, action.attempt, **fields)
         return []
 
     # -- the batch -------------------------------------------------------------------------
@@ -316,25 +334,17 @@ class BatchScheduler:
         def settle(conn: sqlite3.Connection) -> None:
             with write(conn):
                 current = batches_q.get_batch(conn, batch["id"])
+                if BatchState(current["state"]).ended:  # cancelled meanwhile
+                    return
                 runs = batches_q.runs(conn, batch["id"])
-                failed = [r for r in runs if r["state"] == "failed"]
-                active = [r for r in runs if r["state"] in ("queued", "running")]
-                if workflow.staged and failed:
-                    first = failed[0]
-                    state, reason = "blocked", (f"{first['title']} failed ({first['failure']}); rerun or "
-                                                "resume it to continue")
-                elif active:
-                    state = "running" if any(r["state"] == "running" or r["attempt"] for r in runs) else "queued"
-                    reason = None
-                elif failed:
-                    state, reason = "failed", f"{len(failed)} run(s) failed"
-                else:
+                state, reason = settled_state(workflow, runs)
+                if state is BatchState.COMPLETED:
                     for run_id, fields in workflow.rank(runs).items():
                         batches_q.update_run(conn, next(r for r in runs if r["id"] == run_id), **fields)
-                    state, reason = "completed", None
                 if (state, reason) != (current["state"], current["state_reason"]):
-                    ended = {"ended_at": time.time()} if state in ("completed", "failed") else {}
-                    batches_q.update_batch(conn, batch["id"], state=state, state_reason=reason, **ended)
+                    ended = {"ended_at": time.time()} if state.ended else {}
+                    batches_q.move_batch(conn, batch["id"], expect=current["state"], to=state,
+                                         state_reason=reason, **ended)
 
         await self.ctx.db(settle)
 
@@ -342,18 +352,19 @@ class BatchScheduler:
         """Stop what runs, drop what waits, keep what finished."""
         still_running = False
         for run in runs:
-            if run["state"] == "queued":
-                await self.ctx.db(write_run_if, run["id"], "queued", run["attempt"], state="cancelled",
+            if run["state"] == RunState.QUEUED:
+                await self.ctx.db(write_run_if, run["id"], RunState.QUEUED, run["attempt"], state=RunState.CANCELLED,
                                   failure="batch cancelled")
-            elif run["state"] == "running" and run["agent_id"]:
+            elif run["state"] == RunState.RUNNING and run["agent_id"]:
                 still_running = True  # synced to cancelled (or its result) on a later tick
                 await agent_service.cancel(self.ctx, CancelParams(agent_id=run["agent_id"]))
-            elif run["state"] == "running":  # no agent yet; one being started is cancelled on attach
-                await self.ctx.db(write_run_if, run["id"], "running", run["attempt"], state="cancelled",
-                                  failure="batch cancelled")
+            elif run["state"] == RunState.RUNNING:  # no agent yet; one being started is cancelled on attach
+                await self.ctx.db(write_run_if, run["id"], RunState.RUNNING, run["attempt"],
+                                  state=RunState.CANCELLED, failure="batch cancelled")
         if not still_running:
             def done(conn: sqlite3.Connection) -> None:
                 with write(conn):
-                    batches_q.update_batch(conn, batch["id"], state="cancelled", state_reason="cancelled by the user",
-                                           ended_at=time.time())
+                    current = batches_q.get_batch(conn, batch["id"])
+                    batches_q.move_batch(conn, batch["id"], expect=current["state"], to=BatchState.CANCELLED,
+                                         state_reason="cancelled by the user", ended_at=time.time())
             await self.ctx.db(done)

@@ -11,9 +11,17 @@ from typing import Any
 from agent_run import git
 from agent_run.batches.scheduler import BatchScheduler, insert_runs, write_run, write_run_if
 from agent_run.batches.views import batch_summary, batch_view, get_run_or_raise, run_view
-from agent_run.batches.workflows import WORKFLOWS
+from agent_run.batches.workflows import workflow_named
 from agent_run.domain import batch_models as bm
-from agent_run.domain.errors import BatchNotFound, Conflict, DomainError, GitError, InvalidRequest, RunLocked
+from agent_run.domain.batch_states import RUN_ACTIVE, BatchState, RunState
+from agent_run.domain.errors import (
+    BatchNotFound,
+    Conflict,
+    DomainError,
+    GitError,
+    InvalidRequest,
+    RunLocked,
+)
 from agent_run.domain.ids import new_id
 from agent_run.domain.requests import CancelParams, ResumeParams
 from agent_run.services import agents as agent_service
@@ -70,7 +78,7 @@ async def batch_start(ctx: ServiceContext, p: bm.BatchStartParams) -> bm.BatchVi
         if created:
             batch = await ctx.db(batches_q.get_batch, found_id)
             try:
-                await ctx.db(insert_runs, batch, WORKFLOWS[p.workflow].initial_runs(config), [])
+                await ctx.db(insert_runs, batch, workflow_named(p.workflow).initial_runs(config), [])
             except DomainError as exc:
                 await ctx.db(_fail_batch, found_id, f"could not create the worktrees: {exc.message}")
     if created:
@@ -81,7 +89,8 @@ async def batch_start(ctx: ServiceContext, p: bm.BatchStartParams) -> bm.BatchVi
 
 def _fail_batch(conn: sqlite3.Connection, batch_id: str, reason: str) -> None:
     with write(conn):
-        batches_q.update_batch(conn, batch_id, state="failed", state_reason=reason)
+        current = batches_q.get_batch(conn, batch_id)
+        batches_q.move_batch(conn, batch_id, expect=current["state"], to=BatchState.FAILED, state_reason=reason)
 
 
 async def batch(ctx: ServiceContext, p: bm.BatchParams) -> bm.BatchView:
@@ -104,7 +113,7 @@ async def batch_cancel(ctx: ServiceContext, p: bm.BatchParams) -> bm.BatchView:
             row = batches_q.get_batch(conn, p.batch_id)
             if row is None:
                 raise BatchNotFound(f"no batch {p.batch_id}", field="batch_id")
-            if row["state"] not in ("completed", "failed", "cancelled"):
+            if not BatchState(row["state"]).ended:
                 batches_q.update_batch(conn, p.batch_id, cancel_requested=1)
 
     sched = scheduler(ctx)
@@ -134,22 +143,25 @@ async def _result(ctx: ServiceContext, run_id: str, message: str) -> bm.RunActio
 def _reopen_batch(conn: sqlite3.Connection, batch_id: str) -> None:
     """A run is being redone: a settled or blocked batch is live again."""
     batch_row = batches_q.get_batch(conn, batch_id)
-    if batch_row["state"] in ("completed", "failed", "blocked"):
-        batches_q.update_batch(conn, batch_id, state="running", state_reason=None, ended_at=None)
+    state = BatchState(batch_row["state"])
+    if state in (BatchState.COMPLETED, BatchState.FAILED, BatchState.BLOCKED):
+        batches_q.move_batch(conn, batch_id, expect=state, to=BatchState.RUNNING, state_reason=None, ended_at=None)
 
 
 async def run_stop(ctx: ServiceContext, p: bm.RunParams) -> bm.RunActionResult:
     sched = scheduler(ctx)
     async with sched.lock:
         batch_row, run = await _run_context(ctx, p.run_id)
-        if run["state"] == "queued":
-            await ctx.db(write_run, run["id"], state="cancelled", failure="stopped")
+        if run["state"] == RunState.QUEUED:
+            await ctx.db(write_run_if, run["id"], RunState.QUEUED, run["attempt"], state=RunState.CANCELLED,
+                         failure="stopped")
             message = "stopped before it started"
-        elif run["state"] == "running" and run["agent_id"]:
+        elif run["state"] == RunState.RUNNING and run["agent_id"]:
             await agent_service.cancel(ctx, CancelParams(agent_id=run["agent_id"]))
             message = "cancel sent to its agent"
-        elif run["state"] == "running":  # its agent is being started: it is cancelled on attach
-            await ctx.db(write_run_if, run["id"], "running", run["attempt"], state="cancelled", failure="stopped")
+        elif run["state"] == RunState.RUNNING:  # its agent is being started: it is cancelled on attach
+            await ctx.db(write_run_if, run["id"], RunState.RUNNING, run["attempt"], state=RunState.CANCELLED,
+                         failure="stopped")
             message = "stopped while its agent was starting"
         else:
             message = f"run is {run['state']}; nothing to stop"
@@ -158,7 +170,7 @@ async def run_stop(ctx: ServiceContext, p: bm.RunParams) -> bm.RunActionResult:
 
 
 def _settled(sched: BatchScheduler, run: sqlite3.Row, verb: str) -> None:
-    if run["state"] in ("queued", "running"):
+    if RunState(run["state"]) in RUN_ACTIVE:
         raise Conflict(f"run {run['id']} is {run['state']}; stop it or wait before you {verb} it",
                        field="run_id", state=run["state"])
     if run["id"] in sched.busy:
@@ -174,7 +186,7 @@ async def run_rerun(ctx: ServiceContext, p: bm.RunParams) -> bm.RunActionResult:
     async with sched.lock:  # decide and commit the new attempt; its agent starts outside the lock
         batch_row, run = await _run_context(ctx, p.run_id)
         _settled(sched, run, "rerun")
-        workflow = WORKFLOWS[batch_row["workflow"]]
+        workflow = workflow_named(batch_row["workflow"])
 
         def reset(conn: sqlite3.Connection) -> None:
             with write(conn):
@@ -185,7 +197,8 @@ async def run_rerun(ctx: ServiceContext, p: bm.RunParams) -> bm.RunActionResult:
                     conn.execute("DELETE FROM batch_runs WHERE id = ?", (run_id,))
                 for other in runs:
                     if other["id"] in requeue:
-                        batches_q.update_run(conn, other, state="queued")
+                        batches_q.update_run_if(conn, other, expect_state=other["state"],
+                                                expect_attempt=other["attempt"], state=RunState.QUEUED)
                 conn.execute("UPDATE batch_runs SET score = NULL, rank = NULL WHERE batch_id = ?",
                              (batch_row["id"],))
                 _reopen_batch(conn, batch_row["id"])
@@ -210,7 +223,7 @@ async def _continue_agent(ctx: ServiceContext, run: sqlite3.Row, prompt: str, ki
         with write(conn):
             attempt = run["attempt"] + 1
             if not batches_q.update_run_if(conn, run, expect_state=run["state"], expect_attempt=run["attempt"],
-                                           state="running", attempt=attempt, failure=None):
+                                           state=RunState.RUNNING, attempt=attempt, failure=None):
                 return False
             batches_q.record_attempt(conn, run, attempt=attempt, kind=kind, agent_id=run["agent_id"])
             _reopen_batch(conn, run["batch_id"])
@@ -240,7 +253,7 @@ async def run_resume(ctx: ServiceContext, p: bm.RunResumeParams) -> bm.RunAction
     sched = scheduler(ctx)
 
     async def check(_batch_row: sqlite3.Row, run: sqlite3.Row) -> None:
-        if run["state"] not in ("failed", "cancelled") or not run["agent_id"]:
+        if run["state"] not in (RunState.FAILED, RunState.CANCELLED) or not run["agent_id"]:
             raise Conflict(f"run {run['id']} is {run['state']}; only a failed or stopped run resumes",
                            field="run_id", state=run["state"])
         _settled(sched, run, "resume")
@@ -276,7 +289,7 @@ async def batch_review(ctx: ServiceContext, p: bm.BatchReviewParams) -> bm.Batch
         if batch_row is None:
             raise BatchNotFound(f"no batch {p.batch_id}", field="batch_id")
         runs = await ctx.db(batches_q.runs, p.batch_id)
-        cleaning = {r["id"] for r in runs if r["id"] in sched.busy and r["state"] not in ("queued", "running")}
+        cleaning = {r["id"] for r in runs if r["id"] in sched.busy and RunState(r["state"]) not in RUN_ACTIVE}
     wanted = [r for r in runs if r["worktree"] and (not p.run_id or r["id"] == p.run_id)]
     reviews = [await asyncio.to_thread(_review, batch_row, run, run["id"] in cleaning) for run in wanted]
     return bm.BatchReview(batch_id=p.batch_id, base_sha=batch_row["base_sha"], runs=reviews)
@@ -343,7 +356,7 @@ def _clean_plan(batch_row: sqlite3.Row, runs: list[sqlite3.Row], busy: set[str],
         exists = path.exists()
         dirty = git.dirty_files(path) if exists else []
         ahead = git.unmerged_commits(root, run["branch"], _into(batch_row)) if run["branch"] else 0
-        if run["state"] in ("queued", "running") or run["id"] in busy:
+        if RunState(run["state"]) in RUN_ACTIVE or run["id"] in busy:
             action = "kept_running"
         elif not exists and not _branch_exists(root, run["branch"]):
             action = "already_gone"

@@ -1,6 +1,8 @@
 """The four workflows as small modules the scheduler asks questions of: which runs exist, when
-a run is ready, how it runs (prompt, profile, worker tools), what makes it a success, which
-failures block, what a rerun resets, and how the batch ends."""
+a run is ready, how it runs (prompt, profile, worker tools, read roots), what makes it a
+success (judge, then a post-success check), how often a failed run is retried, which failures
+block, what a rerun resets, and how the batch ends. Workflow and stage names are checked here,
+not by the database."""
 
 import json
 import re
@@ -10,6 +12,9 @@ from statistics import mean
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from agent_run.domain.batch_states import RunState
+from agent_run.domain.errors import InvalidRequest
 
 
 @dataclass(frozen=True)
@@ -33,6 +38,14 @@ class RunOutcome:
     ok: bool
     failure: str | None = None
     result: Any = None
+
+
+@dataclass(frozen=True)
+class Check:
+    """A command run in a succeeded run's folder; its exit status and output are recorded."""
+
+    command: str
+    timeout: float
 
 
 @dataclass
@@ -71,8 +84,9 @@ def parse_json_reply(text: str) -> Any:
 
 class Workflow:
     name = ""
-    staged = False  # only staged workflows can be `blocked`
+    staged = False  # only staged workflows can be `blocked`: a failed run stops the rest
     main_stage = "worker"
+    stages: tuple[str, ...] = ("worker",)
 
     def initial_runs(self, cfg: dict[str, Any]) -> list[RunSpec]:
         return [RunSpec(self.main_stage, n, f"run {n}", cfg["prompt"], cfg["profile"], worktree=True,
@@ -87,11 +101,20 @@ class Workflow:
     def worker_tools(self, stage: str) -> list[str]:
         return ["finish"]
 
+    def read_roots(self, run: sqlite3.Row, runs: list[sqlite3.Row]) -> list[str]:
+        """Folders the run's agent may read besides its own."""
+        return []
+
+    def retries(self, stage: str) -> int:
+        """How many times a failed run of `stage` is started again on its own."""
+        return 0
+
     def judge(self, run: sqlite3.Row, evidence: Evidence, cfg: dict[str, Any]) -> RunOutcome:
         return RunOutcome(True)
 
-    def blocks(self, run: sqlite3.Row) -> bool:
-        return self.staged
+    def post_success_check(self, run: sqlite3.Row, cfg: dict[str, Any]) -> Check | None:
+        """A check to run once the judge accepted the run (its result ranks, never fails it)."""
+        return None
 
     def reset_on_rerun(self, run: sqlite3.Row, runs: list[sqlite3.Row]) -> tuple[list[str], list[str]]:
         """(run ids to delete, run ids to queue again) when `run` is rerun."""
@@ -108,7 +131,7 @@ class Repeated(Workflow):
 
 class Generated(Workflow):
     name = "generated"
-    GENERATOR_RETRIES = 1
+    stages = ("generator", "worker")
 
     def initial_runs(self, cfg: dict[str, Any]) -> list[RunSpec]:
         prompt = (f"{cfg['prompt']}\n\nReply with a JSON array of exactly {cfg['runs']} tasks, each an "
@@ -117,7 +140,7 @@ class Generated(Workflow):
 
     def follow_on_runs(self, cfg: dict[str, Any], runs: list[sqlite3.Row]) -> list[RunSpec]:
         generator = next(r for r in runs if r["stage"] == "generator")
-        if generator["state"] != "succeeded" or any(r["stage"] == "worker" for r in runs):
+        if generator["state"] != RunState.SUCCEEDED or any(r["stage"] == "worker" for r in runs):
             return []
         tasks = json.loads(generator["result_json"])
         return [RunSpec("worker", n, task["title"], task["prompt"], cfg["profile"], worktree=True)
@@ -134,14 +157,15 @@ class Generated(Workflow):
             return RunOutcome(False, f"error_reply: {len(tasks)} tasks, not exactly {cfg['runs']}")
         return RunOutcome(True, result=[t.model_dump() for t in tasks])
 
-    def blocks(self, run: sqlite3.Row) -> bool:
-        return False
+    def retries(self, stage: str) -> int:
+        return 1 if stage == "generator" else 0  # a generator's malformed reply gets one more try
 
 
 class Ranked(Workflow):
     name = "ranked"
     staged = True
     main_stage = "candidate"
+    stages = ("candidate", "reviewer")
 
     def initial_runs(self, cfg: dict[str, Any]) -> list[RunSpec]:
         prompt = (f"{cfg['prompt']}\n\nWork on your own branch. When you are done, commit your change "
@@ -154,7 +178,8 @@ class Ranked(Workflow):
         reviewed = {r["parent_run_id"] for r in runs if r["stage"] == "reviewer"}
         k = cfg["reviewers"]
         for candidate in runs:
-            if candidate["stage"] != "candidate" or candidate["state"] != "succeeded" or candidate["id"] in reviewed:
+            if (candidate["stage"] != "candidate" or candidate["state"] != RunState.SUCCEEDED
+                    or candidate["id"] in reviewed):
                 continue
             focus = cfg.get("review_prompt") or "correctness, simplicity and tests"
             prompt = (f"Review candidate {candidate['idx']}: the change committed on branch {candidate['branch']} "
@@ -182,6 +207,11 @@ class Ranked(Workflow):
             return RunOutcome(False, "no_score: the reviewer never called submit_score")
         return RunOutcome(True, result=scores[-1])
 
+    def post_success_check(self, run: sqlite3.Row, cfg: dict[str, Any]) -> Check | None:
+        if run["stage"] == "candidate" and cfg.get("verify_command"):
+            return Check(cfg["verify_command"], cfg["verify_timeout_seconds"])
+        return None
+
     def reset_on_rerun(self, run: sqlite3.Row, runs: list[sqlite3.Row]) -> tuple[list[str], list[str]]:
         if run["stage"] == "candidate":
             return [r["id"] for r in runs if r["parent_run_id"] == run["id"]], []
@@ -202,6 +232,7 @@ class Ranked(Workflow):
 class Validated(Workflow):
     name = "validated"
     staged = True
+    stages = ("worker", "validator")
 
     def initial_runs(self, cfg: dict[str, Any]) -> list[RunSpec]:
         prompt = (f"{cfg['prompt']}\n\nWhen you are done, call the worker tool submit_result exactly once, "
@@ -212,7 +243,7 @@ class Validated(Workflow):
 
     def follow_on_runs(self, cfg: dict[str, Any], runs: list[sqlite3.Row]) -> list[RunSpec]:
         workers = [r for r in runs if r["stage"] == "worker"]
-        if any(r["stage"] == "validator" for r in runs) or not all(w["state"] == "succeeded" for w in workers):
+        if any(r["stage"] == "validator" for r in runs) or not all(w["state"] == RunState.SUCCEEDED for w in workers):
             return []
         listing = "\n".join(f"- worker {w['idx']}: {w['workdir']}" for w in workers)
         focus = cfg.get("validator_prompt") or "Does each worker's change do the task correctly?"
@@ -222,11 +253,11 @@ class Validated(Workflow):
                   '{"workers": [{"worker": N, "pass": true, "reason": "..."}], "winner": N}.')
         return [RunSpec("validator", 1, "validator", prompt, "read_only", worktree=False, locked=True)]
 
-    def ready(self, run: sqlite3.Row, runs: list[sqlite3.Row]) -> bool:
-        return True
-
     def worker_tools(self, stage: str) -> list[str]:
         return ["finish", "submit_result"] if stage == "worker" else ["finish"]
+
+    def read_roots(self, run: sqlite3.Row, runs: list[sqlite3.Row]) -> list[str]:
+        return [r["workdir"] for r in runs if r["stage"] == "worker"] if run["stage"] == "validator" else []
 
     def judge(self, run: sqlite3.Row, evidence: Evidence, cfg: dict[str, Any]) -> RunOutcome:
         if run["stage"] == "worker":
@@ -248,3 +279,17 @@ class Validated(Workflow):
 
 
 WORKFLOWS: dict[str, Workflow] = {w.name: w for w in (Repeated(), Generated(), Ranked(), Validated())}
+
+
+def workflow_named(name: str) -> Workflow:
+    """The workflow called `name`; InvalidRequest naming the field when there is none."""
+    if name not in WORKFLOWS:
+        raise InvalidRequest(f"unknown workflow {name!r}; one of {', '.join(WORKFLOWS)}", field="workflow")
+    return WORKFLOWS[name]
+
+
+def check_stage(workflow: Workflow, stage: str) -> None:
+    """A run's stage must be one of its workflow's; the database no longer pins the names."""
+    if stage not in workflow.stages:
+        raise InvalidRequest(f"stage {stage!r} is not one of the {workflow.name} workflow's "
+                             f"({', '.join(workflow.stages)})", field="stage")

@@ -17,23 +17,27 @@ RunId = Field(min_length=1, max_length=64, pattern=r"^rn_[0-9a-z]+$", descriptio
 
 class BatchStartParams(Params):
     workflow: Workflow = Field(description="repeated | generated | ranked | validated")
-    project: str = Field(min_length=1, max_length=4096, description="absolute path of a git repository or a folder inside one")
+    project: str = Field(min_length=1, max_length=4096,
+                         description="absolute path of a git repository or a folder inside one")
     prompt: str = Field(min_length=1, max_length=1_000_000,
                         description="the task of each run (generated: the instruction to the generator)")
     runs: int = Field(ge=1, le=50, description="how many runs (generated: how many tasks to make)")
     concurrency: int = Field(default=4, ge=1, le=50, description="at most this many agents at once")
     base_ref: str = Field(default="HEAD", min_length=1, max_length=1000, pattern=r"^[^\x00-\x1f\x7f]+$",
                           description="pinned to a commit when the batch is created")
-    worktree_root: str | None = Field(default=None, min_length=1, max_length=4096, description="where worktrees go (default: the repository's parent)")
+    worktree_root: str | None = Field(default=None, min_length=1, max_length=4096,
+                                      description="where worktrees go (default: the repository's parent)")
     runtime: str | None = Field(default=None, min_length=1, max_length=200)
     model: str | None = Field(default=None, min_length=1, max_length=200)
     profile: Literal["read_only", "write"] = Field(default="write", description="of the workers / candidates")
     reviewers: int = Field(default=2, ge=1, le=10, description="ranked: reviewers per candidate")
-    review_prompt: str | None = Field(default=None, min_length=1, max_length=100_000, description="ranked: what reviewers judge")
+    review_prompt: str | None = Field(default=None, min_length=1, max_length=100_000,
+                                      description="ranked: what reviewers judge")
     verify_command: str | None = Field(default=None, min_length=1, pattern=r"^[^\x00]+$", max_length=2_000,
                                        description="ranked: a shell command run in each candidate worktree")
     verify_timeout_seconds: float = Field(default=600, gt=0, le=3_600)
-    validator_prompt: str | None = Field(default=None, min_length=1, max_length=100_000, description="validated: what the validator checks")
+    validator_prompt: str | None = Field(default=None, min_length=1, max_length=100_000,
+                                         description="validated: what the validator checks")
     request_id: str | None = Field(default=None, min_length=1, max_length=200)
     stall_seconds: float | None = Field(default=None, gt=0, le=86_400)
     wall_seconds: float | None = Field(default=None, gt=0, le=7 * 86_400)

@@ -30,11 +30,13 @@ class FailureKind(StrEnum):
 
 
 FAILURE_ADVICE: dict[FailureKind, str] = {
-    FailureKind.SPAWN_FAILED: "The engine binary could not be started: run `agent-run doctor` and check the runtime's binary.",
+    FailureKind.SPAWN_FAILED: "The engine binary could not be started: run `agent-run doctor` and check the "
+                              "runtime's binary.",
     FailureKind.AUTH_FAILED: "The provider refused the credentials: check the variable named in the runtime's auth.",
     FailureKind.RATE_LIMITED: "The provider rate-limited this route: retry later or route to another runtime.",
     FailureKind.QUOTA_EXHAUSTED: "The account's quota is used up: switch runtime or wait for the quota to reset.",
-    FailureKind.PROVIDER_ERROR: "The provider returned a server error: retry; if it persists, check the provider's status.",
+    FailureKind.PROVIDER_ERROR: "The provider returned a server error: retry; if it persists, check the "
+                                "provider's status.",
     FailureKind.PROVIDER_OVERLOADED: "The provider is overloaded (529 / high demand): retry later.",
     FailureKind.STREAM_ERROR: "The model stream was malformed or cut short: retry the agent.",
     FailureKind.NETWORK_ERROR: "The provider could not be reached: check base_url and the network.",
@@ -45,8 +47,11 @@ FAILURE_ADVICE: dict[FailureKind, str] = {
     FailureKind.ERROR_REPLY: "The engine's only reply was an error message: read the answer text for the cause.",
     FailureKind.PROTOCOL_ERROR: "The engine spoke something agent-run could not parse: check the engine version.",
     FailureKind.CONFIG_ERROR: "The runtime's configuration is invalid: run `agent-run doctor`.",
-    FailureKind.ENGINE_GROUP_SURVIVED: "Engine processes survived the end of the run and were killed: the result is not trusted.",
+    FailureKind.ENGINE_GROUP_SURVIVED: "Engine processes survived the end of the run and were killed: the result "
+                                       "is not trusted.",
     FailureKind.SUPERVISOR_FAILED: "The supervisor hit an internal error: read the supervisor log under agents/<id>/.",
     FailureKind.SUPERVISOR_LOST: "The supervisor died (killed or machine rebooted): resume or start the agent again.",
-    FailureKind.STORAGE_FULL: "The disk holding the home stayed full longer than the supervisor could hold the run's events in memory: free space (df on the home), then resume or start the agent again.",
+    FailureKind.STORAGE_FULL: "The disk holding the home stayed full longer than the supervisor could hold the "
+                              "run's events in memory: free space (df on the home), then resume or start the "
+                              "agent again.",
 }

@@ -86,7 +86,8 @@ class WaitParams(Params):
 
 
 class DocParams(Params):
-    topic: str | None = Field(default=None, min_length=1, max_length=200, description="a topic; omit for the list of topics")
+    topic: str | None = Field(default=None, min_length=1, max_length=200,
+                              description="a topic; omit for the list of topics")
 
 
 class EmptyParams(Params):

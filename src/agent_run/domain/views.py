@@ -7,7 +7,6 @@ from pydantic import BaseModel, Field
 from agent_run.domain.failures import FailureKind
 from agent_run.domain.states import ExecutionState, Verdict
 
-
 ANSWER_VERIFIED = ("null without a sealed answer; false once a re-hash (answer, the batch judge or "
                    "the daemon's scrub) found answer.md not matching its sha256")
 

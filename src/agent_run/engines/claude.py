@@ -17,7 +17,13 @@ from pathlib import Path
 
 from agent_run.domain.failures import FailureKind
 from agent_run.engines.base import (
-    Completion, EngineEvent, ExecutionPlan, LaunchSpec, SteerJoined, Unparsed, WorkerMcp,
+    Completion,
+    EngineEvent,
+    ExecutionPlan,
+    LaunchSpec,
+    SteerJoined,
+    Unparsed,
+    WorkerMcp,
     kind_for_http_status,
 )
 from agent_run.engines.environment import base_environment, single_secret

@@ -27,8 +27,18 @@ import tomli_w
 
 from agent_run.domain.failures import FailureKind
 from agent_run.engines.base import (
-    Completion, EngineEvent, EngineNote, ExecutionPlan, LaunchSpec, MessageEvent, RetryEvent,
-    SendInput, SessionStarted, Unparsed, WorkerMcp, kind_for_http_status,
+    Completion,
+    EngineEvent,
+    EngineNote,
+    ExecutionPlan,
+    LaunchSpec,
+    MessageEvent,
+    RetryEvent,
+    SendInput,
+    SessionStarted,
+    Unparsed,
+    WorkerMcp,
+    kind_for_http_status,
 )
 from agent_run.engines.claude import kind_from_text
 from agent_run.engines.environment import base_environment, single_secret

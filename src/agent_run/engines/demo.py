@@ -7,11 +7,15 @@ from pathlib import Path
 
 from agent_run.domain.failures import FailureKind
 from agent_run.engines.base import (
-    Completion, ExecutionPlan, LaunchSpec, WorkerMcp, kind_for_http_status,
+    Completion,
+    ExecutionPlan,
+    LaunchSpec,
+    WorkerMcp,
+    kind_for_http_status,
 )
-from agent_run.home import write_private_file
 from agent_run.engines.environment import base_environment
 from agent_run.engines.stream_json import StreamJsonProtocol
+from agent_run.home import write_private_file
 
 
 class DemoEngine(StreamJsonProtocol):

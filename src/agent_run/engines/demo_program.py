@@ -203,7 +203,7 @@ class DemoEngine:
                 raise SystemExit(f"No conversation found with session ID: {resume}")
             with open(self.session_file) as fh:
                 self.history = [json.loads(line) for line in fh if line.strip()]
-        self.inbox: "queue.Queue[dict | None]" = queue.Queue()
+        self.inbox: queue.Queue[dict | None] = queue.Queue()
         self.interrupt = threading.Event()
         self.turns = 0
         self.write_lock = threading.Lock()

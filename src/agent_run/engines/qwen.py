@@ -35,13 +35,23 @@ from typing import Any
 
 from agent_run.domain.failures import FailureKind
 from agent_run.engines.base import (
-    Completion, EngineEvent, ExecutionPlan, LaunchSpec, RetryEvent, Unparsed, WorkerMcp,
+    Completion,
+    EngineEvent,
+    ExecutionPlan,
+    LaunchSpec,
+    RetryEvent,
+    Unparsed,
+    WorkerMcp,
     kind_for_http_status,
 )
 from agent_run.engines.claude import kind_from_text
 from agent_run.engines.environment import base_environment, single_secret
 from agent_run.engines.stream_json import (
-    StreamJsonProtocol, control_request, events_of, load_line, user_message,
+    StreamJsonProtocol,
+    control_request,
+    events_of,
+    load_line,
+    user_message,
 )
 from agent_run.home import write_private_file
 

@@ -4,7 +4,14 @@ import json
 from typing import Any
 
 from agent_run.engines.base import (
-    Completion, ControlAck, EngineEvent, ExecutionPlan, MessageEvent, RetryEvent, SessionStarted, Unparsed,
+    Completion,
+    ControlAck,
+    EngineEvent,
+    ExecutionPlan,
+    MessageEvent,
+    RetryEvent,
+    SessionStarted,
+    Unparsed,
 )
 
 

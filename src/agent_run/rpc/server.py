@@ -18,9 +18,9 @@ from agent_run.domain.errors import DomainError, InternalError
 from agent_run.home import MAX_SOCKET_PATH, Home
 from agent_run.logs import daemon_logger
 from agent_run.rpc import protocol as p
+from agent_run.services.agents import adopt_orphan
 from agent_run.services.context import ServiceContext, as_storage_full
 from agent_run.services.integrity import scrub_once
-from agent_run.services.agents import adopt_orphan
 from agent_run.services.reconcile import reconcile_once
 from agent_run.tools import SOCKET_ONLY, TOOLS, Tool
 
@@ -196,7 +196,8 @@ class Daemon:
             self.log.error("rpc.unencodable_reply", error=repr(exc))
             request_id = message.get("id")
             safe_id = request_id if isinstance(request_id, int) else None
-            return p.encode(p.error(safe_id, p.INTERNAL_ERROR, f"internal error: unencodable reply ({type(exc).__name__}); "
+            return p.encode(p.error(safe_id, p.INTERNAL_ERROR,
+                                    f"internal error: unencodable reply ({type(exc).__name__}); "
                                     f"see {self.home.logs_dir / 'daemon.log'}"))
 
     async def _handle_line(self, line: bytes, send: Any) -> None:

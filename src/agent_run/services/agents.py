@@ -12,12 +12,27 @@ from agent_run.domain import errors
 from agent_run.domain.failures import FailureKind
 from agent_run.domain.ids import new_agent_id, new_execution_id
 from agent_run.domain.requests import (
-    AgentParams, CancelParams, ListAgentsParams, ResumeParams, StartParams, SteerParams, TranscriptParams, WaitParams,
+    AgentParams,
+    CancelParams,
+    ListAgentsParams,
+    ResumeParams,
+    StartParams,
+    SteerParams,
+    TranscriptParams,
+    WaitParams,
 )
 from agent_run.domain.states import ExecutionState
 from agent_run.domain.views import (
-    AgentList, AgentSummary, AgentView, AnswerView, CancelResult, ExecutionView, SteerResult,
-    TranscriptItem, TranscriptPage, WaitResult,
+    AgentList,
+    AgentSummary,
+    AgentView,
+    AnswerView,
+    CancelResult,
+    ExecutionView,
+    SteerResult,
+    TranscriptItem,
+    TranscriptPage,
+    WaitResult,
 )
 from agent_run.services.context import ServiceContext
 from agent_run.services.integrity import answer_verified, verified_answer
@@ -95,8 +110,9 @@ async def list_agents(ctx: ServiceContext, p: ListAgentsParams) -> AgentList:
         rows, total = agents_q.list_agents(conn, states=[s.value for s in p.state or []],
                                            runtime=p.runtime, after_revision=p.after_revision,
                                            limit=p.limit, offset=p.offset)
-        items = [AgentSummary(id=r["id"], request_id=r["request_id"], runtime=r["runtime"], model=r["model"], state=r["state"],
-                              failure_kind=r["failure_kind"], task_preview=r["task"].strip().splitlines()[0][:120] if r["task"].strip() else "",
+        items = [AgentSummary(id=r["id"], request_id=r["request_id"], runtime=r["runtime"], model=r["model"],
+                              state=r["state"], failure_kind=r["failure_kind"],
+                              task_preview=r["task"].strip().splitlines()[0][:120] if r["task"].strip() else "",
                               created_at=r["created_at"], updated_at=r["updated_at"],
                               answer_sha256=r["answer_sha256"], answer_verified=answer_verified(r),
                               verdict=r["verdict"])

@@ -9,9 +9,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from agent_run.config import Config
+from agent_run.domain.errors import StorageFull
 from agent_run.home import Home
 from agent_run.services.group_write import GroupWriter
-from agent_run.domain.errors import StorageFull
 from agent_run.store.db import connect, is_storage_full, storage_full
 from agent_run.store.events import current_revision
 

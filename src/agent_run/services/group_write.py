@@ -43,7 +43,7 @@ class GroupWriter:
                     outcomes = await loop.run_in_executor(self.thread, self._run, group)
                 except Exception as exc:  # BEGIN or COMMIT failed: nothing in the group landed
                     outcomes = [(False, exc)] * len(group)
-                for (_fn, _args, future), (ok, value) in zip(group, outcomes):
+                for (_fn, _args, future), (ok, value) in zip(group, outcomes, strict=True):
                     if future.done():  # its caller was cancelled
                         continue
                     if ok:

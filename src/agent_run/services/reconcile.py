@@ -17,7 +17,11 @@ from agent_run.store import agents as agents_q
 from agent_run.store import commands as commands_q
 from agent_run.store.db import write
 from agent_run.supervisor.identity import (
-    Liveness, ProcessIdentity, engine_group_alive, kill_group, liveness,
+    Liveness,
+    ProcessIdentity,
+    engine_group_alive,
+    kill_group,
+    liveness,
 )
 from agent_run.supervisor.storage import RESERVE_NAME, filesystem_full, supervisor_log_says_full
 

@@ -5,10 +5,11 @@ import sqlite3
 import time
 from typing import Any
 
-from agent_run.domain.states import ExecutionState, check_transition
+from agent_run.domain.states import TERMINAL_STATES, ExecutionState, check_transition
+from agent_run.store.db import one
 from agent_run.store.events import append_event
 
-TERMINAL_SQL = "('succeeded', 'failed', 'cancelled', 'lost')"
+TERMINAL_SQL = "(" + ", ".join(f"'{state.value}'" for state in sorted(TERMINAL_STATES)) + ")"
 
 
 def insert_agent_with_execution(conn: sqlite3.Connection, *, agent: dict[str, Any],
@@ -40,21 +41,19 @@ def insert_execution(conn: sqlite3.Connection, *, agent_id: str, execution: dict
 
 
 def get_agent(conn: sqlite3.Connection, agent_id: str) -> sqlite3.Row | None:
-    return conn.execute("SELECT * FROM agents WHERE id = ?", (agent_id,)).fetchone()
+    return one(conn, "SELECT * FROM agents WHERE id = ?", (agent_id,))
 
 
 def get_agent_by_request(conn: sqlite3.Connection, request_id: str) -> sqlite3.Row | None:
-    return conn.execute("SELECT * FROM agents WHERE request_id = ?", (request_id,)).fetchone()
+    return one(conn, "SELECT * FROM agents WHERE request_id = ?", (request_id,))
 
 
 def get_execution(conn: sqlite3.Connection, execution_id: str) -> sqlite3.Row | None:
-    return conn.execute("SELECT * FROM executions WHERE id = ?", (execution_id,)).fetchone()
+    return one(conn, "SELECT * FROM executions WHERE id = ?", (execution_id,))
 
 
 def latest_execution(conn: sqlite3.Connection, agent_id: str) -> sqlite3.Row | None:
-    return conn.execute(
-        "SELECT * FROM executions WHERE agent_id = ? ORDER BY number DESC LIMIT 1", (agent_id,)
-    ).fetchone()
+    return one(conn, "SELECT * FROM executions WHERE agent_id = ? ORDER BY number DESC LIMIT 1", (agent_id,))
 
 
 def live_executions(conn: sqlite3.Connection) -> list[sqlite3.Row]:
@@ -73,7 +72,8 @@ def list_agents(conn: sqlite3.Connection, *, states: list[str] | None, runtime: 
                 after_revision: int | None, limit: int,
                 offset: int) -> tuple[list[sqlite3.Row], int]:
     """A page of agents (newest first) with their latest execution, and the exact total."""
-    where, params = [], []
+    where: list[str] = []
+    params: list[Any] = []
     if after_revision is not None:
         where.append("a.id IN (SELECT agent_id FROM events WHERE seq > ?)")
         params.append(after_revision)

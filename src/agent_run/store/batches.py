@@ -5,9 +5,19 @@ import sqlite3
 import time
 from typing import Any
 
+from agent_run.domain.batch_states import (
+    BATCH_ENDED,
+    BatchState,
+    IllegalTransition,
+    RunState,
+    check_batch_transition,
+    check_run_transition,
+)
+from agent_run.store.db import one
 from agent_run.store.events import append_event
 
-TERMINAL_BATCH_SQL = "('completed', 'failed', 'cancelled')"
+ENDED_BATCH_SQL = "(" + ", ".join(f"'{state.value}'" for state in sorted(BATCH_ENDED)) + ")"
+_RUN_LOGGED = ("state", "score", "rank", "attempt")
 
 
 def log_batch(conn: sqlite3.Connection, batch_id: str, data: dict[str, Any]) -> None:
@@ -21,10 +31,10 @@ def insert_batch(conn: sqlite3.Connection, row: dict[str, Any]) -> None:
         "INSERT INTO batches (id, request_id, request_hash, workflow, config_json, project_root,"
         " project_subdir, base_ref, base_sha, worktree_root, state, created_at, updated_at)"
         " VALUES (:id, :request_id, :request_hash, :workflow, :config_json, :project_root,"
-        " :project_subdir, :base_ref, :base_sha, :worktree_root, 'queued', :now, :now)",
-        {**row, "now": now},
+        " :project_subdir, :base_ref, :base_sha, :worktree_root, :state, :now, :now)",
+        {**row, "state": BatchState.QUEUED.value, "now": now},
     )
-    log_batch(conn, row["id"], {"state": "queued"})
+    log_batch(conn, row["id"], {"state": BatchState.QUEUED.value})
 
 
 def insert_run(conn: sqlite3.Connection, row: dict[str, Any]) -> None:
@@ -34,22 +44,22 @@ def insert_run(conn: sqlite3.Connection, row: dict[str, Any]) -> None:
         "INSERT INTO batch_runs (id, batch_id, stage, idx, parent_run_id, title, prompt, profile,"
         " worktree, branch, workdir, state, result_json, created_at, updated_at) VALUES (:id, :batch_id,"
         " :stage, :idx, :parent_run_id, :title, :prompt, :profile, :worktree, :branch, :workdir,"
-        " 'queued', :result_json, :now, :now)",
-        {**row, "now": now},
+        " :state, :result_json, :now, :now)",
+        {**row, "state": RunState.QUEUED.value, "now": now},
     )
-    log_batch(conn, row["batch_id"], {"run": row["id"], "state": "queued"})
+    log_batch(conn, row["batch_id"], {"run": row["id"], "state": RunState.QUEUED.value})
 
 
 def get_batch(conn: sqlite3.Connection, batch_id: str) -> sqlite3.Row | None:
-    return conn.execute("SELECT * FROM batches WHERE id = ?", (batch_id,)).fetchone()
+    return one(conn, "SELECT * FROM batches WHERE id = ?", (batch_id,))
 
 
 def get_batch_by_request(conn: sqlite3.Connection, request_id: str) -> sqlite3.Row | None:
-    return conn.execute("SELECT * FROM batches WHERE request_id = ?", (request_id,)).fetchone()
+    return one(conn, "SELECT * FROM batches WHERE request_id = ?", (request_id,))
 
 
 def live_batches(conn: sqlite3.Connection) -> list[sqlite3.Row]:
-    return conn.execute(f"SELECT * FROM batches WHERE state NOT IN {TERMINAL_BATCH_SQL}"
+    return conn.execute(f"SELECT * FROM batches WHERE state NOT IN {ENDED_BATCH_SQL}"
                         " ORDER BY created_at").fetchall()
 
 
@@ -68,7 +78,7 @@ def runs(conn: sqlite3.Connection, batch_id: str) -> list[sqlite3.Row]:
 
 
 def get_run(conn: sqlite3.Connection, run_id: str) -> sqlite3.Row | None:
-    return conn.execute("SELECT * FROM batch_runs WHERE id = ?", (run_id,)).fetchone()
+    return one(conn, "SELECT * FROM batch_runs WHERE id = ?", (run_id,))
 
 
 def attempts(conn: sqlite3.Connection, run_id: str) -> list[sqlite3.Row]:
@@ -76,37 +86,59 @@ def attempts(conn: sqlite3.Connection, run_id: str) -> list[sqlite3.Row]:
                         (run_id,)).fetchall()
 
 
-def update_batch(conn: sqlite3.Connection, batch_id: str, **fields: Any) -> None:
+def _set(conn: sqlite3.Connection, table: str, fields: dict[str, Any], where: str,
+         params: dict[str, Any]) -> bool:
     fields = {**fields, "updated_at": time.time()}
     assignments = ", ".join(f"{name} = :{name}" for name in fields)
-    conn.execute(f"UPDATE batches SET {assignments} WHERE id = :id", {**fields, "id": batch_id})
-    if "state" in fields or "cancel_requested" in fields:
-        log_batch(conn, batch_id, {k: v for k, v in fields.items() if k != "updated_at"})
+    cursor = conn.execute(f"UPDATE {table} SET {assignments} WHERE {where}", {**fields, **params})
+    return cursor.rowcount == 1
+
+
+def update_batch(conn: sqlite3.Connection, batch_id: str, **fields: Any) -> None:
+    """Fields other than the state (which only `move_batch` changes)."""
+    if "state" in fields:
+        raise IllegalTransition("a batch's state changes only through move_batch")
+    _set(conn, "batches", fields, "id = :id", {"id": batch_id})
+    if "cancel_requested" in fields:
+        log_batch(conn, batch_id, fields)
+
+
+def move_batch(conn: sqlite3.Connection, batch_id: str, *, expect: BatchState, to: BatchState,
+               **fields: Any) -> bool:
+    """Compare-and-set the batch's state `expect -> to` (and `fields`); IllegalTransition when the
+    machine forbids it, False when the batch is no longer in `expect`."""
+    check_batch_transition(BatchState(expect), BatchState(to))
+    if not _set(conn, "batches", {"state": BatchState(to).value, **fields}, "id = :id AND state = :expect",
+                {"id": batch_id, "expect": BatchState(expect).value}):
+        return False
+    log_batch(conn, batch_id, {"state": BatchState(to).value, **fields})
+    return True
 
 
 def update_run(conn: sqlite3.Connection, run: sqlite3.Row, **fields: Any) -> None:
-    fields = {**fields, "updated_at": time.time()}
-    assignments = ", ".join(f"{name} = :{name}" for name in fields)
-    conn.execute(f"UPDATE batch_runs SET {assignments} WHERE id = :id", {**fields, "id": run["id"]})
-    log_batch(conn, run["batch_id"], {"run": run["id"], **{k: v for k, v in fields.items()
-                                                           if k in ("state", "score", "rank", "attempt")}})
+    """Fields other than the state (which only `update_run_if` changes)."""
+    if "state" in fields:
+        raise IllegalTransition("a run's state changes only through update_run_if")
+    _set(conn, "batch_runs", fields, "id = :id", {"id": run["id"]})
+    log_batch(conn, run["batch_id"], {"run": run["id"], **{k: v for k, v in fields.items() if k in _RUN_LOGGED}})
 
 
 def update_run_if(conn: sqlite3.Connection, run: sqlite3.Row, *, expect_state: str | tuple[str, ...],
                   expect_attempt: int, **fields: Any) -> bool:
     """Compare-and-set: update the run only while it is still in `state` (one or several) at
-    `attempt`; False when someone moved it meanwhile (a stop, a rerun, a cancel)."""
-    states = (expect_state,) if isinstance(expect_state, str) else expect_state
-    fields = {**fields, "updated_at": time.time()}
-    assignments = ", ".join(f"{name} = :{name}" for name in fields)
+    `attempt`; False when someone moved it meanwhile (a stop, a rerun, a cancel).
+    IllegalTransition when a new `state` is not allowed from every expected one."""
+    states = [RunState(s) for s in ((expect_state,) if isinstance(expect_state, str) else expect_state)]
+    if "state" in fields:
+        fields["state"] = RunState(fields["state"]).value
+        for old in states:
+            check_run_transition(old, RunState(fields["state"]))
     marks = ", ".join(f":s{i}" for i in range(len(states)))
-    cursor = conn.execute(
-        f"UPDATE batch_runs SET {assignments} WHERE id = :id AND attempt = :expect_attempt AND state IN ({marks})",
-        {**fields, "id": run["id"], "expect_attempt": expect_attempt, **{f"s{i}": s for i, s in enumerate(states)}})
-    if cursor.rowcount != 1:
+    if not _set(conn, "batch_runs", fields, f"id = :id AND attempt = :expect_attempt AND state IN ({marks})",
+                {"id": run["id"], "expect_attempt": expect_attempt,
+                 **{f"s{i}": s.value for i, s in enumerate(states)}}):
         return False
-    log_batch(conn, run["batch_id"], {"run": run["id"], **{k: v for k, v in fields.items()
-                                                           if k in ("state", "score", "rank", "attempt")}})
+    log_batch(conn, run["batch_id"], {"run": run["id"], **{k: v for k, v in fields.items() if k in _RUN_LOGGED}})
     return True
 
 

@@ -5,6 +5,7 @@ import sqlite3
 import time
 from typing import Any
 
+from agent_run.store.db import inserted_id, one
 from agent_run.store.events import append_event
 
 
@@ -18,7 +19,7 @@ def enqueue(conn: sqlite3.Connection, *, agent_id: str, execution_id: str, kind:
     )
     append_event(conn, agent_id=agent_id, execution_id=execution_id, kind="command",
                  data={"id": cur.lastrowid, "kind": kind, "state": "pending"})
-    return cur.lastrowid
+    return inserted_id(cur)
 
 
 def pending(conn: sqlite3.Connection, execution_id: str) -> list[sqlite3.Row]:
@@ -38,7 +39,7 @@ def resolve(conn: sqlite3.Connection, command: sqlite3.Row, *, state: str, resul
 
 
 def get(conn: sqlite3.Connection, command_id: int) -> sqlite3.Row | None:
-    return conn.execute("SELECT * FROM commands WHERE id = ?", (command_id,)).fetchone()
+    return one(conn, "SELECT * FROM commands WHERE id = ?", (command_id,))
 
 
 def pending_kind(conn: sqlite3.Connection, execution_id: str, kind: str) -> bool:

@@ -5,12 +5,31 @@ import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from agent_run.domain.errors import StorageFull
 
 BUSY_TIMEOUT_MS = 30_000
 SQLITE_FULL = 13
 NO_SPACE_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+
+
+def one(conn: sqlite3.Connection, sql: str, params: Any = ()) -> sqlite3.Row | None:
+    """The first row of `sql`, or None."""
+    row: sqlite3.Row | None = conn.execute(sql, params).fetchone()
+    return row
+
+
+def scalar(conn: sqlite3.Connection, sql: str, params: Any = ()) -> int:
+    """The integer in the first column of the first row of `sql` (a count, a max, a pragma)."""
+    return int(conn.execute(sql, params).fetchone()[0])
+
+
+def inserted_id(cursor: sqlite3.Cursor) -> int:
+    """The rowid an INSERT just made."""
+    if cursor.lastrowid is None:
+        raise sqlite3.InterfaceError("the statement inserted no row")
+    return cursor.lastrowid
 
 
 def migrations() -> list[tuple[int, str, str]]:
@@ -27,7 +46,7 @@ def migrations() -> list[tuple[int, str, str]]:
 
 def migrate(conn: sqlite3.Connection) -> int:
     """Apply every migration newer than user_version, each in its own transaction."""
-    for number, name, sql in migrations():
+    for number, _name, sql in migrations():
         with write(conn):
             current = conn.execute("PRAGMA user_version").fetchone()[0]
             if number <= current:
@@ -35,7 +54,7 @@ def migrate(conn: sqlite3.Connection) -> int:
             for statement in _split_sql(sql):
                 conn.execute(statement)
             conn.execute(f"PRAGMA user_version = {number}")
-    return conn.execute("PRAGMA user_version").fetchone()[0]
+    return scalar(conn, "PRAGMA user_version")
 
 
 def _split_sql(sql: str) -> list[str]:

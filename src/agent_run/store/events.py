@@ -5,6 +5,8 @@ import sqlite3
 import time
 from typing import Any
 
+from agent_run.store.db import inserted_id, one, scalar
+
 
 def append_event(conn: sqlite3.Connection, *, agent_id: str, execution_id: str, kind: str,
                  data: dict[str, Any], ts: float | None = None) -> int:
@@ -15,7 +17,7 @@ def append_event(conn: sqlite3.Connection, *, agent_id: str, execution_id: str, 
         (agent_id, execution_id, kind, json.dumps(data, separators=(",", ":")),
          ts if ts is not None else time.time(), agent_id),
     )
-    return cur.lastrowid
+    return inserted_id(cur)
 
 
 def append_message(conn: sqlite3.Connection, *, agent_id: str, execution_id: str, role: str,
@@ -25,15 +27,15 @@ def append_message(conn: sqlite3.Connection, *, agent_id: str, execution_id: str
         " VALUES (?, ?, ?, ?, ?, ?, ?)",
         (agent_id, execution_id, role, name, content, ts if ts is not None else time.time(), int(is_error)),
     )
-    return cur.lastrowid
+    return inserted_id(cur)
 
 
 def current_revision(conn: sqlite3.Connection) -> int:
-    return conn.execute("SELECT coalesce(max(seq), 0) FROM events").fetchone()[0]
+    return scalar(conn, "SELECT coalesce(max(seq), 0) FROM events")
 
 
 def count_events(conn: sqlite3.Connection, agent_id: str) -> int:
-    return conn.execute("SELECT count(*) FROM events WHERE agent_id = ?", (agent_id,)).fetchone()[0]
+    return scalar(conn, "SELECT count(*) FROM events WHERE agent_id = ?", (agent_id,))
 
 
 def agent_events(conn: sqlite3.Connection, agent_id: str, *, after_seq: int = 0,
@@ -61,9 +63,7 @@ def messages_page(conn: sqlite3.Connection, agent_id: str, *, after_id: int,
 
 
 def last_message(conn: sqlite3.Connection, agent_id: str) -> sqlite3.Row | None:
-    return conn.execute(
-        "SELECT * FROM messages WHERE agent_id = ? ORDER BY id DESC LIMIT 1", (agent_id,)
-    ).fetchone()
+    return one(conn, "SELECT * FROM messages WHERE agent_id = ? ORDER BY id DESC LIMIT 1", (agent_id,))
 
 
 def changed_since(conn: sqlite3.Connection, revision: int, upto: int, limit: int) -> list[str]:

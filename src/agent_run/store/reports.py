@@ -6,6 +6,7 @@ import sqlite3
 import time
 from typing import Any
 
+from agent_run.store.db import inserted_id
 from agent_run.store.events import append_event
 
 
@@ -18,7 +19,7 @@ def append_report(conn: sqlite3.Connection, *, agent_id: str, execution_id: str,
     )
     append_event(conn, agent_id=agent_id, execution_id=execution_id, kind="tool_report",
                  data={"id": cur.lastrowid, "tool": tool})
-    return cur.lastrowid
+    return inserted_id(cur)
 
 
 def complete_report(conn: sqlite3.Connection, report_id: int, payload: dict[str, Any]) -> None:

@@ -7,7 +7,12 @@ import time
 from dataclasses import dataclass
 
 from agent_run.engines.base import LaunchSpec
-from agent_run.supervisor.identity import ProcessIdentity, engine_group_alive, group_members, kill_group
+from agent_run.supervisor.identity import (
+    ProcessIdentity,
+    engine_group_alive,
+    group_members,
+    kill_group,
+)
 
 KILL_WAIT_SECONDS = 5.0
 

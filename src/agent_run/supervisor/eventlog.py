@@ -40,7 +40,6 @@ class ExecutionLog:
         self._raw_bytes = 0
         self._raw_fd: int | None = None
         self._last_flush = time.monotonic()
-        self.event_count = 0
         self.full_since: float | None = None  # monotonic time the disk was first found full
         self.full_error: str | None = None
         self.dropped = 0  # rows and lines dropped once the buffer was exhausted
@@ -181,7 +180,6 @@ class ExecutionLog:
             if what == "event":
                 kind, data, ts = fields
                 append_event(self.conn, **ids, kind=kind, data=data, ts=ts)
-                self.event_count += 1
             elif what == "signal":
                 kind, status, retry_after, detail = fields
                 append_signal(self.conn, **ids, runtime=self.runtime, kind=kind, status=status,

@@ -28,11 +28,6 @@ def start_ticks(pid: int) -> int | None:
     return int(fields[19]) if fields else None
 
 
-def process_group(pid: int) -> int | None:
-    fields = _stat_fields(pid)
-    return int(fields[2]) if fields else None
-
-
 @dataclass(frozen=True)
 class ProcessIdentity:
     pid: int

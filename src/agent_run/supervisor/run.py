@@ -17,18 +17,29 @@ from agent_run.domain.failures import FailureKind
 from agent_run.domain.states import ExecutionState
 from agent_run.engines import engine_for
 from agent_run.engines.base import (
-    Completion, ControlAck, Engine, EngineNote, ExecutionPlan, LaunchSpec, MessageEvent, RetryEvent,
-    SendInput, SessionStarted, SteerJoined, Unparsed, WorkerMcp,
+    Completion,
+    ControlAck,
+    Engine,
+    EngineNote,
+    ExecutionPlan,
+    LaunchSpec,
+    MessageEvent,
+    RetryEvent,
+    SendInput,
+    SessionStarted,
+    SteerJoined,
+    Unparsed,
+    WorkerMcp,
 )
-from agent_run.home import Home, write_private_file
+from agent_run.home import Home
 from agent_run.store import agents as agents_q
 from agent_run.store import commands as commands_q
 from agent_run.store import reports as reports_q
 from agent_run.store.db import connect, is_storage_full, write
-from agent_run.supervisor.ending import Ending, EndWriter
 from agent_run.supervisor.credentials import EngineCredentials, engine_credentials
-from agent_run.supervisor.eventlog import ExecutionLog
+from agent_run.supervisor.ending import Ending, EndWriter
 from agent_run.supervisor.engine_process import EngineProcess, Escalation
+from agent_run.supervisor.eventlog import ExecutionLog
 from agent_run.supervisor.identity import ProcessIdentity, kill_group
 from agent_run.supervisor.outcome import Outcome, StopRequest, decide_outcome
 from agent_run.supervisor.redact import Redactor
@@ -37,7 +48,12 @@ from agent_run.supervisor.seal import keep_reply
 from agent_run.supervisor.stderr_log import StderrLog
 from agent_run.supervisor.storage import StorageReserve, note, reserve_log_space
 from agent_run.worker_tools.binding import (
-    EXECUTION_ENV, HOME_ENV, SERVER_NAME, TOKEN_ENV, TOOLS_ENV, token_hash,
+    EXECUTION_ENV,
+    HOME_ENV,
+    SERVER_NAME,
+    TOKEN_ENV,
+    TOOLS_ENV,
+    token_hash,
 )
 
 COMMAND_POLL_SECONDS = 0.2

@@ -5,10 +5,10 @@ holds no state of its own: every page and action is a tool call to the daemon ov
 """
 
 import asyncio
-from collections import OrderedDict
 import socket
 import sys
 import webbrowser
+from collections import OrderedDict
 from pathlib import Path
 
 import uvicorn

@@ -7,10 +7,9 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
+from agent_run.domain.batch_states import BATCH_ENDED, RUN_SETTLED, BatchState, RunState
 from agent_run.domain.errors import DomainError
 
-TERMINAL_BATCH = {"completed", "failed", "cancelled"}
-SETTLED_RUN = {"succeeded", "failed", "cancelled"}
 TRANSCRIPT_PAGES = 20
 LOG_EVENTS = 2000  # the Log tab shows at most this many events
 
@@ -37,7 +36,7 @@ async def home(request: Request) -> HTMLResponse:
     shown = [b for b in batches["items"] if project is None or b["project_root"] == project]
     # Only the batches that need you are read in full (for their failed runs and reason).
     needs_you = await asyncio.gather(*(proxy(request).call("batch", {"batch_id": b["id"]}) for b in shown
-                                       if b["state"] == "blocked" or b["counts"].get("failed")))
+                                       if b["state"] == BatchState.BLOCKED or b["counts"].get("failed")))
     standalone = [a for a in agents["items"] if not BATCH_RUN_REQUEST.match(a.get("request_id") or "")]
     blocked_agents = [a for a in agents["items"] if a.get("verdict") == "blocked"]
     projects = sorted({b["project_root"] for b in batches["items"]})
@@ -145,7 +144,7 @@ async def folders(request: Request) -> HTMLResponse:
 async def batch_page(request: Request) -> HTMLResponse:
     batch = await proxy(request).call("batch", {"batch_id": request.path_params["batch_id"]})
     return page(request, "batch.html", batch=batch, sections=batch_sections(batch),
-                can_cancel=batch["state"] not in TERMINAL_BATCH, watch=batch["id"], revision=batch["revision"])
+                can_cancel=batch["state"] not in BATCH_ENDED, watch=batch["id"], revision=batch["revision"])
 
 
 def batch_sections(batch: dict[str, Any]) -> dict[str, Any]:
@@ -229,11 +228,11 @@ def _attempt(run: dict[str, Any], wanted: str | None) -> dict[str, Any] | None:
 
 def run_actions(batch: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
     """Which buttons the lifecycle allows now, and why follow-up is locked when it is."""
-    live = batch["state"] not in ("cancelled",)
-    settled = run["state"] in SETTLED_RUN
-    return {"stop": run["state"] == "running",
+    live = batch["state"] != BatchState.CANCELLED
+    settled = run["state"] in RUN_SETTLED
+    return {"stop": run["state"] == RunState.RUNNING,
             "rerun": live and settled,
-            "resume": live and run["state"] in ("failed", "cancelled") and bool(run["agent_id"]),
+            "resume": live and run["state"] in (RunState.FAILED, RunState.CANCELLED) and bool(run["agent_id"]),
             "followup": live and settled and bool(run["agent_id"]),
             "locked_reason": ("this run's result feeds the batch's "
                               f"{'ranking' if batch['workflow'] == 'ranked' else 'verdict'}; "

@@ -1,0 +1,237 @@
+"""Batch and run state machines: every allowed and refused transition, the store's
+compare-and-set enforcement on a real SQLite file, workflow and stage names checked in Python,
+and the migration that took their CHECKs out of the tables (data preserved)."""
+
+import sqlite3
+import time
+from itertools import product
+from typing import get_args
+
+import pytest
+
+from agent_run.batches.workflows import WORKFLOWS, RunSpec, check_stage, workflow_named
+from agent_run.domain import batch_models as bm
+from agent_run.domain.batch_states import (
+    BATCH_ENDED,
+    RUN_SETTLED,
+    BatchState,
+    IllegalTransition,
+    RunState,
+    check_batch_transition,
+    check_run_transition,
+)
+from agent_run.domain.errors import InvalidRequest
+from agent_run.store import batches as batches_q
+from agent_run.store.db import connect, migrations, write
+
+B, R = BatchState, RunState
+
+# Written out by hand (not derived from the module's table), so a change to either shows.
+BATCH_ALLOWED = {
+    (B.QUEUED, B.RUNNING), (B.QUEUED, B.BLOCKED), (B.QUEUED, B.COMPLETED), (B.QUEUED, B.FAILED),
+    (B.QUEUED, B.CANCELLED),
+    (B.RUNNING, B.BLOCKED), (B.RUNNING, B.COMPLETED), (B.RUNNING, B.FAILED), (B.RUNNING, B.CANCELLED),
+    (B.BLOCKED, B.RUNNING), (B.BLOCKED, B.CANCELLED),
+    (B.COMPLETED, B.RUNNING), (B.FAILED, B.RUNNING),
+}
+RUN_ALLOWED = {
+    (R.QUEUED, R.RUNNING), (R.QUEUED, R.CANCELLED),
+    (R.RUNNING, R.SUCCEEDED), (R.RUNNING, R.FAILED), (R.RUNNING, R.CANCELLED),
+    (R.SUCCEEDED, R.RUNNING), (R.SUCCEEDED, R.QUEUED), (R.FAILED, R.RUNNING), (R.FAILED, R.QUEUED),
+    (R.CANCELLED, R.RUNNING), (R.CANCELLED, R.QUEUED),
+}
+
+
+@pytest.mark.parametrize("old, new", [(o, n) for o, n in product(B, B) if o != n])
+def test_batch_transition_table(old, new):
+    if (old, new) in BATCH_ALLOWED:
+        check_batch_transition(old, new)
+    else:
+        with pytest.raises(IllegalTransition, match=f"{old.value} -> {new.value}"):
+            check_batch_transition(old, new)
+
+
+@pytest.mark.parametrize("old, new", [(o, n) for o, n in product(R, R) if o != n])
+def test_run_transition_table(old, new):
+    if (old, new) in RUN_ALLOWED:
+        check_run_transition(old, new)
+    else:
+        with pytest.raises(IllegalTransition, match=f"{old.value} -> {new.value}"):
+            check_run_transition(old, new)
+
+
+def test_staying_in_a_state_is_no_transition_and_cancelled_batches_never_reopen():
+    for state in B:
+        check_batch_transition(state, state)  # e.g. a blocked batch whose reason changes
+    for state in R:
+        check_run_transition(state, state)
+    assert BATCH_ENDED == {B.COMPLETED, B.FAILED, B.CANCELLED}
+    assert RUN_SETTLED == {R.SUCCEEDED, R.FAILED, R.CANCELLED}
+    assert [s for s in B if s.ended] == [B.COMPLETED, B.FAILED, B.CANCELLED]
+
+
+def test_the_views_literals_name_exactly_the_enums_states():
+    assert set(get_args(bm.BatchState)) == {s.value for s in B}
+    assert set(get_args(bm.RunState)) == {s.value for s in R}
+    assert set(get_args(bm.Workflow)) == set(WORKFLOWS)
+    assert set(get_args(bm.Stage)) == {stage for w in WORKFLOWS.values() for stage in w.stages}
+
+
+# -- the store enforces the machine ---------------------------------------------------------------
+
+
+def _batch_row(batch_id: str, workflow: str = "repeated") -> dict:
+    return {"id": batch_id, "request_id": None, "request_hash": "h", "workflow": workflow, "config_json": "{}",
+            "project_root": "/p", "project_subdir": "", "base_ref": "HEAD", "base_sha": "0" * 40,
+            "worktree_root": "/w"}
+
+
+def _run_row(run_id: str, batch_id: str, stage: str = "worker", idx: int = 1) -> dict:
+    return {"id": run_id, "batch_id": batch_id, "stage": stage, "idx": idx, "title": "t", "prompt": "p",
+            "profile": "write", "workdir": "/w"}
+
+
+@pytest.fixture
+def conn(tmp_path):
+    conn = connect(tmp_path / "state.db")
+    with write(conn):
+        batches_q.insert_batch(conn, _batch_row("bt_1"))
+        batches_q.insert_run(conn, _run_row("rn_1", "bt_1"))
+    yield conn
+    conn.close()
+
+
+def _state(conn, table, row_id):
+    return conn.execute(f"SELECT state FROM {table} WHERE id = ?", (row_id,)).fetchone()[0]
+
+
+def test_move_batch_is_a_compare_and_set_on_its_state(conn):
+    with write(conn):
+        assert batches_q.move_batch(conn, "bt_1", expect=B.QUEUED, to=B.RUNNING)
+        assert not batches_q.move_batch(conn, "bt_1", expect=B.QUEUED, to=B.RUNNING)  # moved already
+    assert _state(conn, "batches", "bt_1") == "running"
+    event = conn.execute("SELECT data FROM events WHERE kind = 'batch' ORDER BY seq DESC LIMIT 1").fetchone()
+    assert '"running"' in event[0]
+
+
+def test_a_refused_batch_transition_raises_and_writes_nothing(conn):
+    with write(conn):
+        assert batches_q.move_batch(conn, "bt_1", expect=B.QUEUED, to=B.CANCELLED)
+    with pytest.raises(IllegalTransition, match="cancelled -> running"), write(conn):
+        batches_q.move_batch(conn, "bt_1", expect=B.CANCELLED, to=B.RUNNING)
+    assert _state(conn, "batches", "bt_1") == "cancelled"
+
+
+def test_state_changes_only_through_the_compare_and_set(conn):
+    run = batches_q.get_run(conn, "rn_1")
+    with pytest.raises(IllegalTransition), write(conn):
+        batches_q.update_batch(conn, "bt_1", state="running")
+    with pytest.raises(IllegalTransition), write(conn):
+        batches_q.update_run(conn, run, state="running")
+    with write(conn):
+        batches_q.update_batch(conn, "bt_1", cancel_requested=1)  # other fields stay free
+        batches_q.update_run(conn, run, score=3.5)
+    assert _state(conn, "batches", "bt_1") == "queued"
+
+
+def test_update_run_if_checks_the_transition_from_every_expected_state(conn):
+    run = batches_q.get_run(conn, "rn_1")
+    with pytest.raises(IllegalTransition, match="queued -> succeeded"), write(conn):
+        batches_q.update_run_if(conn, run, expect_state=R.QUEUED, expect_attempt=0, state=R.SUCCEEDED)
+    with pytest.raises(IllegalTransition), write(conn):  # allowed from running, refused from queued
+        batches_q.update_run_if(conn, run, expect_state=(R.RUNNING, R.QUEUED), expect_attempt=0, state=R.FAILED)
+    assert _state(conn, "batch_runs", "rn_1") == "queued"
+    with write(conn):
+        assert batches_q.update_run_if(conn, run, expect_state=R.QUEUED, expect_attempt=0, state=R.RUNNING,
+                                       attempt=1)
+        assert not batches_q.update_run_if(conn, run, expect_state=R.RUNNING, expect_attempt=0,
+                                           state=R.FAILED)  # stale attempt
+        assert batches_q.update_run_if(conn, run, expect_state=R.RUNNING, expect_attempt=1, state=R.FAILED)
+    assert _state(conn, "batch_runs", "rn_1") == "failed"
+
+
+# -- names in Python ------------------------------------------------------------------------------
+
+
+def test_unknown_workflow_and_stage_are_typed_errors_naming_the_field():
+    with pytest.raises(InvalidRequest) as exc:
+        workflow_named("fifth")
+    assert exc.value.field == "workflow"
+    with pytest.raises(InvalidRequest) as exc:
+        check_stage(workflow_named("ranked"), "validator")
+    assert exc.value.field == "stage"
+    check_stage(workflow_named("validated"), "validator")
+
+
+def test_every_workflows_runs_are_of_its_own_stages():
+    cfg = {"prompt": "p", "profile": "write", "runs": 2, "reviewers": 1}
+    for workflow in WORKFLOWS.values():
+        specs: list[RunSpec] = workflow.initial_runs(cfg)
+        assert specs and all(spec.stage in workflow.stages for spec in specs)
+
+
+def test_the_retry_policy_is_the_workflows():
+    assert WORKFLOWS["generated"].retries("generator") == 1
+    assert WORKFLOWS["generated"].retries("worker") == 0
+    assert all(WORKFLOWS[name].retries(stage) == 0 for name in ("repeated", "ranked", "validated")
+               for stage in WORKFLOWS[name].stages)
+
+
+# -- the migration ----------------------------------------------------------------------------------
+
+
+def _database_at(path, version: int) -> sqlite3.Connection:
+    """A state.db built by the migrations up to `version` only: the schema as it was then."""
+    conn = connect(path, apply_migrations=False)
+    for number, _name, sql in migrations():
+        if number > version:
+            break
+        with write(conn):
+            for statement in (s.strip() for s in "\n".join(
+                    line for line in sql.splitlines() if not line.strip().startswith("--")).split(";")):
+                if statement:
+                    conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {number}")
+    return conn
+
+
+def test_migration_drops_the_name_checks_and_keeps_every_row(tmp_path):
+    path = tmp_path / "state.db"
+    old = _database_at(path, 5)
+    now = time.time()
+    with write(old):
+        batches_q.insert_batch(old, _batch_row("bt_old", "ranked"))
+        old.execute("UPDATE batches SET state = 'blocked', state_reason = 'r', cancel_requested = 1,"
+                    " ended_at = ? WHERE id = 'bt_old'", (now,))
+        batches_q.insert_run(old, {**_run_row("rn_c", "bt_old", "candidate"), "worktree": "/w/c",
+                                   "branch": "agent-run/bt_old/candidate-1", "result_json": '{"commits": ["a"]}'})
+        batches_q.insert_run(old, {**_run_row("rn_r", "bt_old", "reviewer"), "parent_run_id": "rn_c"})
+        old.execute("UPDATE batch_runs SET state = 'succeeded', attempt = 2, locked = 1, score = 87.5, rank = 1,"
+                    " verify_passed = 1, verify_output = 'exit 0' WHERE id = 'rn_c'")
+        old.execute("INSERT INTO batch_attempts (run_id, attempt, kind, agent_id, created_at)"
+                    " VALUES ('rn_c', 1, 'start', 'ag_1', ?), ('rn_c', 2, 'rerun', 'ag_2', ?)", (now, now))
+    with pytest.raises(sqlite3.IntegrityError), write(old):  # the old schema pinned the names
+        batches_q.insert_batch(old, _batch_row("bt_fifth", "fifth"))
+    before = {t: [tuple(r) for r in old.execute(f"SELECT * FROM {t} ORDER BY 1, 2")]
+              for t in ("batches", "batch_runs", "batch_attempts")}
+    old.close()
+
+    conn = connect(path)  # migrates
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == migrations()[-1][0]
+    after = {t: [tuple(r) for r in conn.execute(f"SELECT * FROM {t} ORDER BY 1, 2")] for t in before}
+    assert after == before
+    assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
+    assert not conn.execute("SELECT name FROM sqlite_master WHERE name LIKE 'old_%'").fetchall()
+    assert conn.execute("SELECT name FROM sqlite_master WHERE type = 'index' AND name = 'batch_runs_batch'"
+                        ).fetchone()
+    with write(conn):  # a fifth workflow and a new stage need no table rebuild now
+        batches_q.insert_batch(conn, _batch_row("bt_fifth", "fifth"))
+        batches_q.insert_run(conn, _run_row("rn_new", "bt_fifth", "novel"))
+    with pytest.raises(sqlite3.IntegrityError), write(conn):  # the foreign keys still hold
+        batches_q.insert_run(conn, _run_row("rn_orphan", "bt_missing"))
+    with pytest.raises(sqlite3.IntegrityError), write(conn):  # and the state CHECK still does
+        conn.execute("UPDATE batches SET state = 'paused' WHERE id = 'bt_old'")
+    with pytest.raises(sqlite3.IntegrityError), write(conn):
+        conn.execute("INSERT INTO batch_attempts (run_id, attempt, kind, agent_id, created_at)"
+                     " VALUES ('rn_missing', 1, 'start', 'ag', 0)")
+    conn.close()
