@@ -7,7 +7,6 @@ import os
 import resource
 import signal
 import socket
-import struct
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ from agent_run.config import load_config
 from agent_run.domain.errors import DomainError, InternalError
 from agent_run.home import MAX_SOCKET_PATH, Home
 from agent_run.logs import daemon_logger
+from agent_run.processes import current as current_processes
 from agent_run.rpc import protocol as p
 from agent_run.services.agents import adopt_orphan
 from agent_run.services.context import ServiceContext, as_storage_full
@@ -66,9 +66,7 @@ def raise_fd_limit() -> int:
 
 
 def peer_uid(sock: socket.socket) -> int:
-    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    _pid, uid, _gid = struct.unpack("3i", creds)
-    return uid
+    return current_processes().peer_credentials(sock).uid
 
 
 class Daemon:

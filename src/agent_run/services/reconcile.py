@@ -1,11 +1,11 @@
 """Reconciliation: mark an execution `lost` only on proof its supervisor is dead; kill its engine;
 spawn the supervisor of an admitted execution no supervisor ever took.
 
-Proof is gathered outside the SQLite write lock (scanning /proc is slow on a busy machine);
+Proof is gathered outside the SQLite write lock (scanning the process table is slow on a busy
+machine);
 the write re-checks the row under the lock (compare-and-set), and killing happens after it.
 """
 
-import os
 import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from agent_run.domain.failures import FailureKind
 from agent_run.domain.states import ExecutionState
 from agent_run.home import Home
+from agent_run.processes import current as current_processes
 from agent_run.store import agents as agents_q
 from agent_run.store import commands as commands_q
 from agent_run.store.db import write
@@ -51,21 +52,14 @@ class Reconciled:
 
 
 def supervised_executions() -> set[str]:
-    """Execution ids that have a supervisor process now (from each /proc/PID/cmdline), for rows
-    with no identity yet. One scan of /proc per pass, however many such rows there are."""
+    """Execution ids that have a supervisor process now (from each process's command line), for
+    rows with no identity yet. One scan of the process table per pass, however many such rows."""
     found = set()
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/cmdline", "rb") as fh:
-                args = fh.read().split(b"\0")
-        except OSError:
-            continue
-        if b"agent_run.supervisor" in args and b"--execution" in args:
-            at = args.index(b"--execution") + 1
+    for _pid, args in current_processes().command_lines():
+        if "agent_run.supervisor" in args and "--execution" in args:
+            at = args.index("--execution") + 1
             if at < len(args):
-                found.add(args[at].decode(errors="replace"))
+                found.add(args[at])
     return found
 
 

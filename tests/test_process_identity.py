@@ -1,0 +1,138 @@
+"""The platform seam for process identity: the Linux table (/proc, SO_PEERCRED) and the psutil
+one (macOS and the rest), both run here against real processes: a live child, a zombie, a
+reaped one, a process group, a real unix socket pair."""
+
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import uuid
+from dataclasses import replace
+
+import pytest
+
+from agent_run.processes import Liveness, ProcessIdentity, current
+from agent_run.processes.linux import LinuxProcesses
+from agent_run.processes.portable import BOOT_PREFIX, PsutilProcesses, parse_xucred
+from tests.harness import wait_for
+
+TABLES = [LinuxProcesses(), PsutilProcesses()]
+
+
+@pytest.fixture(params=TABLES, ids=lambda t: t.name)
+def table(request):
+    return request.param
+
+
+@pytest.fixture
+def child():
+    marker = f"identity-test-{uuid.uuid4().hex}"
+    proc = subprocess.Popen([sys.executable, "-c", "import sys, time; time.sleep(120)", marker],
+                            start_new_session=True)
+    yield proc, marker
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+
+
+def _zombie_state(pid: int) -> bool:
+    with open(f"/proc/{pid}/stat") as fh:
+        return fh.read().rsplit(")", 1)[1].split()[0] == "Z"
+
+
+def test_linux_is_the_table_chosen_here():
+    assert current().name == "linux"
+
+
+def test_the_same_process_has_the_same_identity_and_lives(table, child):
+    proc, _ = child
+    first = ProcessIdentity.of(proc.pid, table)
+    assert first is not None and first == ProcessIdentity.of(proc.pid, table)
+    assert first.boot_id == table.boot_id()
+    assert table.liveness(first) is Liveness.ALIVE
+    assert table.liveness(ProcessIdentity.of(os.getpid(), table)) is Liveness.ALIVE
+
+
+def test_another_start_time_is_another_process(table, child):
+    proc, _ = child
+    identity = ProcessIdentity.of(proc.pid, table)
+    shift = table.start_tolerance + 500
+    assert table.liveness(replace(identity, start_ticks=identity.start_ticks + shift)) is Liveness.DEAD
+    assert table.liveness(replace(identity, start_ticks=identity.start_ticks - shift)) is Liveness.DEAD
+
+
+def test_another_boot_is_death(table, child):
+    proc, _ = child
+    identity = ProcessIdentity.of(proc.pid, table)
+    other = (str(uuid.uuid4()) if table.name == "linux"
+             else f"{BOOT_PREFIX}{int(identity.boot_id.removeprefix(BOOT_PREFIX)) - 3600}")
+    assert table.liveness(replace(identity, boot_id=other)) is Liveness.DEAD
+
+
+def test_a_zombie_and_a_reaped_process_are_dead(table, child):
+    proc, _ = child
+    identity = ProcessIdentity.of(proc.pid, table)
+    os.kill(proc.pid, signal.SIGKILL)
+    wait_for(lambda: _zombie_state(proc.pid), what="the child to become a zombie")
+    assert table.liveness(identity) is Liveness.DEAD  # exited, not yet reaped
+    proc.wait()
+    assert table.start_time(proc.pid) is None
+    assert ProcessIdentity.of(proc.pid, table) is None
+    assert table.liveness(identity) is Liveness.DEAD
+
+
+def test_both_tables_agree_on_the_same_processes(child):
+    proc, _ = child
+    identities = [ProcessIdentity.of(proc.pid, t) for t in TABLES]
+    assert [t.liveness(i) for t, i in zip(TABLES, identities, strict=True)] == [Liveness.ALIVE] * 2
+    proc.kill()
+    proc.wait()
+    assert [t.liveness(i) for t, i in zip(TABLES, identities, strict=True)] == [Liveness.DEAD] * 2
+
+
+def test_an_identity_the_psutil_table_did_not_make_is_unknown_not_dead(child):
+    proc, _ = child
+    table = PsutilProcesses()
+    identity = ProcessIdentity.of(proc.pid, table)
+    assert table.liveness(replace(identity, boot_id=str(uuid.uuid4()))) is Liveness.UNKNOWN
+
+
+def test_group_members_and_command_lines(table, child):
+    proc, marker = child  # its own session: its pid is its process group
+    assert table.group_members(proc.pid) == [proc.pid]
+    argv = dict(table.command_lines())[proc.pid]
+    assert argv[-1] == marker and argv[1] == "-c"
+    proc.kill()
+    proc.wait()
+    assert table.group_members(proc.pid) == []
+    assert proc.pid not in dict(table.command_lines())
+
+
+def test_peer_credentials_of_a_real_unix_socket(table):
+    left, right = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    with left, right:
+        creds = table.peer_credentials(left)
+    assert (creds.pid, creds.uid, creds.gid) == (os.getpid(), os.getuid(), os.getgid())
+
+
+def test_peer_credentials_across_processes(table, tmp_path):
+    path = str(tmp_path / "s.sock")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
+        server.bind(path)
+        server.listen(1)
+        peer = subprocess.Popen([sys.executable, "-c", "import socket, sys, time; s = socket.socket(socket.AF_UNIX);"
+                                 f" s.connect({path!r}); sys.stdin.read()"], stdin=subprocess.PIPE)
+        try:
+            conn, _ = server.accept()
+            with conn:
+                assert table.peer_credentials(conn).pid == peer.pid
+        finally:
+            peer.communicate(b"")
+
+
+def test_macos_xucred_is_parsed_by_its_layout():
+    raw = struct.pack("=IIh2x16I", 0, 501, 2, 20, 12, *([0] * 14))
+    assert parse_xucred(raw) == (501, 20)
+    assert parse_xucred(struct.pack("=IIh2x16I", 0, 0, 0, *([0] * 16))) == (0, -1)
