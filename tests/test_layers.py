@@ -114,6 +114,11 @@ def test_domain_imports_nothing_of_the_project():
     assert violations(lambda m, t: in_package(m, "domain") and not in_package(t, "domain")) == []
 
 
+def test_the_process_table_imports_nothing_of_the_project():
+    """`processes` sits beside the domain: the supervisor, the daemon and reconciliation use it."""
+    assert violations(lambda m, t: in_package(m, "processes") and not in_package(t, "processes")) == []
+
+
 def test_engines_import_no_supervisor_services_or_batches():
     assert violations(lambda m, t: in_package(m, "engines")
                       and in_package(t, "supervisor", "services", "batches")) == []
