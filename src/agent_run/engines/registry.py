@@ -60,8 +60,10 @@ _plugins: dict[str, str] | None = None  # the entry points, read once
 
 
 def register(spec: EngineSpec) -> EngineSpec:
-    """Make `spec` known under its name; a second, different spec for a name is refused."""
+    """Make `spec` known under its name; a different spec under a taken name is refused."""
     existing = _loaded.get(spec.name)
+    if existing is None and spec.name in BUILTIN_ENGINES:
+        existing = _import(BUILTIN_ENGINES[spec.name])
     if existing is not None and existing is not spec:
         raise ValueError(f"engine {spec.name!r} is registered twice")
     _loaded[spec.name] = spec
@@ -77,9 +79,13 @@ def _plugin_targets() -> dict[str, str]:
     return _plugins
 
 
-def _load(name: str, target: str) -> EngineSpec:
+def _import(target: str) -> object:
     module_name, _, attribute = target.partition(":")
-    spec = getattr(importlib.import_module(module_name), attribute)
+    return getattr(importlib.import_module(module_name), attribute)
+
+
+def _load(name: str, target: str) -> EngineSpec:
+    spec = _import(target)
     if not isinstance(spec, EngineSpec) or spec.name != name:
         raise TypeError(f"{target} is not the EngineSpec of engine {name!r}")
     return register(spec)
