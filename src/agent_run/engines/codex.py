@@ -159,7 +159,7 @@ class CodexEngine:
         plan = self.plan
         assert plan is not None
         sandbox = "danger-full-access" if plan.profile == "write" else "read-only"
-        params = {"model": plan.model, "cwd": plan.workdir, "approvalPolicy": "never", "sandbox": sandbox}
+        params: dict[str, Any] = {"model": plan.model, "cwd": plan.workdir, "approvalPolicy": "never", "sandbox": sandbox}
         if plan.resume_session_id:
             params.update(threadId=plan.resume_session_id, excludeTurns=True)
         return params

@@ -19,7 +19,7 @@ from pydantic_core import PydanticCustomError
 from agent_run.engines.options import FIELD_ERROR, RuntimeOptions
 from agent_run.engines.registry import UnknownEngine, engine_spec, runtime_options
 
-PLAN_VERSION = 2
+PLAN_VERSION: Literal[2] = 2
 
 # A runtime's options, validated against the model of the engine it names (and dumped whole).
 EngineOptions = Annotated[SerializeAsAny[RuntimeOptions], PlainValidator(runtime_options)]

@@ -61,7 +61,7 @@ _plugins: dict[str, str] | None = None  # the entry points, read once
 
 def register(spec: EngineSpec) -> EngineSpec:
     """Make `spec` known under its name; a different spec under a taken name is refused."""
-    existing = _loaded.get(spec.name)
+    existing: object = _loaded.get(spec.name)
     if existing is None and spec.name in BUILTIN_ENGINES:
         existing = _import(BUILTIN_ENGINES[spec.name])
     if existing is not None and existing is not spec:
