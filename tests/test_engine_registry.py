@@ -89,6 +89,19 @@ def test_a_registered_engine_gets_its_own_typed_options_and_refuses_others() -> 
     assert caught.value.field == "runtimes.echo.greeting"
 
 
+def test_a_runtime_takes_only_its_own_engines_keys() -> None:
+    demo = "schema_version = 1\n[runtimes.demo]\nengine = \"demo\"\n"
+    with pytest.raises(ConfigInvalid) as caught:  # the demo calls no provider
+        parse_config(demo + 'base_url = "https://example.com"\n')
+    assert caught.value.field == "runtimes.demo.base_url"
+    codex = parse_config('schema_version = 1\ndefault_runtime = "codex"\n[runtimes.codex]\n'
+                         'engine = "codex"\nmax_retries = 2\n').runtimes["codex"]
+    assert codex.model_dump()["max_retries"] == 2
+    with pytest.raises(ConfigInvalid) as caught:
+        parse_config(demo.replace('"demo"', '"gpt"'))
+    assert caught.value.field == "runtimes.demo.engine" and "'gpt'" in caught.value.message
+
+
 def test_builtin_engines_are_specs_named_by_entry_point_targets() -> None:
     assert engine_names()[:5] == ["demo", "codex", "claude", "glm", "qwen"]
     for name, target in BUILTIN_ENGINES.items():
