@@ -138,7 +138,7 @@ def test_supervisor_without_its_credential_payload_exits_unrecorded_and_a_respaw
         daemon.stop()
     conn = connect(home.db_path)
     plan = json.loads(db_rows(home, "SELECT plan_json FROM executions")[0]["plan_json"])
-    plan |= {"execution_id": "ex_payloadtest", "prompt": "answer: two", "resume_session_id": None}
+    plan |= {"execution_id": "ex_payloadtest", "resume_session_id": None}
     with write(conn):  # an admitted execution whose spawner died before sending the secret
         agents_q.insert_execution(conn, agent_id=first["id"], execution={
             "id": "ex_payloadtest", "kind": "resume", "prompt": "answer: two", "plan": plan})

@@ -92,15 +92,15 @@ def doctor_cmd(ctx: click.Context) -> None:
     sys.exit(0 if ok else 1)
 
 
-_DEFAULT_BINARIES = {"codex": "codex", "claude": "claude", "glm": "claude", "qwen": "qwen"}
-
-
 def _check_binary(runtime: Any) -> tuple[bool, str]:
+    from agent_run.engines.registry import engine_spec
+
     if not runtime.enabled:
         return True, "disabled"
-    if runtime.engine == "demo":
+    default_binary = engine_spec(runtime.engine).default_binary
+    if default_binary is None:  # the engine runs no CLI of its own (the demo)
         return True, f"built in (runs {sys.executable})"
-    binary = runtime.binary or _DEFAULT_BINARIES[runtime.engine]
+    binary = runtime.binary or default_binary
     path = shutil.which(binary)
     if path is None:
         return False, f"{binary} not found on PATH"

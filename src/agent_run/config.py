@@ -3,97 +3,30 @@
 import shutil
 import tomllib
 from pathlib import Path
-from typing import Literal
-from urllib.parse import urlsplit
+from typing import Annotated, Literal
 
 import tomli_w
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-from pydantic_core import PydanticCustomError
+from pydantic import (
+    Field,
+    PlainValidator,
+    SerializeAsAny,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from agent_run.domain.errors import ConfigInvalid
+from agent_run.engines.options import FIELD_ERROR as _FIELD_ERROR
+from agent_run.engines.options import AuthConfig, RuntimeOptions, StrictModel
+from agent_run.engines.registry import all_engine_specs, runtime_options
 from agent_run.home import Home, write_private_file
 
+__all__ = ["AuthConfig", "Config", "RuntimeConfig", "load_config", "parse_config"]
+
 SCHEMA_VERSION = 1
-ENGINE_NAMES = ("demo", "codex", "claude", "glm", "qwen")
-EngineName = Literal["demo", "codex", "claude", "glm", "qwen"]
 
-
-class StrictModel(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-
-
-class AuthConfig(StrictModel):
-    """Where a secret comes from: the name of a variable, or a file. Never the value itself."""
-
-    env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
-    file: str | None = None
-
-    @model_validator(mode="after")
-    def _one_source(self) -> "AuthConfig":
-        if (self.env is None) == (self.file is None):
-            raise ValueError("give exactly one of `env` (a variable name) or `file` (a path)")
-        return self
-
-
-_LOOPBACK_HOSTS = ("localhost", "::1")
-# Variables a runtime's `env` may not set: agent-run owns them (homes, endpoints, credentials).
-_RESERVED_ENV_PREFIXES = ("ANTHROPIC_", "OPENAI_", "CODEX_", "CLAUDE_CONFIG_DIR", "QWEN_HOME",
-                          "HOME", "AGENT_RUN_")
-
-
-def _is_loopback(host: str) -> bool:
-    return host in _LOOPBACK_HOSTS or host.startswith("127.")
-
-
-class RuntimeConfig(StrictModel):
-    engine: EngineName
-    enabled: bool = True
-    binary: str | None = None
-    models: list[str] = Field(default_factory=list)
-    default_model: str | None = None
-    auth: AuthConfig | None = None
-    base_url: str | None = None
-    allow_plain_http_loopback: bool = False
-    env: dict[str, str] = Field(default_factory=dict)
-    stall_seconds: float | None = Field(default=None, gt=0)
-    wall_seconds: float | None = Field(default=None, gt=0)
-    max_retries: int | None = Field(default=None, ge=0, le=20,
-                                    description="the engine's own request retries")
-    request_timeout_seconds: float | None = Field(default=None, gt=0,
-                                                  description="the engine's own per-request timeout")
-    retry_give_up_seconds: float = Field(default=120.0, gt=0,
-                                         description="stop an engine that only retries for this long")
-
-    @field_validator("base_url")
-    @classmethod
-    def _https_or_loopback(cls, value: str | None) -> str | None:
-        if value is None:
-            return None
-        url = urlsplit(value)
-        if url.hostname and (url.scheme == "https" or (url.scheme == "http" and _is_loopback(url.hostname))):
-            return value.rstrip("/")
-        raise ValueError("must be https://..., or http:// to a loopback address")
-
-    @model_validator(mode="after")
-    def _default_model_is_offered(self) -> "RuntimeConfig":
-        if self.default_model is not None and self.models and self.default_model not in self.models:
-            raise PydanticCustomError(f"{_FIELD_ERROR}default_model",
-                                      "default_model must be one of `models`")
-        return self
-
-    @model_validator(mode="after")
-    def _plain_http_only_when_allowed(self) -> "RuntimeConfig":
-        if self.base_url and self.base_url.startswith("http://") and not self.allow_plain_http_loopback:
-            raise PydanticCustomError(f"{_FIELD_ERROR}base_url", "plain http needs `allow_plain_http_loopback = true`")
-        return self
-
-    @field_validator("env")
-    @classmethod
-    def _no_reserved_env(cls, value: dict[str, str]) -> dict[str, str]:
-        for name in value:
-            if name.startswith(_RESERVED_ENV_PREFIXES):
-                raise ValueError(f"{name} is set by agent-run itself; use base_url / auth")
-        return value
+# A `[runtimes.NAME]` table, validated against the options model of the engine it names.
+RuntimeConfig = Annotated[SerializeAsAny[RuntimeOptions], PlainValidator(runtime_options)]
 
 
 class SupervisorConfig(StrictModel):
@@ -128,8 +61,8 @@ class WebConfig(StrictModel):
         return value
 
 
-def _default_runtimes() -> dict[str, RuntimeConfig]:
-    return {"demo": RuntimeConfig(engine="demo", models=["demo-1"], default_model="demo-1")}
+def _default_runtimes() -> dict[str, RuntimeOptions]:
+    return {"demo": runtime_options({"engine": "demo", "models": ["demo-1"], "default_model": "demo-1"})}
 
 
 class Config(StrictModel):
@@ -152,10 +85,6 @@ class Config(StrictModel):
 
 def default_config() -> Config:
     return Config(schema_version=SCHEMA_VERSION)
-
-
-# A model-level check names the field it is about in its error type: "field:NAME".
-_FIELD_ERROR = "field:"
 
 
 def _dotted(loc: tuple[int | str, ...]) -> str:
@@ -196,20 +125,6 @@ def load_config(home: Home) -> Config:
     return parse_config(home.config_path.read_text(), str(home.config_path))
 
 
-_ENGINE_BINARIES = {"codex": "codex", "claude": "claude", "glm": "claude", "qwen": "qwen"}
-_ENGINE_EXAMPLES = {
-    "codex": {"engine": "codex", "models": ["gpt-5-codex"], "auth": {"env": "OPENAI_API_KEY"}},
-    "claude": {"engine": "claude", "models": ["claude-sonnet-4-5"], "auth": {"env": "ANTHROPIC_API_KEY"}},
-    "glm": {
-        "engine": "glm",
-        "models": ["glm-4.6"],
-        "base_url": "https://api.z.ai/api/anthropic",
-        "auth": {"env": "ZAI_API_KEY"},
-    },
-    "qwen": {"engine": "qwen", "models": ["qwen3-coder-plus"], "auth": {"env": "DASHSCOPE_API_KEY"}},
-}
-
-
 def render_init_config(found_binaries: dict[str, str]) -> str:
     """A commented config.toml: demo enabled, a commented block per engine found on PATH."""
     lines = [
@@ -236,11 +151,12 @@ def render_init_config(found_binaries: dict[str, str]) -> str:
         'models = ["demo-1"]',
         'default_model = "demo-1"',
     ]
-    for name, example in _ENGINE_EXAMPLES.items():
-        binary = found_binaries.get(_ENGINE_BINARIES[name])
-        if binary is None:
+    for spec in all_engine_specs():
+        binary = found_binaries.get(spec.default_binary or "")
+        if binary is None or not spec.config_example:
             continue
-        block = tomli_w.dumps({"runtimes": {name: {**example, "binary": binary}}})
+        name = spec.name
+        block = tomli_w.dumps({"runtimes": {name: {**spec.config_example, "binary": binary}}})
         lines += ["", f"# {name}: found {binary}; uncomment to enable."]
         lines += [f"# {line}" if line else "#" for line in block.strip().splitlines()]
     return "\n".join(lines) + "\n"
@@ -248,7 +164,7 @@ def render_init_config(found_binaries: dict[str, str]) -> str:
 
 def find_engine_binaries() -> dict[str, str]:
     found = {}
-    for binary in sorted(set(_ENGINE_BINARIES.values())):
+    for binary in sorted({spec.default_binary for spec in all_engine_specs() if spec.default_binary}):
         path = shutil.which(binary)
         if path:
             found[binary] = path

@@ -1,39 +1,11 @@
 """The engine interface: a launch plan, a line protocol, normalized events, a classified outcome."""
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from agent_run.domain.failures import FailureKind
-
-
-@dataclass(frozen=True)
-class ExecutionPlan:
-    """Everything a supervisor needs to run one execution; stored as `executions.plan_json`."""
-
-    agent_id: str
-    execution_id: str
-    runtime: str
-    engine: str
-    model: str
-    workdir: str
-    profile: str
-    prompt: str
-    runtime_config: dict[str, Any]
-    stall_seconds: float
-    wall_seconds: float | None
-    cancel_grace_seconds: float
-    engine_home: str
-    resume_session_id: str | None = None
-    read_roots: list[str] = field(default_factory=list)
-    worker_tools: list[str] = field(default_factory=lambda: ["finish"])
-    storage_buffer_bytes: int = 4 * 1024 * 1024  # events held in memory while the disk is full
-    storage_wait_seconds: float = 600.0  # how long the end waits for space before giving up
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "ExecutionPlan":
-        return cls(**data)
+from agent_run.engines.plan import ExecutionPlan
 
 
 @dataclass(frozen=True)
@@ -127,46 +99,28 @@ EngineEvent = (SessionStarted | MessageEvent | RetryEvent | Completion | Control
 
 
 class Engine(Protocol):
+    """One execution's engine object (from its `EngineSpec.factory`); it may keep protocol state."""
+
     name: str
-    supports_steer: bool
-    supports_interrupt: bool
 
     def launch(self, plan: ExecutionPlan, secrets: dict[str, str], worker: WorkerMcp,
                scratch: Path) -> LaunchSpec: ...
 
-    def initial_input(self, plan: ExecutionPlan) -> list[bytes]: ...
+    def initial_input(self, plan: ExecutionPlan, prompt: str) -> list[bytes]:
+        """What to write to stdin first; `prompt` is the execution's task (or resume prompt)."""
+        ...
 
     def parse_line(self, line: str) -> list[EngineEvent]:
         """Turn one stdout line into events. An engine object lives for one execution, so it
         may keep protocol state (ids, the current turn) between lines."""
         ...
 
-    def steer_input(self, text: str) -> bytes | None: ...
+    def steer_input(self, text: str) -> bytes | None:
+        """The bytes that deliver a steer; None: this engine cannot take input during a run."""
+        ...
 
-    def interrupt_input(self) -> bytes | None: ...
+    def interrupt_input(self) -> bytes | None:
+        """The bytes that interrupt the running turn; None: the supervisor terminates the group."""
+        ...
 
     def classify(self, completion: Completion) -> FailureKind | None: ...
-
-
-def kind_for_http_status(status: int | None, text: str = "") -> FailureKind | None:
-    """Map a provider's HTTP status (and tell-tale text) to a failure kind."""
-    lowered = text.lower()
-    if status in (401, 403):
-        return FailureKind.AUTH_FAILED
-    if status == 429:
-        return FailureKind.QUOTA_EXHAUSTED if "quota" in lowered else FailureKind.RATE_LIMITED
-    if status in (529, 503):
-        return FailureKind.PROVIDER_OVERLOADED
-    if status is not None and status >= 500:
-        return FailureKind.PROVIDER_ERROR
-    return None
-
-
-# An HTTP status as engines print it in error text: "[API Error: 429 ...]", "status code 503".
-_STATUS_IN_TEXT = re.compile(r"API Error:?\s*\(?(\d{3})\b|\bstatus(?: code)?:?\s*(\d{3})\b", re.I)
-
-
-def last_status_in(text: str) -> int | None:
-    """The last HTTP status an engine printed in `text` (its stderr), if any."""
-    matches = list(_STATUS_IN_TEXT.finditer(text))
-    return int(matches[-1].group(1) or matches[-1].group(2)) if matches else None

@@ -14,19 +14,22 @@ import json
 import re
 import uuid
 from pathlib import Path
+from typing import Literal
 
 from agent_run.domain.failures import FailureKind
 from agent_run.engines.base import (
     Completion,
     EngineEvent,
-    ExecutionPlan,
     LaunchSpec,
     SteerJoined,
     Unparsed,
     WorkerMcp,
-    kind_for_http_status,
 )
+from agent_run.engines.classify import TextKinds, kind_for_http_status, kind_from_text
 from agent_run.engines.environment import base_environment, single_secret
+from agent_run.engines.options import HttpRuntimeOptions
+from agent_run.engines.plan import ExecutionPlan
+from agent_run.engines.registry import EngineSpec
 from agent_run.engines.stream_json import StreamJsonProtocol, events_of, load_line
 from agent_run.home import write_private_file
 
@@ -34,7 +37,7 @@ READ_TOOLS = ["Read", "Grep", "Glob", "LS"]
 WRITE_TOOLS = ["Bash", "Write", "Edit", "MultiEdit", "NotebookEdit"]
 
 # Claude Code's error texts when no HTTP status is attached (ENGINES.md, observed).
-_TEXT_KINDS = [
+_TEXT_KINDS: TextKinds = [
     (re.compile(r"Unable to connect|ConnectionRefused|ECONNREFUSED|fetch failed", re.I), FailureKind.NETWORK_ERROR),
     (re.compile(r"Request timed out|timed out", re.I), FailureKind.NETWORK_ERROR),
     (re.compile(r"empty or malformed response|malformed|Connection to the API was lost|ECONNRESET",
@@ -44,18 +47,20 @@ _TEXT_KINDS = [
     (re.compile(r"rate limit|\(429\)", re.I), FailureKind.RATE_LIMITED),
 ]
 
+ANTHROPIC_URL = "https://api.anthropic.com"
 
-def kind_from_text(text: str, table: list[tuple[re.Pattern[str], FailureKind]]) -> FailureKind | None:
-    for pattern, kind in table:
-        if pattern.search(text):
-            return kind
-    return None
+
+class ClaudeOptions(HttpRuntimeOptions):
+    engine: Literal["claude"]
+
+
+class GlmOptions(HttpRuntimeOptions):
+    engine: Literal["glm"]
 
 
 class ClaudeEngine(StreamJsonProtocol):
     name = "claude"
     key_variable = "ANTHROPIC_API_KEY"  # sent as x-api-key
-    default_base_url = "https://api.anthropic.com"  # the credential broker's upstream
 
     def __init__(self) -> None:
         self._turn_open = False  # a user message of the running turn has been taken in
@@ -63,9 +68,10 @@ class ClaudeEngine(StreamJsonProtocol):
     def launch(self, plan: ExecutionPlan, secrets: dict[str, str], worker: WorkerMcp,
                scratch: Path) -> LaunchSpec:
         rc = plan.runtime_config
+        assert isinstance(rc, HttpRuntimeOptions)
         home = Path(plan.engine_home)
         env = base_environment(plan)
-        env.update(rc.get("env") or {})
+        env.update(rc.env)
         env.update({
             "CLAUDE_CONFIG_DIR": str(home / ".claude"),
             "DISABLE_AUTOUPDATER": "1",
@@ -74,15 +80,15 @@ class ClaudeEngine(StreamJsonProtocol):
             "MCP_CONNECTION_NONBLOCKING": "0",  # -p must wait for the worker tools
             "CLAUDE_CODE_MCP_ALLOWLIST_ENV": "1",  # MCP servers do not inherit the API key
         })
-        if rc.get("base_url"):
-            env["ANTHROPIC_BASE_URL"] = rc["base_url"]
+        if rc.base_url:
+            env["ANTHROPIC_BASE_URL"] = rc.base_url
         secret = single_secret(secrets)
         if secret is not None:
             env[self.key_variable] = secret
-        if rc.get("max_retries") is not None:
-            env["CLAUDE_CODE_MAX_RETRIES"] = str(rc["max_retries"])
-        if rc.get("request_timeout_seconds") is not None:
-            env["API_TIMEOUT_MS"] = str(int(rc["request_timeout_seconds"] * 1000))
+        if rc.max_retries is not None:
+            env["CLAUDE_CODE_MAX_RETRIES"] = str(rc.max_retries)
+        if rc.request_timeout_seconds is not None:
+            env["API_TIMEOUT_MS"] = str(int(rc.request_timeout_seconds * 1000))
         env.update(self.model_env(plan.model))
 
         mcp_config = scratch / "mcp.json"
@@ -93,7 +99,7 @@ class ClaudeEngine(StreamJsonProtocol):
             allowed, mode, denied = READ_TOOLS + WRITE_TOOLS + worker_tools, "acceptEdits", []
         else:
             allowed, mode, denied = READ_TOOLS + worker_tools, "default", WRITE_TOOLS
-        argv = [rc.get("binary") or "claude", "-p", "--output-format", "stream-json",
+        argv = [rc.binary or "claude", "-p", "--output-format", "stream-json",
                 "--input-format", "stream-json", "--replay-user-messages", "--verbose", "--model", plan.model,
                 "--setting-sources", "", "--strict-mcp-config", "--mcp-config", str(mcp_config),
                 "--allowedTools", ",".join(allowed), "--permission-mode", mode]
@@ -138,3 +144,18 @@ class GlmEngine(ClaudeEngine):
         return {"ANTHROPIC_MODEL": model, "ANTHROPIC_DEFAULT_OPUS_MODEL": model,
                 "ANTHROPIC_DEFAULT_SONNET_MODEL": model, "ANTHROPIC_DEFAULT_HAIKU_MODEL": model,
                 "ANTHROPIC_SMALL_FAST_MODEL": model}
+
+
+CLAUDE_SPEC = EngineSpec(
+    name="claude", factory=ClaudeEngine, options=ClaudeOptions,
+    summary="Claude Code (`claude -p`, stream-json)", default_binary="claude",
+    config_example={"engine": "claude", "models": ["claude-sonnet-4-5"], "auth": {"env": "ANTHROPIC_API_KEY"}},
+    broker_upstream=ANTHROPIC_URL,
+)
+GLM_SPEC = EngineSpec(
+    name="glm", factory=GlmEngine, options=GlmOptions,
+    summary="GLM through Claude Code (an Anthropic-compatible endpoint)", default_binary="claude",
+    config_example={"engine": "glm", "models": ["glm-4.6"], "base_url": "https://api.z.ai/api/anthropic",
+                    "auth": {"env": "ZAI_API_KEY"}},
+    broker_upstream=ANTHROPIC_URL,
+)

@@ -21,7 +21,7 @@ second.
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import tomli_w
 
@@ -30,7 +30,6 @@ from agent_run.engines.base import (
     Completion,
     EngineEvent,
     EngineNote,
-    ExecutionPlan,
     LaunchSpec,
     MessageEvent,
     RetryEvent,
@@ -38,10 +37,12 @@ from agent_run.engines.base import (
     SessionStarted,
     Unparsed,
     WorkerMcp,
-    kind_for_http_status,
 )
-from agent_run.engines.claude import kind_from_text
+from agent_run.engines.classify import TextKinds, kind_for_http_status, kind_from_text
 from agent_run.engines.environment import base_environment, single_secret
+from agent_run.engines.options import HttpRuntimeOptions
+from agent_run.engines.plan import ExecutionPlan
+from agent_run.engines.registry import EngineSpec
 from agent_run.home import write_private_file
 
 PROVIDER = "agent_run"
@@ -66,7 +67,7 @@ _VARIANT_KINDS = {
     "responseStreamConnectionFailed": FailureKind.NETWORK_ERROR,
     "responseStreamDisconnected": FailureKind.STREAM_ERROR,
 }
-_TEXT_KINDS = [
+_TEXT_KINDS: TextKinds = [
     (re.compile(r"stream closed before|stream disconnected|idle timeout|malformed", re.I),
      FailureKind.STREAM_ERROR),
     (re.compile(r"waiting for network|error sending request|connection refused|timed out", re.I),
@@ -97,15 +98,16 @@ def _snake(name: str) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
 
 
+class CodexOptions(HttpRuntimeOptions):
+    engine: Literal["codex"]
+
+
 class CodexEngine:
     name = "codex"
-    supports_steer = True
-    supports_interrupt = True
-    steer_opens_turn = False  # turn/steer joins the running turn
-    default_base_url = DEFAULT_BASE_URL  # the credential broker's upstream
 
     def __init__(self) -> None:
         self.plan: ExecutionPlan | None = None
+        self.prompt = ""
         self.thread_id: str | None = None
         self.turn_id: str | None = None
         self.next_id = 0
@@ -120,17 +122,18 @@ class CodexEngine:
                scratch: Path) -> LaunchSpec:
         self.plan = plan
         rc = plan.runtime_config
+        assert isinstance(rc, HttpRuntimeOptions)
         codex_home = Path(plan.engine_home) / ".codex"
         codex_home.mkdir(mode=0o700, parents=True, exist_ok=True)  # Codex refuses a missing one
         secret = single_secret(secrets)
-        provider: dict[str, Any] = {"name": "agent-run", "base_url": rc.get("base_url") or DEFAULT_BASE_URL,
+        provider: dict[str, Any] = {"name": "agent-run", "base_url": rc.base_url or DEFAULT_BASE_URL,
                                     "wire_api": "responses"}
         if secret is not None:
             provider["env_key"] = KEY_VARIABLE
-        if rc.get("max_retries") is not None:
-            provider["request_max_retries"] = provider["stream_max_retries"] = rc["max_retries"]
-        if rc.get("request_timeout_seconds") is not None:
-            provider["stream_idle_timeout_ms"] = int(rc["request_timeout_seconds"] * 1000)
+        if rc.max_retries is not None:
+            provider["request_max_retries"] = provider["stream_max_retries"] = rc.max_retries
+        if rc.request_timeout_seconds is not None:
+            provider["stream_idle_timeout_ms"] = int(rc.request_timeout_seconds * 1000)
         server = {"command": worker.command, "args": worker.args, "env": worker.env,
                   "required": True, "default_tools_approval_mode": "approve"}
         # Shell commands the model runs inherit Codex's environment: never the key.
@@ -141,11 +144,11 @@ class CodexEngine:
         write_private_file(config_path, tomli_w.dumps(config).encode())
 
         env = base_environment(plan)
-        env.update(rc.get("env") or {})
+        env.update(rc.env)
         env["CODEX_HOME"] = str(codex_home)
         if secret is not None:
             env[KEY_VARIABLE] = secret
-        argv = [rc.get("binary") or "codex", "app-server"]
+        argv = [rc.binary or "codex", "app-server"]
         return LaunchSpec(argv=argv, env=env, cwd=plan.workdir, stdin_pipe=True,
                           token_files=[config_path])
 
@@ -156,15 +159,17 @@ class CodexEngine:
         self.pending[self.next_id] = method
         return _line({"id": self.next_id, "method": method, "params": params})
 
-    def initial_input(self, plan: ExecutionPlan) -> list[bytes]:
-        self.plan = plan
+    def initial_input(self, plan: ExecutionPlan, prompt: str) -> list[bytes]:
+        self.plan, self.prompt = plan, prompt
         return [self._request("initialize", {"clientInfo": {"name": "agent-run", "version": "1"}})]
 
     def _thread_params(self) -> dict[str, Any]:
         plan = self.plan
         assert plan is not None
         sandbox = "danger-full-access" if plan.profile == "write" else "read-only"
-        params = {"model": plan.model, "cwd": plan.workdir, "approvalPolicy": "never", "sandbox": sandbox}
+        params: dict[str, Any] = {
+            "model": plan.model, "cwd": plan.workdir, "approvalPolicy": "never", "sandbox": sandbox,
+        }
         if plan.resume_session_id:
             params.update(threadId=plan.resume_session_id, excludeTurns=True)
         return params
@@ -207,7 +212,7 @@ class CodexEngine:
             echoed = {key: result.get(key) for key in ("model", "modelProvider", "cwd", "approvalPolicy", "sandbox")}
             assert self.plan is not None
             start = self._request("turn/start", {"threadId": self.thread_id,
-                                                 "input": self._text_input(self.plan.prompt)})
+                                                 "input": self._text_input(self.prompt)})
             return [SessionStarted(self.thread_id, result.get("model")),
                     EngineNote("thread_settings", echoed), SendInput(start)]
         return []
@@ -339,3 +344,12 @@ def _item_completed(item: dict[str, Any]) -> list[EngineEvent]:
         text = "\n".join(parts) if not error else f"error: {error}"
         return [MessageEvent("tool", text, name=item.get("id"), is_error=bool(error))]
     return []
+
+
+SPEC = EngineSpec(
+    name="codex", factory=CodexEngine, options=CodexOptions,
+    summary="OpenAI Codex CLI (`codex app-server`, JSON-RPC)", default_binary="codex",
+    config_example={"engine": "codex", "models": ["gpt-5-codex"], "auth": {"env": "OPENAI_API_KEY"}},
+    steer_opens_turn=False,  # turn/steer joins the running turn
+    broker_upstream=DEFAULT_BASE_URL,
+)

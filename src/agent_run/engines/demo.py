@@ -4,18 +4,23 @@ import json
 import sys
 import uuid
 from pathlib import Path
+from typing import Literal
 
 from agent_run.domain.failures import FailureKind
-from agent_run.engines.base import (
-    Completion,
-    ExecutionPlan,
-    LaunchSpec,
-    WorkerMcp,
-    kind_for_http_status,
-)
+from agent_run.engines.base import Completion, LaunchSpec, WorkerMcp
+from agent_run.engines.classify import kind_for_http_status
 from agent_run.engines.environment import base_environment
+from agent_run.engines.options import RuntimeOptions
+from agent_run.engines.plan import ExecutionPlan
+from agent_run.engines.registry import EngineSpec
 from agent_run.engines.stream_json import StreamJsonProtocol
 from agent_run.home import write_private_file
+
+
+class DemoOptions(RuntimeOptions):
+    """The demo calls no provider: only the common keys."""
+
+    engine: Literal["demo"]
 
 
 class DemoEngine(StreamJsonProtocol):
@@ -24,7 +29,7 @@ class DemoEngine(StreamJsonProtocol):
     def launch(self, plan: ExecutionPlan, secrets: dict[str, str], worker: WorkerMcp,
                scratch: Path) -> LaunchSpec:
         env = base_environment(plan)
-        env.update(plan.runtime_config.get("env") or {})
+        env.update(plan.runtime_config.env)
         env.update(secrets)
         # The same file shape as Claude Code's --mcp-config.
         mcp_config = scratch / "mcp.json"
@@ -43,3 +48,9 @@ class DemoEngine(StreamJsonProtocol):
         if completion.is_error:
             return kind_for_http_status(completion.error_status, completion.text) or FailureKind.ERROR_REPLY
         return None
+
+
+SPEC = EngineSpec(
+    name="demo", factory=DemoEngine, options=DemoOptions,
+    summary="offline, scripted by the task text (`agent-run doc demo`)",
+)

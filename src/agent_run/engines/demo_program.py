@@ -43,6 +43,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 _FAILURES = {
     "auth": (401, "Invalid API key · Please run /login"),
@@ -146,7 +147,7 @@ def write_inside(path: str, content: str) -> None:
         fh.write(content + "\n")
 
 
-def call_worker_tool(mcp_config: str, tool: str, arguments: dict) -> tuple[str, bool]:
+def call_worker_tool(mcp_config: str, tool: str, arguments: dict[str, Any]) -> tuple[str, bool]:
     """Call a tool of the first MCP server in a Claude-style --mcp-config file: (text, is_error)."""
     import anyio
     from mcp.client.session import ClientSession
@@ -197,18 +198,18 @@ class DemoEngine:
         self.session_id = resume or session_id or str(uuid.uuid4())
         self.session_file = os.path.join(os.environ.get("HOME", "."), ".demo-sessions",
                                          f"{self.session_id}.jsonl")
-        self.history: list[dict] = []
+        self.history: list[dict[str, Any]] = []
         if resume is not None:
             if not os.path.exists(self.session_file):
                 raise SystemExit(f"No conversation found with session ID: {resume}")
             with open(self.session_file) as fh:
                 self.history = [json.loads(line) for line in fh if line.strip()]
-        self.inbox: queue.Queue[dict | None] = queue.Queue()
+        self.inbox: queue.Queue[dict[str, Any] | None] = queue.Queue()
         self.interrupt = threading.Event()
         self.turns = 0
         self.write_lock = threading.Lock()
 
-    def emit(self, obj: dict) -> None:
+    def emit(self, obj: dict[str, Any]) -> None:
         with self.write_lock:
             sys.stdout.write(json.dumps(obj) + "\n")
             sys.stdout.flush()
@@ -233,7 +234,7 @@ class DemoEngine:
         if self.interrupt.wait(seconds):
             raise Interrupted
 
-    def assistant(self, blocks: list[dict]) -> None:
+    def assistant(self, blocks: list[dict[str, Any]]) -> None:
         self.emit({"type": "assistant", "session_id": self.session_id,
                    "message": {"role": "assistant", "model": self.model, "content": blocks}})
 
@@ -333,7 +334,7 @@ class DemoEngine:
     def finish(self, summary: str, status: str) -> None:
         self.tool("finish", {"summary": summary, "status": status})
 
-    def tool(self, name: str, arguments: dict) -> None:
+    def tool(self, name: str, arguments: dict[str, Any]) -> None:
         """Call a worker tool through MCP, shown in the stream as Claude Code shows tool calls."""
         tool_id = f"toolu_{uuid.uuid4().hex[:12]}"
         self.assistant([{"type": "tool_use", "id": tool_id, "name": f"mcp__worker__{name}",

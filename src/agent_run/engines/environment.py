@@ -2,7 +2,7 @@
 
 import os
 
-from agent_run.engines.base import ExecutionPlan
+from agent_run.engines.plan import ExecutionPlan
 
 PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy")
 # Variables passed through from the supervisor's own environment when set; nothing else is.

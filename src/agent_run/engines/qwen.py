@@ -31,21 +31,22 @@ import json
 import re
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from agent_run.domain.failures import FailureKind
 from agent_run.engines.base import (
     Completion,
     EngineEvent,
-    ExecutionPlan,
     LaunchSpec,
     RetryEvent,
     Unparsed,
     WorkerMcp,
-    kind_for_http_status,
 )
-from agent_run.engines.claude import kind_from_text
+from agent_run.engines.classify import TextKinds, kind_for_http_status, kind_from_text
 from agent_run.engines.environment import base_environment, single_secret
+from agent_run.engines.options import HttpRuntimeOptions
+from agent_run.engines.plan import ExecutionPlan
+from agent_run.engines.registry import EngineSpec
 from agent_run.engines.stream_json import (
     StreamJsonProtocol,
     control_request,
@@ -61,7 +62,7 @@ _STATUS = re.compile(r"^(\d{3})\b|\bstatus(?: code)? (\d{3})\b", re.I)
 # Quota exhaustion is its own message ("Quota exhausted: ..."); every other 429 gets a
 # "Possible quota limitations in place ..." hint on a second line, which is dropped before
 # classifying so that it does not read as quota.
-_TEXT_KINDS = [
+_TEXT_KINDS: TextKinds = [
     (re.compile(r"Quota exhausted|quota exceeded", re.I), FailureKind.QUOTA_EXHAUSTED),
     (re.compile(r"Connection error|ECONNREFUSED|ENOTFOUND|EAI_AGAIN|fetch failed", re.I),
      FailureKind.NETWORK_ERROR),
@@ -80,12 +81,18 @@ _OPENAI_VARIABLES = ("OPENAI_BASE_URL", "OPENAI_API_KEY", "OPENAI_MODEL", "OPENA
 WRITE_TOOLS = ["run_shell_command", "write_file", "edit", "replace"]
 
 
+OPENAI_URL = "https://api.openai.com/v1"
+
+
+class QwenOptions(HttpRuntimeOptions):
+    engine: Literal["qwen"]
+
+
 class QwenEngine(StreamJsonProtocol):
     """Stream-json like Claude Code; it differs in its first input (initialize), its retry
     lines, its usage totals and its error results."""
 
     name = "qwen"
-    default_base_url = "https://api.openai.com/v1"  # the credential broker's upstream
 
     def __init__(self) -> None:
         self._turn_usage: dict[str, float] = {}
@@ -95,13 +102,14 @@ class QwenEngine(StreamJsonProtocol):
     def launch(self, plan: ExecutionPlan, secrets: dict[str, str], worker: WorkerMcp,
                scratch: Path) -> LaunchSpec:
         rc = plan.runtime_config
+        assert isinstance(rc, HttpRuntimeOptions)
         qwen_home = Path(plan.engine_home) / ".qwen"
         qwen_home.mkdir(mode=0o700, parents=True, exist_ok=True)
         generation: dict[str, object] = {}
-        if rc.get("max_retries") is not None:
-            generation["maxRetries"] = rc["max_retries"]
-        if rc.get("request_timeout_seconds") is not None:
-            generation["timeout"] = int(rc["request_timeout_seconds"] * 1000)
+        if rc.max_retries is not None:
+            generation["maxRetries"] = rc.max_retries
+        if rc.request_timeout_seconds is not None:
+            generation["timeout"] = int(rc.request_timeout_seconds * 1000)
         exclude = ["tool_search"]  # keep the worker tools visible, not behind tool search
         if plan.profile != "write":
             exclude += WRITE_TOOLS
@@ -120,22 +128,22 @@ class QwenEngine(StreamJsonProtocol):
         write_private_file(settings_path, json.dumps(settings, indent=2).encode())
 
         env = base_environment(plan)
-        env.update(rc.get("env") or {})
+        env.update(rc.env)
         env.update({name: "" for name in _OPENAI_VARIABLES})
         env.update({"QWEN_HOME": str(qwen_home), "OPENAI_MODEL": plan.model,
-                    "OPENAI_BASE_URL": rc.get("base_url") or "",
+                    "OPENAI_BASE_URL": rc.base_url or "",
                     "OPENAI_API_KEY": single_secret(secrets) or "",
                     "QWEN_CODE_UNATTENDED_RETRY": "0",  # never retry 429/529 forever
                     "QWEN_USAGE_STATISTICS_ENABLED": "0", "QWEN_TELEMETRY_ENABLED": "0",
                     "QWEN_CODE_SUPPRESS_YOLO_WARNING": "1"})
-        if rc.get("request_timeout_seconds") is not None:
-            env["QWEN_CODE_API_TIMEOUT_MS"] = str(int(rc["request_timeout_seconds"] * 1000))
+        if rc.request_timeout_seconds is not None:
+            env["QWEN_CODE_API_TIMEOUT_MS"] = str(int(rc.request_timeout_seconds * 1000))
         env = {k: v for k, v in env.items() if v != "" or k.startswith("OPENAI_")}
 
         # yolo: every tool runs without a prompt. `default` in headless mode denies tools that
         # would need one; the write tools are excluded above as well.
         mode = "yolo" if plan.profile == "write" else "default"
-        argv = [rc.get("binary") or "qwen", "--input-format", "stream-json", "--output-format",
+        argv = [rc.binary or "qwen", "--input-format", "stream-json", "--output-format",
                 "stream-json", "--model", plan.model, "--approval-mode", mode,
                 "--allowed-mcp-server-names", worker.name]
         if plan.resume_session_id:
@@ -147,8 +155,8 @@ class QwenEngine(StreamJsonProtocol):
         return LaunchSpec(argv=argv, env=env, cwd=plan.workdir, stdin_pipe=True,
                           token_files=[settings_path])
 
-    def initial_input(self, plan: ExecutionPlan) -> list[bytes]:
-        return [control_request("agent-run-init", "initialize"), user_message(plan.prompt)]
+    def initial_input(self, plan: ExecutionPlan, prompt: str) -> list[bytes]:
+        return [control_request("agent-run-init", "initialize"), user_message(prompt)]
 
     def parse_line(self, line: str) -> list[EngineEvent]:
         obj = load_line(line)
@@ -202,3 +210,11 @@ class QwenEngine(StreamJsonProtocol):
         status = int(match.group(1) or match.group(2)) if match else completion.error_status
         return (kind_for_http_status(status, first) or kind_from_text(first, _TEXT_KINDS)
                 or FailureKind.ERROR_REPLY)
+
+
+SPEC = EngineSpec(
+    name="qwen", factory=QwenEngine, options=QwenOptions,
+    summary="Qwen Code (headless, stream-json)", default_binary="qwen",
+    config_example={"engine": "qwen", "models": ["qwen3-coder-plus"], "auth": {"env": "DASHSCOPE_API_KEY"}},
+    broker_upstream=OPENAI_URL,
+)

@@ -7,12 +7,12 @@ from agent_run.engines.base import (
     Completion,
     ControlAck,
     EngineEvent,
-    ExecutionPlan,
     MessageEvent,
     RetryEvent,
     SessionStarted,
     Unparsed,
 )
+from agent_run.engines.plan import ExecutionPlan
 
 
 def user_message(text: str) -> bytes:
@@ -93,11 +93,8 @@ class StreamJsonProtocol:
     the task is the first user message, a steer is another (the next turn), and interrupt is
     a control request."""
 
-    supports_steer = True
-    supports_interrupt = True
-
-    def initial_input(self, plan: ExecutionPlan) -> list[bytes]:
-        return [user_message(plan.prompt)]
+    def initial_input(self, plan: ExecutionPlan, prompt: str) -> list[bytes]:
+        return [user_message(prompt)]
 
     def parse_line(self, line: str) -> list[EngineEvent]:
         return parse_stream_json_line(line)

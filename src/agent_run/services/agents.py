@@ -34,6 +34,7 @@ from agent_run.domain.views import (
     TranscriptPage,
     WaitResult,
 )
+from agent_run.engines.plan import ExecutionPlan, PlanInvalid, load_plan
 from agent_run.services.context import ServiceContext
 from agent_run.services.integrity import answer_verified, verified_answer
 from agent_run.store import agents as agents_q
@@ -200,26 +201,25 @@ def admission_rows(ctx: ServiceContext, p: StartParams,
     workdir = workdir.resolve()
     agent_id, execution_id = new_agent_id(), new_execution_id()
     supervisor = ctx.config.supervisor
-    plan = {
-        "agent_id": agent_id, "execution_id": execution_id, "runtime": runtime_name,
-        "engine": runtime.engine, "model": model, "workdir": str(workdir), "profile": p.profile,
-        "prompt": p.task, "runtime_config": runtime.model_dump(),
-        "stall_seconds": p.stall_seconds or runtime.stall_seconds or supervisor.stall_seconds,
-        "wall_seconds": p.wall_seconds or runtime.wall_seconds or supervisor.wall_seconds,
-        "cancel_grace_seconds": supervisor.cancel_grace_seconds,
-        "storage_buffer_bytes": supervisor.storage_buffer_bytes,
-        "storage_wait_seconds": supervisor.storage_wait_seconds,
+    plan = ExecutionPlan(
+        agent_id=agent_id, execution_id=execution_id, runtime=runtime_name, engine=runtime.engine,
+        model=model, workdir=str(workdir), profile=p.profile, runtime_config=runtime,
+        stall_seconds=p.stall_seconds or runtime.stall_seconds or supervisor.stall_seconds,
+        wall_seconds=p.wall_seconds or runtime.wall_seconds or supervisor.wall_seconds,
+        cancel_grace_seconds=supervisor.cancel_grace_seconds,
+        storage_buffer_bytes=supervisor.storage_buffer_bytes,
+        storage_wait_seconds=supervisor.storage_wait_seconds,
         # One generated home per agent: its sessions live there for resume, and concurrent
         # agents never share the files that carry their worker tokens.
-        "engine_home": str(ctx.home.homes_dir / runtime_name / agent_id),
-        "read_roots": _read_roots(p.read_roots),
-        "worker_tools": worker_tools or ["finish"],
-    }
+        engine_home=str(ctx.home.homes_dir / runtime_name / agent_id),
+        read_roots=_read_roots(p.read_roots),
+        worker_tools=worker_tools or ["finish"],
+    )
     agent_row = {"id": agent_id, "request_id": p.request_id,
                  "request_hash": _request_hash(p, runtime_name, model, str(workdir)),
                  "runtime": runtime_name, "engine": runtime.engine, "model": model, "task": p.task,
                  "workdir": str(workdir), "profile": p.profile}
-    return agent_row, {"id": execution_id, "kind": "start", "prompt": p.task, "plan": plan}
+    return agent_row, {"id": execution_id, "kind": "start", "prompt": p.task, "plan": plan.model_dump(mode="json")}
 
 
 async def start(ctx: ServiceContext, p: StartParams, *, worker_tools: list[str] | None = None) -> AgentView:
@@ -323,10 +323,14 @@ async def resume(ctx: ServiceContext, p: ResumeParams) -> AgentView:
             if session is None:
                 raise errors.NotResumable(f"agent {p.agent_id}'s engine never reported a session "
                                           "to resume", field="agent_id")
-            plan = json.loads(latest["plan_json"]) | {"execution_id": execution_id,
-                                                      "prompt": p.prompt, "resume_session_id": session}
+            try:
+                previous = load_plan(latest["plan_json"])
+            except PlanInvalid as exc:
+                raise errors.NotResumable(f"agent {p.agent_id}'s last plan cannot be read: {exc.message}",
+                                          field="agent_id") from None
+            plan = previous.model_copy(update={"execution_id": execution_id, "resume_session_id": session})
             agents_q.insert_execution(conn, agent_id=p.agent_id, execution={
-                "id": execution_id, "kind": "resume", "prompt": p.prompt, "plan": plan})
+                "id": execution_id, "kind": "resume", "prompt": p.prompt, "plan": plan.model_dump(mode="json")})
 
     ctx.starting.add(execution_id)
     try:

@@ -19,13 +19,21 @@ def main() -> int:
 
         return run_canary(args.ready_fd)
 
+    from agent_run.engines.plan import PlanInvalid
     from agent_run.home import Home
+    from agent_run.supervisor.refuse import refuse_plan
     from agent_run.supervisor.run import Supervisor
     from agent_run.supervisor.secrets import read_payload
 
     payload = read_payload(sys.stdin.buffer)  # the credential, from the spawner, over a pipe
-    supervisor = Supervisor(Home.resolve(args.home), args.execution)
-    if payload is None and supervisor.plan.runtime_config.get("auth"):
+    home = Home.resolve(args.home)
+    try:
+        supervisor = Supervisor(home, args.execution)
+    except PlanInvalid as exc:
+        print(exc.message, file=sys.stderr)
+        refuse_plan(home, args.execution, exc.message)
+        return 1
+    if payload is None and supervisor.plan.runtime_config.auth:
         print("no credential payload on stdin (the spawner went away): exiting unrecorded",
               file=sys.stderr)
         return 1  # the row stays `created`, for a later spawn

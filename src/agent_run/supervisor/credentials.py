@@ -1,16 +1,17 @@
 """What the engine is given in place of the provider key: the broker's URL and its token.
 
-An engine that talks HTTP to a provider declares `default_base_url`; when its runtime has a
-credential, the supervisor starts a `CredentialBroker` for the execution and launches the
-engine with `base_url` = the broker and the token as the value of its key variable. The real
-key stays in the supervisor. Engines without `default_base_url` (the demo) get the secret.
+An engine that talks HTTP to a provider names its default upstream (`EngineSpec.broker_upstream`);
+when its runtime has a credential, the supervisor starts a `CredentialBroker` for the execution
+and launches the engine with `base_url` = the broker and the token as the value of its key
+variable. The real key stays in the supervisor. Engines without one (the demo) get the secret.
 """
 
 from dataclasses import dataclass, replace
 
 from agent_run.domain.failures import FailureKind
-from agent_run.engines.base import Engine, ExecutionPlan
 from agent_run.engines.environment import single_secret
+from agent_run.engines.options import HttpRuntimeOptions
+from agent_run.engines.plan import ExecutionPlan
 from agent_run.supervisor.broker import CredentialBroker
 from agent_run.supervisor.eventlog import ExecutionLog
 from agent_run.supervisor.outcome import Outcome
@@ -51,11 +52,12 @@ class EngineCredentials:
             self.broker.close()
 
 
-def engine_credentials(engine: Engine, plan: ExecutionPlan, secrets: dict[str, str]) -> EngineCredentials:
-    default_url = getattr(engine, "default_base_url", None)
+def engine_credentials(upstream: str | None, plan: ExecutionPlan, secrets: dict[str, str]) -> EngineCredentials:
+    """`upstream`: the engine's default provider URL (`EngineSpec.broker_upstream`)."""
     secret = single_secret(secrets)
-    if default_url is None or secret is None:
+    options = plan.runtime_config
+    if upstream is None or secret is None or not isinstance(options, HttpRuntimeOptions):
         return EngineCredentials(plan, secrets, None)
-    broker = CredentialBroker(plan.runtime_config.get("base_url") or default_url, secret).start()
-    brokered = replace(plan, runtime_config={**plan.runtime_config, "base_url": broker.base_url})
+    broker = CredentialBroker(options.base_url or upstream, secret).start()
+    brokered = plan.model_copy(update={"runtime_config": options.model_copy(update={"base_url": broker.base_url})})
     return EngineCredentials(brokered, {name: broker.token for name in secrets}, broker)

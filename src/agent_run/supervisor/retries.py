@@ -4,7 +4,8 @@ import time
 from dataclasses import dataclass
 
 from agent_run.domain.failures import FailureKind
-from agent_run.engines.base import RetryEvent, kind_for_http_status, last_status_in
+from agent_run.engines.base import RetryEvent
+from agent_run.engines.classify import kind_for_http_status, last_status_in
 
 # 401/403 retry events in a row after which the credentials are taken as refused: engines retry
 # them (Claude Code nine times), though a refused key does not heal by waiting.

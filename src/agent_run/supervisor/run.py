@@ -15,13 +15,11 @@ from typing import Any
 from agent_run.domain.errors import StorageFull
 from agent_run.domain.failures import FailureKind
 from agent_run.domain.states import ExecutionState
-from agent_run.engines import engine_for
 from agent_run.engines.base import (
     Completion,
     ControlAck,
     Engine,
     EngineNote,
-    ExecutionPlan,
     LaunchSpec,
     MessageEvent,
     RetryEvent,
@@ -31,6 +29,8 @@ from agent_run.engines.base import (
     Unparsed,
     WorkerMcp,
 )
+from agent_run.engines.plan import load_plan
+from agent_run.engines.registry import engine_spec
 from agent_run.home import Home
 from agent_run.store import agents as agents_q
 from agent_run.store import commands as commands_q
@@ -62,6 +62,8 @@ STDERR_TAIL_BYTES = 4000
 
 
 class Supervisor:
+    """Raises PlanInvalid when the execution's stored plan cannot be run (`refuse_plan`)."""
+
     def __init__(self, home: Home, execution_id: str) -> None:
         self.home = home
         self.conn = connect(home.db_path)
@@ -69,14 +71,16 @@ class Supervisor:
         if row is None:
             raise SystemExit(f"no execution {execution_id}")
         self.execution_id = execution_id
-        self.plan = ExecutionPlan.from_json(json.loads(row["plan_json"]))
+        self.plan = load_plan(row["plan_json"])
+        self.prompt: str = row["prompt"]  # the task, or a resume's prompt: stored once, on the row
+        self.engine_spec = engine_spec(self.plan.engine)
         self.dir = home.execution_dir(self.plan.agent_id, execution_id)
         self.log = ExecutionLog(self.conn, self.plan.agent_id, execution_id, self.plan.runtime,
                                 raw_path=self.dir / "runtime.jsonl",
                                 buffer_bytes=self.plan.storage_buffer_bytes)
         self.reserve = StorageReserve(self.dir)
         self.handled_commands: set[int] = set()  # resolved, though maybe not yet written
-        self.retries = RetryWatch(float(self.plan.runtime_config.get("retry_give_up_seconds") or 120.0))
+        self.retries = RetryWatch(self.plan.runtime_config.retry_give_up_seconds)
         self.signalled: int | None = None
         self.child: EngineProcess | None = None
         self.stderr: StderrLog | None = None
@@ -88,7 +92,7 @@ class Supervisor:
         self.turns_outstanding = 1
         self.idle_after_completion = False  # the engine's last event completed a turn
         self.unparsed_lines = 0
-        self.engine: Engine = engine_for(self.plan.engine)
+        self.engine: Engine = self.engine_spec.factory()
         self.spec: LaunchSpec | None = None
         self.usage: dict[str, float] = {}
         self.cost_usd = 0.0
@@ -144,7 +148,7 @@ class Supervisor:
             return
         secrets: dict[str, str] = self.payload.get("secrets") or {}
         worker = self._worker_mcp()
-        self.credentials = engine_credentials(engine, self.plan, secrets)
+        self.credentials = engine_credentials(self.engine_spec.broker_upstream, self.plan, secrets)
         redact = Redactor([*secrets.values(), *self.credentials.secrets.values(), worker.env[TOKEN_ENV]])
         Path(self.plan.engine_home).mkdir(mode=0o700, parents=True, exist_ok=True)
         self.spec = engine.launch(self.credentials.plan, self.credentials.secrets, worker, self.dir)
@@ -160,7 +164,7 @@ class Supervisor:
         self.log.update(engine_pid=self.child.pgid, engine_start_ticks=identity.start_ticks if identity else None)
         self.log.transition(ExecutionState.RUNNING)
         self.log.flush()
-        for data in engine.initial_input(self.plan):
+        for data in engine.initial_input(self.plan, self.prompt):
             self._write_stdin(data)
         self._pump(engine, redact)
         self._finish(self._decide(engine, redact))
@@ -300,7 +304,7 @@ class Supervisor:
             return "refused", "the execution is stopping"
         if not self._stdin_open():
             return "refused", "the engine has finished its last turn; start a follow-up instead"
-        joins = not getattr(engine, "steer_opens_turn", True)  # Codex: joins the running turn
+        joins = not self.engine_spec.steer_opens_turn  # Codex: joins the running turn
         if not joins:
             self.turns_outstanding += 1
         self._write_stdin(data)
@@ -316,7 +320,7 @@ class Supervisor:
         if failure is None:
             self.log.transition(ExecutionState.CANCELLING)
         self.log.flush()
-        interrupt = engine.interrupt_input() if engine.supports_interrupt else None
+        interrupt = engine.interrupt_input()
         if interrupt is not None and self._stdin_open():
             self._write_stdin(interrupt)
             self._close_stdin()

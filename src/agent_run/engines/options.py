@@ -1,0 +1,100 @@
+"""Runtime options: the keys of a `[runtimes.NAME]` table, common to every engine or per engine.
+
+Each engine declares its own options model (a subclass of `RuntimeOptions` or
+`HttpRuntimeOptions` with `engine: Literal["name"]`); config.toml and the execution plan are
+validated against the model of the runtime's engine, so a key the engine does not take is an
+unknown key. Loading is fail-closed: extra keys are refused, values are strict.
+"""
+
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
+
+# A model-level check names the field it is about in its error type: "field:NAME".
+FIELD_ERROR = "field:"
+
+
+class StrictModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class AuthConfig(StrictModel):
+    """Where a secret comes from: the name of a variable, or a file. Never the value itself."""
+
+    env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    file: str | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "AuthConfig":
+        if (self.env is None) == (self.file is None):
+            raise ValueError("give exactly one of `env` (a variable name) or `file` (a path)")
+        return self
+
+
+_LOOPBACK_HOSTS = ("localhost", "::1")
+# Variables a runtime's `env` may not set: agent-run owns them (homes, endpoints, credentials).
+_RESERVED_ENV_PREFIXES = ("ANTHROPIC_", "OPENAI_", "CODEX_", "CLAUDE_CONFIG_DIR", "QWEN_HOME",
+                          "HOME", "AGENT_RUN_")
+
+
+def _is_loopback(host: str) -> bool:
+    return host in _LOOPBACK_HOSTS or host.startswith("127.")
+
+
+class RuntimeOptions(StrictModel):
+    """The keys every runtime takes, whatever its engine."""
+
+    engine: str
+    enabled: bool = True
+    binary: str | None = None
+    models: list[str] = Field(default_factory=list)
+    default_model: str | None = None
+    auth: AuthConfig | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    stall_seconds: float | None = Field(default=None, gt=0)
+    wall_seconds: float | None = Field(default=None, gt=0)
+    retry_give_up_seconds: float = Field(default=120.0, gt=0,
+                                         description="stop an engine that only retries for this long")
+
+    @model_validator(mode="after")
+    def _default_model_is_offered(self) -> "RuntimeOptions":
+        if self.default_model is not None and self.models and self.default_model not in self.models:
+            raise PydanticCustomError(f"{FIELD_ERROR}default_model",
+                                      "default_model must be one of `models`")
+        return self
+
+    @field_validator("env")
+    @classmethod
+    def _no_reserved_env(cls, value: dict[str, str]) -> dict[str, str]:
+        for name in value:
+            if name.startswith(_RESERVED_ENV_PREFIXES):
+                raise ValueError(f"{name} is set by agent-run itself; use base_url / auth")
+        return value
+
+
+class HttpRuntimeOptions(RuntimeOptions):
+    """The keys of an engine that calls a model provider over HTTP itself."""
+
+    base_url: str | None = None
+    allow_plain_http_loopback: bool = False
+    max_retries: int | None = Field(default=None, ge=0, le=20,
+                                    description="the engine's own request retries")
+    request_timeout_seconds: float | None = Field(default=None, gt=0,
+                                                  description="the engine's own per-request timeout")
+
+    @field_validator("base_url")
+    @classmethod
+    def _https_or_loopback(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        url = urlsplit(value)
+        if url.hostname and (url.scheme == "https" or (url.scheme == "http" and _is_loopback(url.hostname))):
+            return value.rstrip("/")
+        raise ValueError("must be https://..., or http:// to a loopback address")
+
+    @model_validator(mode="after")
+    def _plain_http_only_when_allowed(self) -> "HttpRuntimeOptions":
+        if self.base_url and self.base_url.startswith("http://") and not self.allow_plain_http_loopback:
+            raise PydanticCustomError(f"{FIELD_ERROR}base_url", "plain http needs `allow_plain_http_loopback = true`")
+        return self
