@@ -41,13 +41,16 @@ class Session:
         """The tool's result model (imports the models: not for the plain-verb fast path)."""
         return self.client.call(tool, params)
 
-    def run(self, tool: str, params: dict[str, Any]) -> None:
-        """One call, printed: JSON passes the daemon's JSON through untouched (no pydantic);
-        text renders the result model."""
+    def run(self, tool: str, params: dict[str, Any], result_model: str) -> None:
+        """One call, printed without importing pydantic (a plain verb's start-up): JSON passes
+        the daemon's JSON through; text renders it as its result model (a `cli_format.Record`)."""
+        result = self.client.call_raw(tool, params)
         if self.output == "json":
-            click.echo(json.dumps(self.client.call_raw(tool, params), ensure_ascii=False))
+            click.echo(json.dumps(result, ensure_ascii=False))
         else:
-            self.emit(self.call(tool, params))
+            from agent_run.cli_format import Record, render
+
+            click.echo(render(Record(result, result_model)))
 
     def emit(self, result: Any) -> None:
         if self.output == "json":
@@ -162,7 +165,7 @@ def make_command(tool: dict[str, Any]) -> click.Command:
         if follow:
             sys.exit(FOLLOWERS[extras["follow"]](session, params, extras))
         if not wait_for_it:
-            session.run(name, params)
+            session.run(name, params, tool["result"])
             return
         result = session.call(name, params)
         session.emit(result)

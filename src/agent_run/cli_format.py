@@ -1,15 +1,45 @@
 """Human-readable rendering of tool results (`--format text`, MCP's text content): one render
-function per result model type, looked up in `RENDERERS`; a model without one prints as JSON."""
+function per result model, looked up in `RENDERERS` by the model's class name; a result without
+one prints as JSON.
 
+A renderer reads the result's fields as attributes, so it takes the pydantic model (MCP, the
+CLI's waits and follows) or a `Record` of the daemon's JSON with that model's name (a plain CLI
+verb, which must start without importing pydantic; see `cli_spec`).
+"""
+
+import json
 import time
 from collections.abc import Callable
-from typing import Any
-
-from pydantic import BaseModel
+from typing import TYPE_CHECKING, Any
 
 from agent_run.cli_batch import render_batch
-from agent_run.domain import batch_models as bm
-from agent_run.domain import views as vw
+
+if TYPE_CHECKING:
+    from agent_run.domain import batch_models as bm
+    from agent_run.domain import views as vw
+
+
+class Record:
+    """A result model's JSON read through attributes, like the model (`r.execution.number`)."""
+
+    __slots__ = ("data", "model")
+
+    def __init__(self, data: dict[str, Any], model: str) -> None:
+        self.data, self.model = data, model
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return _wrap(self.data[name])
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+def _wrap(value: Any) -> Any:
+    if isinstance(value, dict):
+        return Record(value, "")
+    if isinstance(value, list):
+        return [_wrap(v) for v in value]
+    return value
 
 
 def _ago(ts: float | None) -> str:
@@ -28,7 +58,7 @@ def _s(value: Any) -> str:
     return str(getattr(value, "value", value))
 
 
-def agent(a: vw.AgentView) -> str:
+def agent(a: "vw.AgentView") -> str:
     ex = a.execution
     lines = [f"{a.id}  {_s(a.state)}" + (f" ({_s(a.failure_kind)})" if a.failure_kind else ""),
              f"  runtime {a.runtime} / {a.model}  profile {_s(a.profile)}  created {_ago(a.created_at)}",
@@ -49,46 +79,51 @@ def agent(a: vw.AgentView) -> str:
     return "\n".join(lines)
 
 
-def wait_result(w: vw.WaitResult) -> str:
+def wait_result(w: "vw.WaitResult") -> str:
     return ("still running (timed out)\n" if w.timed_out else "") + agent(w.agent)
 
 
-def agent_list(page: vw.AgentList) -> str:
+def agent_list(page: "vw.AgentList") -> str:
     rows = [f"{i.id}  {_s(i.state):<10} {i.runtime:<8} {_ago(i.created_at):>8}  {i.task_preview[:60]}"
             + ("  [answer NOT VERIFIED]" if i.answer_verified is False else "") for i in page.items]
     return "\n".join(rows + [f"{len(page.items)} of {page.total} agents"])
 
 
-def answer(a: vw.AnswerView) -> str:
+def answer(a: "vw.AnswerView") -> str:
     return f"{a.text}\n-- verified: {a.bytes} bytes, sha256 {a.sha256}"
 
 
-def transcript_item(item: vw.TranscriptItem) -> str:
+def transcript_item(item: "vw.TranscriptItem") -> str:
     return item.role + (f"[{item.name}]" if item.name else "") + f": {item.content}"
 
 
-def transcript(page: vw.TranscriptPage) -> str:
+def transcript(page: "vw.TranscriptPage") -> str:
     return "\n".join(transcript_item(i) for i in page.items)
 
 
-def events(page: vw.EventsPage) -> str:
-    return "\n".join(f"{e.seq:>6}  {e.kind:<16} {e.execution_id}  {e.data}" for e in page.items)
+def events(page: "vw.EventsPage") -> str:
+    return "\n".join(f"{e.seq:>6}  {e.kind:<16} {e.execution_id}  {json.dumps(_plain(e.data), ensure_ascii=False)}"
+                     for e in page.items)
 
 
-def agent_message(result: vw.CancelResult | vw.SteerResult) -> str:
+def _plain(value: Any) -> Any:
+    return value.data if isinstance(value, Record) else value
+
+
+def agent_message(result: "vw.CancelResult | vw.SteerResult") -> str:
     return f"{result.agent_id}: {result.message}"
 
 
-def batch_list(page: bm.BatchList) -> str:
+def batch_list(page: "bm.BatchList") -> str:
     rows = [f"{i.id}  {_s(i.workflow):<9} {_s(i.state):<9} {i.runs:>3} runs  {_ago(i.created_at)}" for i in page.items]
     return "\n".join(rows + [f"{len(page.items)} of {page.total} batches"])
 
 
-def run_action(result: bm.RunActionResult) -> str:
+def run_action(result: "bm.RunActionResult") -> str:
     return f"{result.run.id} ({result.run.title}): {result.message}"
 
 
-def batch_review(review: bm.BatchReview) -> str:
+def batch_review(review: "bm.BatchReview") -> str:
     parts = []
     for run in review.runs:
         parts.append(f"== {run.title} ({run.branch}) {len(run.commits)} commit(s)")
@@ -97,27 +132,30 @@ def batch_review(review: bm.BatchReview) -> str:
     return "\n".join(parts)
 
 
-def batch_clean(result: bm.BatchCleanResult) -> str:
+def batch_clean(result: "bm.BatchCleanResult") -> str:
     rows = [f"{i.action:<12} {i.worktree}  dirty {len(i.dirty_files)}  unmerged {i.unmerged_commits}"
             for i in result.items]
     return "\n".join(rows + [result.message])
 
 
-def dir_listing(listing: bm.DirListing) -> str:
+def dir_listing(listing: "bm.DirListing") -> str:
     return "\n".join([listing.path or "(roots)"] + [f"  {e.name}{'  (git)' if e.is_repository else ''}"
                                                     for e in listing.entries])
 
 
-RENDERERS: dict[type[BaseModel], Callable[[Any], str]] = {
-    vw.AgentView: agent, vw.WaitResult: wait_result, vw.AgentList: agent_list, vw.AnswerView: answer,
-    vw.TranscriptPage: transcript, vw.TranscriptItem: transcript_item, vw.EventsPage: events,
-    vw.CancelResult: agent_message, vw.SteerResult: agent_message, vw.DocResult: lambda d: d.text,
-    bm.BatchView: render_batch, bm.BatchList: batch_list, bm.RunActionResult: run_action,
-    bm.BatchReview: batch_review, bm.BatchCleanResult: batch_clean, bm.DirListing: dir_listing,
+RENDERERS: dict[str, Callable[[Any], str]] = {  # result model class name -> renderer
+    "AgentView": agent, "WaitResult": wait_result, "AgentList": agent_list, "AnswerView": answer,
+    "TranscriptPage": transcript, "TranscriptItem": transcript_item, "EventsPage": events,
+    "CancelResult": agent_message, "SteerResult": agent_message, "DocResult": lambda d: d.text,
+    "BatchView": render_batch, "BatchList": batch_list, "RunActionResult": run_action,
+    "BatchReview": batch_review, "BatchCleanResult": batch_clean, "DirListing": dir_listing,
 }
 
 
-def render(result: BaseModel) -> str:
-    """The text of a result model: its renderer, or its JSON when it has none."""
-    renderer = RENDERERS.get(type(result))
+def render(result: Any) -> str:
+    """The text of a result model (or of a `Record`): its renderer, or its JSON when it has none."""
+    if isinstance(result, Record):
+        renderer = RENDERERS.get(result.model)
+        return renderer(result) if renderer else json.dumps(result.data, indent=1, ensure_ascii=False)
+    renderer = RENDERERS.get(type(result).__name__)
     return renderer(result) if renderer else result.model_dump_json(indent=1)

@@ -2,7 +2,8 @@
 
 `build()` derives it from `tools.TOOLS` (pydantic fields -> click parameter descriptions);
 `load()` reads the committed file, stdlib only. Each tool's `cli` holds its CLI extras
-(`tools.CliExtras`: `--wait`, `--follow`, slices, exit codes). A test fails when they differ: after changing
+(`tools.CliExtras`: `--wait`, `--follow`, slices, exit codes), and `result` the name of its
+result model, which keys its text renderer (`cli_format.RENDERERS`). A test fails when they differ: after changing
 a tool's params or doc run `python -m agent_run.cli_spec` to rewrite the file.
 """
 
@@ -63,7 +64,8 @@ def _extras(tool: Any) -> dict[str, Any]:
 def build() -> list[dict[str, Any]]:
     from agent_run.tools import TOOLS
 
-    return [{"name": t.name, "verb": t.cli_verb, "doc": t.doc, "params": _params(t), "cli": _extras(t)}
+    return [{"name": t.name, "verb": t.cli_verb, "doc": t.doc, "params": _params(t), "cli": _extras(t),
+             "result": t.result.__name__}
             for t in TOOLS.values()]
 
 
