@@ -22,14 +22,14 @@ if TYPE_CHECKING:
 class Record:
     """A result model's JSON read through attributes, like the model (`r.execution.number`)."""
 
-    __slots__ = ("data", "model")
+    __slots__ = ("_data", "_model")  # underscored: no model field can shadow them
 
     def __init__(self, data: dict[str, Any], model: str) -> None:
-        self.data, self.model = data, model
+        self._data, self._model = data, model
 
     def __getattr__(self, name: str) -> Any:
         try:
-            return _wrap(self.data[name])
+            return _wrap(self._data[name])
         except KeyError:
             raise AttributeError(name) from None
 
@@ -107,7 +107,7 @@ def events(page: "vw.EventsPage") -> str:
 
 
 def _plain(value: Any) -> Any:
-    return value.data if isinstance(value, Record) else value
+    return value._data if isinstance(value, Record) else value
 
 
 def agent_message(result: "vw.CancelResult | vw.SteerResult") -> str:
@@ -155,7 +155,7 @@ RENDERERS: dict[str, Callable[[Any], str]] = {  # result model class name -> ren
 def render(result: Any) -> str:
     """The text of a result model (or of a `Record`): its renderer, or its JSON when it has none."""
     if isinstance(result, Record):
-        renderer = RENDERERS.get(result.model)
-        return renderer(result) if renderer else json.dumps(result.data, indent=1, ensure_ascii=False)
+        renderer = RENDERERS.get(result._model)
+        return renderer(result) if renderer else json.dumps(result._data, indent=1, ensure_ascii=False)
     renderer = RENDERERS.get(type(result).__name__)
     return renderer(result) if renderer else result.model_dump_json(indent=1)
