@@ -5,10 +5,10 @@ tool table's result model), the wait-in-slices helper, and daemon autostart.
 `call(tool, params)` returns the tool's result model and raises a `DomainError` subclass for
 every error the daemon can send; `call_raw` returns the JSON `result` for callers that only
 forward it (the CLI's JSON output, the web UI's JSON API, tests of the wire). Importing this
-module imports no pydantic: the models are loaded on the first typed call.
+module imports neither pydantic (the models load on the first typed call) nor asyncio (the
+async face imports it when made): a plain CLI verb pays for neither (`bench_cli.py`).
 """
 
-import asyncio
 import itertools
 import os
 import socket
@@ -145,6 +145,8 @@ class AsyncClient:
     sent twice."""
 
     def __init__(self, home: Home) -> None:
+        import asyncio
+
         self.home = home
         self._start_lock = asyncio.Lock()
 
@@ -152,6 +154,8 @@ class AsyncClient:
         try:
             return await call_once(self.home, method, params)
         except NotConnected:
+            import asyncio
+
             async with self._start_lock:
                 await asyncio.to_thread(lambda: connect(self.home).close())
             return await call_once(self.home, method, params)
@@ -173,6 +177,8 @@ class AsyncClient:
 
 async def call_once(home: Home, method: str, params: dict[str, Any] | None = None) -> Any:
     """One request on its own connection; `NotConnected` when nothing could be sent."""
+    import asyncio
+
     line = p.encode_request(1, method, params or {})  # LineTooLong before anything is sent
     try:
         reader, writer = await asyncio.open_unix_connection(str(home.socket_path), limit=READ_LIMIT)
