@@ -28,7 +28,7 @@ def mask(text: str, paths: dict[str, str]) -> str:
     text = re.sub(r"(REPO_PARENT/[^\s/]+?-)[0-9a-z]{8}(-\d+)", r"\1BATCH\2", text)  # worktree names
     text = re.sub(r"\b[0-9a-f]{64}\b", "SHA256", text)
     text = re.sub(r"\b[0-9a-f]{12}\b", "SHA12", text)
-    text = re.sub(r"\b\d+[smh] ago\b", "N ago", text)
+    text = re.sub(r" *\b\d+[smh] ago\b", " N ago", text)  # the padding varies with the width
     return re.sub(r"  events \d+", "  events N", text)
 
 
