@@ -26,7 +26,7 @@ ENTRY_POINTS = {
     "supervisor": "import agent_run.supervisor.run",
     "demo_engine": "import agent_run.engines.demo_program",
     "cli": "import agent_run.cli",
-    "daemon": "import agent_run.rpc.server",
+    "daemon": "import agent_run.daemon",
 }
 HEAVY = ("mcp", "pydantic", "starlette", "structlog", "anyio", "httpx")
 REPORT = ("import json, sys\n"

@@ -30,3 +30,12 @@ def test_copy_paste_python_client_runs_against_a_real_daemon(daemon, home, workd
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "succeeded hello from the socket"
+
+
+def test_the_generated_parameter_lists_are_current():
+    """docs/api.md's per-method parameter lists are the tool table's schemas, regenerated."""
+    from agent_run.api_reference import BEGIN, rewrite
+
+    text = API_DOC.read_text()
+    assert text.count(BEGIN) == len(TOOLS)
+    assert rewrite(text) == text, "docs/api.md is stale: run `python -m agent_run.api_reference`"

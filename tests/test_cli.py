@@ -512,7 +512,7 @@ def test_a_plain_verb_imports_no_pydantic_mcp_server_stack_or_engines(daemon, ho
              f"sys.argv = ['agent-run', '--home', {str(home.root)!r}, *{argv!r}]\n"
              "try:\n    runpy.run_module('agent_run', run_name='__main__')\n"
              "except SystemExit:\n    pass\n"
-             "heavy = {'pydantic', 'mcp', 'mcp_types', 'starlette', 'uvicorn', 'anyio', 'structlog'}\n"
+             "heavy = {'pydantic', 'mcp', 'mcp_types', 'starlette', 'uvicorn', 'anyio', 'structlog', 'asyncio'}\n"
              "loaded = sorted(m for m in sys.modules\n"
              "                if m.split('.')[0] in heavy or m.startswith('agent_run.engines'))\n"
              "print('LOADED', loaded, file=sys.stderr)\n")

@@ -2,8 +2,9 @@
 
 Verbs are generated from `tools.TOOLS` through its frozen copy `cli_spec.json` (so a verb
 imports no pydantic); this module only maps spec params to click parameters, talks to the
-daemon over the socket and prints one JSON object per line (`--format text` for people, see
-`cli_format`).
+daemon over the socket (`rpc.client`) and prints one JSON object per line, the daemon's JSON
+passed through, or (`--format text`) the result model rendered by `cli_format`. What a verb
+does beyond one call (`--wait`, `--follow`, slices, exit codes) is its tool's `CliExtras`.
 """
 
 import json
@@ -13,15 +14,11 @@ from typing import Any
 
 import click
 
-from agent_run import cli_format, cli_spec
+from agent_run import cli_spec
 from agent_run.domain.errors import DomainError
-from agent_run.domain.states import ExecutionState as S
 from agent_run.home import Home
 
-# Exit codes of `wait` and `start --wait`.
-EXIT_SUCCEEDED, EXIT_ERROR, EXIT_FAILED, EXIT_CANCELLED, EXIT_RUNNING = 0, 1, 2, 3, 4
-_STATE_EXIT = {S.SUCCEEDED: EXIT_SUCCEEDED, S.FAILED: EXIT_FAILED, S.LOST: EXIT_FAILED,
-               S.CANCELLED: EXIT_CANCELLED}
+EXIT_ERROR = 1  # any error; each waiting verb's own exit statuses are its tool's `cli.exit_codes`
 
 
 class Session:
@@ -30,20 +27,38 @@ class Session:
     def __init__(self, home: str | None, output: str) -> None:
         self.home = Home.resolve(home)
         self.output = output
-        self._client = None
+        self._client: Any = None
 
-    def call(self, method: str, params: dict[str, Any]) -> Any:
+    @property
+    def client(self) -> Any:
         if self._client is None:
             from agent_run.rpc.client import connect
 
             self._client = connect(self.home)
-        return self._client.call(method, params)
+        return self._client
 
-    def emit(self, kind: str, data: Any) -> None:
+    def call(self, tool: str, params: dict[str, Any]) -> Any:
+        """The tool's result model (imports the models: not for the plain-verb fast path)."""
+        return self.client.call(tool, params)
+
+    def run(self, tool: str, params: dict[str, Any], result_model: str) -> None:
+        """One call, printed without importing pydantic (a plain verb's start-up): JSON passes
+        the daemon's JSON through; text renders it as its result model (a `cli_format.Record`)."""
+        result = self.client.call_raw(tool, params)
         if self.output == "json":
-            click.echo(json.dumps(data, ensure_ascii=False))
+            click.echo(json.dumps(result, ensure_ascii=False))
         else:
-            click.echo(cli_format.render(kind, data))
+            from agent_run.cli_format import Record, render
+
+            click.echo(render(Record(result, result_model)))
+
+    def emit(self, result: Any) -> None:
+        if self.output == "json":
+            click.echo(json.dumps(result.model_dump(mode="json"), ensure_ascii=False))
+        else:
+            from agent_run.cli_format import render
+
+            click.echo(render(result))
 
 
 _CLICK_TYPES = {"int": click.INT, "float": click.FLOAT, "bool": click.BOOL, "string": click.STRING}
@@ -83,33 +98,36 @@ def _given(kwargs: dict[str, Any]) -> dict[str, Any]:
             if v is not None and v != ()}
 
 
-def _run_tool(session: Session, name: str, params: dict[str, Any]) -> Any:
-    result = session.call(name, params)
-    session.emit(name, result)
-    return result
+def _wait_until_done(session: Session, agent_id: str, timeout: float | None, extras: dict[str, Any]) -> int:
+    """Wait in slices (`WaitSlices`), print the last result; the exit status of its end state."""
+    result = session.client.wait(agent_id, timeout, extras["slice_seconds"])
+    session.emit(result)
+    codes = extras["exit_codes"]
+    return codes["timed_out"] if result.timed_out else codes[str(result.agent.state)]
 
 
-def _wait_until_done(session: Session, agent_id: str, timeout: float | None) -> int:
-    deadline = None if timeout is None else time.monotonic() + timeout
-    while True:
-        chunk = 60.0 if deadline is None else max(0.0, min(60.0, deadline - time.monotonic()))
-        result = session.call("wait", {"agent_id": agent_id, "timeout_seconds": chunk})
-        if not result["timed_out"] or (deadline is not None and time.monotonic() >= deadline):
-            session.emit("wait", result)
-            return EXIT_RUNNING if result["timed_out"] else _STATE_EXIT[result["agent"]["state"]]
-
-
-def _follow_transcript(session: Session, params: dict[str, Any]) -> None:
+def _follow_transcript(session: Session, params: dict[str, Any], _extras: dict[str, Any]) -> int:
     cursor = params.get("cursor", 0)
     while True:
         page = session.call("transcript", {**params, "cursor": cursor})
-        for item in page["items"]:
-            session.emit("transcript_item", item)
-        cursor = page["next_cursor"]
-        if page["finished"]:
-            return
-        if not page["items"]:
+        for item in page.items:
+            session.emit(item)
+        cursor = page.next_cursor
+        if page.finished:
+            return 0
+        if not page.items:
             time.sleep(0.25)
+
+
+def _follow_batch(session: Session, params: dict[str, Any], extras: dict[str, Any]) -> int:
+    from agent_run.cli_batch import follow_batch
+
+    return follow_batch(session, params["batch_id"], extras["exit_codes"])
+
+
+FOLLOWERS = {"transcript": _follow_transcript, "batch": _follow_batch}  # `--follow` by CliExtras.follow
+FOLLOW_HELP = {"transcript": "keep printing until the agent ends",
+               "batch": "draw live progress until the batch ends or is blocked"}
 
 
 def _set_format(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
@@ -124,38 +142,38 @@ def format_option() -> click.Option:
                         help="json (default): one object per line; text: for people")
 
 
+def extra_params(extras: dict[str, Any]) -> list[click.Parameter]:
+    """`--format` on every verb, `--wait` and `--follow` where the tool's CLI extras ask."""
+    params: list[click.Parameter] = [format_option()]
+    if extras["wait_flag"]:
+        params.append(click.Option(["--wait", "wait_for_it"], is_flag=True,
+                                   help="wait until the agent ends; exit 0/2/3 like `wait`"))
+    if extras["follow"]:
+        params.append(click.Option(["--follow"], is_flag=True, help=FOLLOW_HELP[extras["follow"]]))
+    return params
+
+
 def make_command(tool: dict[str, Any]) -> click.Command:
     """The click command of one tool, from its entry in the frozen CLI spec (`cli_spec`)."""
-    name = tool["name"]
-    extra: list[click.Parameter] = [format_option()]
-    if name == "start":
-        extra.append(click.Option(["--wait", "wait_for_it"], is_flag=True,
-                                  help="wait until the agent ends; exit 0/2/3 like `wait`"))
-    if name == "transcript":
-        extra.append(click.Option(["--follow"], is_flag=True, help="keep printing until the agent ends"))
-    if name == "batch":
-        extra.append(click.Option(["--follow"], is_flag=True,
-                                  help="draw live progress until the batch ends or is blocked"))
+    name, extras = tool["name"], tool["cli"]
 
     @click.pass_obj
     def callback(session: Session, wait_for_it: bool = False, follow: bool = False, **kwargs: Any) -> None:
         params = _given(kwargs)
-        if name == "wait":
-            sys.exit(_wait_until_done(session, params["agent_id"], params.get("timeout_seconds", 30.0)))
-        if name == "transcript" and follow:
-            _follow_transcript(session, params)
+        if extras["waits"]:
+            sys.exit(_wait_until_done(session, params["agent_id"], params.get("timeout_seconds", 30.0), extras))
+        if follow:
+            sys.exit(FOLLOWERS[extras["follow"]](session, params, extras))
+        if not wait_for_it:
+            session.run(name, params, tool["result"])
             return
-        if name == "batch" and follow:
-            from agent_run.cli_batch import follow_batch
-
-            sys.exit(follow_batch(session, params["batch_id"]))
-        result = _run_tool(session, name, params)
-        if name == "start" and wait_for_it:
-            sys.exit(_wait_until_done(session, result["id"], None))
+        result = session.call(name, params)
+        session.emit(result)
+        sys.exit(_wait_until_done(session, result.id, None, extras))
 
     doc = tool["doc"]
     return click.Command(tool["verb"].split()[-1], callback=callback, help=doc, short_help=doc.split(". ")[0],
-                         params=click_params(tool["params"]) + extra)
+                         params=click_params(tool["params"]) + extra_params(extras))
 
 
 class AgentRunGroup(click.Group):
@@ -184,14 +202,10 @@ class AgentRunGroup(click.Group):
             sys.exit(exc.exit_code)
 
     def invoke(self, ctx: click.Context) -> Any:
-        from agent_run.rpc.client import RpcError
-
         try:
             return super().invoke(ctx)
-        except DomainError as exc:
+        except DomainError as exc:  # every error the client maps, protocol ones included
             _print_error(ctx, exc.to_data())
-        except RpcError as exc:  # an untyped protocol error: still one line, never a traceback
-            _print_error(ctx, {"code": "ProtocolError", "message": exc.message, "details": {"rpc_code": exc.code}})
         sys.exit(EXIT_ERROR)
 
 

@@ -66,7 +66,7 @@ def doctor_cmd(ctx: click.Context) -> None:
             return True, "not running; the CLI starts one when needed"
         pong = client.call("ping")
         client.close()
-        return True, f"pid {pong['pid']} answers (version {pong['version']})"
+        return True, f"pid {pong.pid} answers (version {pong.version})"
 
     def check_canary() -> tuple[bool, str]:
         report = spawn_canary(home)
@@ -116,7 +116,7 @@ def api_group() -> None:
 @click.pass_context
 def api_serve(ctx: click.Context) -> None:
     """Run the daemon in the foreground (one per home)."""
-    from agent_run.rpc.server import DaemonAlreadyRunning, serve_forever
+    from agent_run.daemon import DaemonAlreadyRunning, serve_forever
 
     session = _session(ctx)
     try:

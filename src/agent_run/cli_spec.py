@@ -1,10 +1,13 @@
 """The CLI's view of the tool table, frozen to `cli_spec.json` so a verb starts without pydantic.
 
 `build()` derives it from `tools.TOOLS` (pydantic fields -> click parameter descriptions);
-`load()` reads the committed file, stdlib only. A test fails when they differ: after changing
+`load()` reads the committed file, stdlib only. Each tool's `cli` holds its CLI extras
+(`tools.CliExtras`: `--wait`, `--follow`, slices, exit codes), and `result` the name of its
+result model, which keys its text renderer (`cli_format.RENDERERS`). A test fails when they differ: after changing
 a tool's params or doc run `python -m agent_run.cli_spec` to rewrite the file.
 """
 
+import dataclasses
 import json
 import types
 import typing
@@ -51,10 +54,19 @@ def _params(tool: Any) -> list[dict[str, Any]]:
     return params
 
 
+def _extras(tool: Any) -> dict[str, Any]:
+    """The tool's CLI extras (exit codes as a map)."""
+    extras = dataclasses.asdict(tool.cli)
+    extras["exit_codes"] = dict(extras["exit_codes"])
+    return extras
+
+
 def build() -> list[dict[str, Any]]:
     from agent_run.tools import TOOLS
 
-    return [{"name": t.name, "verb": t.cli_verb, "doc": t.doc, "params": _params(t)} for t in TOOLS.values()]
+    return [{"name": t.name, "verb": t.cli_verb, "doc": t.doc, "params": _params(t), "cli": _extras(t),
+             "result": t.result.__name__}
+            for t in TOOLS.values()]
 
 
 def write() -> None:

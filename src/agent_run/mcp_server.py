@@ -7,21 +7,20 @@ short human text; domain errors are `isError` results carrying the stable code a
 
 import asyncio
 import json
-import time
 from typing import Any
 
 import mcp_types as types
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel.server import Server
 from mcp.server.stdio import stdio_server
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from agent_run import __version__, cli_format
 from agent_run.domain.errors import DaemonUnavailable, DomainError
 from agent_run.domain.requests import WaitParams
+from agent_run.domain.views import WaitResult
 from agent_run.home import Home
-from agent_run.rpc import async_client
-from agent_run.rpc.client import NO_AUTOSTART_ENV, RpcError, connect
+from agent_run.rpc.client import NO_AUTOSTART_ENV, AsyncClient
 from agent_run.rpc.protocol import validation_error_data
 from agent_run.tools import TOOLS, Tool
 
@@ -46,9 +45,9 @@ def mcp_tool(tool: Tool) -> types.Tool:
     )
 
 
-def ok_result(name: str, result: dict[str, Any]) -> types.CallToolResult:
-    return types.CallToolResult(content=[types.TextContent(text=cli_format.render(name, result))],
-                                structured_content=result)
+def ok_result(result: BaseModel) -> types.CallToolResult:
+    return types.CallToolResult(content=[types.TextContent(text=cli_format.render(result))],
+                                structured_content=result.model_dump(mode="json"))
 
 
 def error_result(data: dict[str, Any]) -> types.CallToolResult:
@@ -66,48 +65,27 @@ def error_data(result: types.CallToolResult) -> dict[str, Any]:
     return json.loads(result.content[-1].text)["error"]
 
 
-class DaemonProxy:
-    def __init__(self, home: Home) -> None:
-        self.home = home
-        self._start_lock = asyncio.Lock()
-
-    async def call(self, method: str, params: dict[str, Any]) -> Any:
-        try:
-            return await async_client.call(self.home, method, params)
-        except DaemonUnavailable:
-            await self._ensure_daemon()
-            return await async_client.call(self.home, method, params)
-
-    async def _ensure_daemon(self) -> None:
-        """Start the daemon as the CLI would (saying so on stderr); raise if it cannot answer."""
-        async with self._start_lock:
-            client = await asyncio.to_thread(connect, self.home)
-            client.close()
-
-
-async def _wait_with_progress(proxy: DaemonProxy, ctx: ServerRequestContext[Any, Any],
-                              params: WaitParams) -> dict[str, Any]:
-    """Wait in short chunks, sending a progress notification after each that finds it running."""
+async def _wait_with_progress(client: AsyncClient, ctx: ServerRequestContext[Any, Any],
+                              params: WaitParams) -> WaitResult:
+    """Wait in slices (the client's `WaitSlices`), a progress notification after each that
+    finds the agent running."""
     token = (ctx.meta or {}).get("progress_token")
-    started = time.monotonic()
-    deadline = started + params.timeout_seconds
-    while True:
-        remaining = max(0.0, deadline - time.monotonic())
-        chunk = min(WAIT_PROGRESS_SECONDS, remaining)
-        result = await proxy.call("wait", {"agent_id": params.agent_id, "timeout_seconds": chunk})
-        if not result["timed_out"] or time.monotonic() >= deadline:
-            return result
-        if token is not None:
-            agent = result["agent"]
-            last = (agent.get("last_message") or "").splitlines()
-            message = f"{agent['state']}; {agent['event_count']} events" + (f"; last: {last[0][:120]}" if last else "")
-            await ctx.session.send_progress_notification(
-                token, round(time.monotonic() - started, 3), total=params.timeout_seconds,
-                message=message, related_request_id=ctx.request_id)
+
+    async def progress(result: WaitResult, elapsed: float) -> None:
+        if token is None:
+            return
+        agent = result.agent
+        last = (agent.last_message or "").splitlines()
+        message = f"{agent.state}; {agent.event_count} events" + (f"; last: {last[0][:120]}" if last else "")
+        await ctx.session.send_progress_notification(
+            token, round(elapsed, 3), total=params.timeout_seconds, message=message,
+            related_request_id=ctx.request_id)
+
+    return await client.wait(params.agent_id, params.timeout_seconds, WAIT_PROGRESS_SECONDS, progress)
 
 
 def build_server(home: Home) -> Server[Any]:
-    proxy = DaemonProxy(home)
+    client = AsyncClient(home)
     tools = [mcp_tool(tool) for tool in TOOLS.values()]
 
     async def list_tools(_ctx: ServerRequestContext[Any, Any],
@@ -127,18 +105,16 @@ def build_server(home: Home) -> Server[Any]:
                     wait_params = WaitParams.model_validate(arguments)
                 except ValidationError as exc:
                     return error_result(validation_error_data(exc))
-                result = await _wait_with_progress(proxy, ctx, wait_params)
+                result: BaseModel = await _wait_with_progress(client, ctx, wait_params)
             else:
-                result = await proxy.call(tool.name, arguments)
+                result = await client.call(tool.name, arguments)
         except DaemonUnavailable as exc:
             no_start = f"; {NO_AUTOSTART_ENV}=1 is set" if _autostart_off() else ""
             return error_result({"code": exc.code, "message": f"{exc.message}{no_start}. Nothing was "
                                  "executed: agent-run runs tools only in its daemon."})
-        except DomainError as exc:
+        except DomainError as exc:  # every error the client maps, protocol ones included
             return error_result(exc.to_data())
-        except RpcError as exc:
-            return error_result({"code": "ProtocolError", "message": f"{exc.code}: {exc.message}"})
-        return ok_result(tool.name, result)
+        return ok_result(result)
 
     return Server("agent-run", version=__version__, instructions=INSTRUCTIONS,
                   on_list_tools=list_tools, on_call_tool=call_tool)

@@ -19,6 +19,22 @@ from agent_run.domain import views as vw
 
 
 @dataclass(frozen=True)
+class CliExtras:
+    """What a tool's CLI verb does beyond one call; frozen into `cli_spec.json` with the params."""
+
+    wait_flag: bool = False  # `--wait`: then wait (in slices) for the agent the call returned
+    waits: bool = False  # the verb itself is a wait, done in slices of `slice_seconds`
+    follow: str | None = None  # `--follow`: "transcript" pages until the agent ends, "batch" redraws
+    slice_seconds: float = 60.0  # one `wait` call of a longer wait
+    exit_codes: tuple[tuple[str, int], ...] = ()  # end state -> exit status ("timed_out": still running)
+
+
+# Exit statuses of a verb that waits for an agent, and of `batch show --follow` (1 is any error).
+AGENT_EXIT = (("succeeded", 0), ("failed", 2), ("lost", 2), ("cancelled", 3), ("timed_out", 4))
+BATCH_EXIT = (("completed", 0), ("failed", 2), ("blocked", 2), ("cancelled", 3))
+
+
+@dataclass(frozen=True)
 class Tool:
     name: str
     params: type[BaseModel]
@@ -30,6 +46,7 @@ class Tool:
     idempotent: bool = True
     verb: str | None = None  # CLI verb when it differs from the name; "group verb" nests it
     positional: tuple[str, ...] = field(default_factory=tuple)  # CLI positional arguments
+    cli: CliExtras = field(default_factory=CliExtras)
 
     @property
     def cli_verb(self) -> str:
@@ -58,7 +75,7 @@ TOOLS: dict[str, Tool] = {t.name: t for t in (
          "Start a durable agent: returns its id at once while the engine runs under a detached "
          "supervisor. Pass request_id to make retries safe (same request -> same agent). Then "
          "call wait (bounded) and answer.",
-         read_only=False, idempotent=False),
+         read_only=False, idempotent=False, cli=CliExtras(wait_flag=True, exit_codes=AGENT_EXIT)),
     Tool("resume", rq.ResumeParams, vw.AgentView, f"{_A}:resume",
          "Continue a finished agent in the same engine session (its history intact) with a new "
          "prompt: a new execution of the same agent id. Then wait and answer as after start.",
@@ -83,7 +100,7 @@ TOOLS: dict[str, Tool] = {t.name: t for t in (
          read_only=True, positional=("agent_id",)),
     Tool("transcript", rq.TranscriptParams, vw.TranscriptPage, f"{_A}:transcript",
          "The agent's normalized messages, a page at a time: pass next_cursor back as cursor.",
-         read_only=True, positional=("agent_id",)),
+         read_only=True, positional=("agent_id",), cli=CliExtras(follow="transcript")),
     Tool("events", rq.EventsParams, vw.EventsPage, "agent_run.services.events:events",
          "The agent's normalized event log (state changes, commands, steering, reports, integrity), "
          "oldest first, a page at a time: pass next_after back as after_seq; kinds filters.",
@@ -91,7 +108,7 @@ TOOLS: dict[str, Tool] = {t.name: t for t in (
     Tool("wait", rq.WaitParams, vw.WaitResult, f"{_A}:wait",
          "Wait until the agent is terminal, at most timeout_seconds; on timeout returns "
          "timed_out: true with the current view instead of an error. Call again to keep waiting.",
-         read_only=True, positional=("agent_id",)),
+         read_only=True, positional=("agent_id",), cli=CliExtras(waits=True, exit_codes=AGENT_EXIT)),
     Tool("changes", rq.ChangesParams, vw.ChangesResult, "agent_run.services.changes:changes",
          "What changed after a revision: the ids of agents and batches with an event newer than "
          "after_revision, and the revision to pass next time. With wait_seconds, a long-poll that "
@@ -112,7 +129,7 @@ TOOLS: dict[str, Tool] = {t.name: t for t in (
     Tool("batch", bm.BatchParams, bm.BatchView, f"{_B}:batch",
          "One batch: state (queued, running, blocked, completed, failed, cancelled) and every run with "
          "its state, attempts, worktree, score and rank.", read_only=True, verb="batch show",
-         positional=("batch_id",)),
+         positional=("batch_id",), cli=CliExtras(follow="batch", exit_codes=BATCH_EXIT)),
     Tool("batch_cancel", bm.BatchParams, bm.BatchView, f"{_B}:batch_cancel",
          "Cancel a batch: running agents are cancelled, queued runs dropped, finished results kept.",
          read_only=False, destructive=True, verb="batch cancel", positional=("batch_id",)),
@@ -159,6 +176,9 @@ SOCKET_ONLY: dict[str, Tool] = {t.name: t for t in (
          "Every tool's name, description, input and output JSON schema and annotations.",
          read_only=True),
 )}
+
+
+ALL_TOOLS: dict[str, Tool] = {**TOOLS, **SOCKET_ONLY}
 
 
 def tool_schemas() -> list[dict[str, Any]]:

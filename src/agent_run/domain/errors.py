@@ -102,12 +102,63 @@ class InternalError(DomainError):
     code = "InternalError"
 
 
+class PermissionDenied(DomainError):
+    """The socket's peer is another user than the daemon's."""
+
+    code = "PermissionDenied"
+
+
+class ProtocolError(DomainError):
+    """A JSON-RPC level error (not about the operation): `details.rpc_code` when the reply gave
+    no typed `data`. Its subclasses are the codes the daemon sends."""
+
+    code = "ProtocolError"
+
+
+class ParseError(ProtocolError):
+    """-32700: the line was not JSON."""
+
+    code = "ParseError"
+
+
+class InvalidUnicode(ParseError):
+    """-32700: a string held a lone UTF-16 surrogate."""
+
+    code = "InvalidUnicode"
+
+
+class MalformedRequest(ProtocolError):
+    """-32600: JSON, but not a JSON-RPC 2.0 request object."""
+
+    code = "MalformedRequest"
+
+
+class NestingTooDeep(MalformedRequest):
+    """-32600: arrays / objects nested deeper than the daemon allows."""
+
+    code = "NestingTooDeep"
+
+
+class MethodNotFound(ProtocolError):
+    """-32601: no tool of that name; `field` is `method`."""
+
+    code = "MethodNotFound"
+
+
+class InvalidParams(ProtocolError):
+    """-32602: the params failed validation; `field` is the dotted path of the first culprit."""
+
+    code = "InvalidParams"
+
+
 ERRORS_BY_CODE: dict[str, type[DomainError]] = {
     cls.code: cls
     for cls in (
         DomainError, AgentNotFound, Conflict, InvalidRequest, UnknownRuntime, NotRunning, NotResumable,
         AnswerNotReady, AnswerIntegrity, ConfigInvalid, SpawnFailed, DaemonUnavailable,
         BatchNotFound, RunNotFound, RunLocked, GitError, StorageFull, LineTooLong, InternalError,
+        PermissionDenied, ProtocolError, ParseError, InvalidUnicode, MalformedRequest, NestingTooDeep,
+        MethodNotFound, InvalidParams,
     )
 }
 

@@ -1,74 +1,212 @@
-"""The client side of the socket: a small synchronous JSON-RPC client, and daemon autostart."""
+"""The one client of the daemon's socket: a sync face (`Client`) and an async face
+(`AsyncClient`) sharing one error mapping (`protocol.error_from_reply`), typed results (the
+tool table's result model), the wait-in-slices helper, and daemon autostart.
+
+`call(tool, params)` returns the tool's result model and raises a `DomainError` subclass for
+every error the daemon can send; `call_raw` returns the JSON `result` for callers that only
+forward it (the CLI's JSON output, the web UI's JSON API, tests of the wire). Importing this
+module imports neither pydantic (the models load on the first typed call) nor asyncio (the
+async face imports it when made): a plain CLI verb pays for neither (`bench_cli.py`).
+"""
 
 import itertools
-import json
 import os
 import socket
 import subprocess
 import sys
 import time
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
-from agent_run.domain.errors import DaemonUnavailable, error_from_data
+from agent_run.domain.errors import DaemonUnavailable, ProtocolError
 from agent_run.home import Home
 from agent_run.rpc import protocol as p
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    from agent_run.domain.views import WaitResult
 
 NO_AUTOSTART_ENV = "AGENT_RUN_NO_AUTOSTART"
 AUTOSTART_TIMEOUT_SECONDS = 20.0
 DAEMON_ALREADY_RUNNING_EXIT = 1  # `agent-run api serve` when another daemon holds the lock
+READ_LIMIT = 64 * 1024 * 1024  # a reply line (a transcript page can be large)
+
+RpcError = ProtocolError  # the former name of the untyped protocol error
 
 
-class RpcError(Exception):
-    """A JSON-RPC protocol error (not a domain error): code, message, data."""
-
-    def __init__(self, code: int, message: str, data: Any = None) -> None:
-        super().__init__(f"{code}: {message}")
-        self.code, self.message, self.data = code, message, data
+class NotConnected(DaemonUnavailable):
+    """Nothing was sent: no daemon listens (safe to start one and send again)."""
 
 
-class RpcClient:
+def result_model(tool: str) -> "type[BaseModel]":
+    """The result model of a tool (or of `ping` / `tools`), from the tool table."""
+    from agent_run.tools import ALL_TOOLS
+
+    entry = ALL_TOOLS.get(tool)
+    if entry is None:
+        raise ProtocolError(f"no tool {tool!r} in this client's tool table", field="tool")
+    return entry.result
+
+
+def typed(tool: str, result: Any) -> "BaseModel":
+    """A reply's `result` validated into the tool's result model (a mismatch is a ProtocolError)."""
+    from pydantic import ValidationError
+
+    try:
+        return result_model(tool).model_validate(result, strict=False)
+    except ValidationError as exc:
+        raise ProtocolError(f"the daemon's `{tool}` result does not fit its model: {exc.errors()[0]}",
+                            field=".".join(map(str, exc.errors()[0]["loc"])) or None) from None
+
+
+class WaitSlices:
+    """One long wait as successive `wait` calls of at most `slice_seconds` (shared by the CLI,
+    which slices to stay under socket and terminal timeouts, and MCP, which reports progress
+    between slices). `timeout=None` waits until the agent ends."""
+
+    def __init__(self, timeout: float | None, slice_seconds: float) -> None:
+        self.started = time.monotonic()
+        self.deadline = None if timeout is None else self.started + timeout
+        self.slice_seconds = slice_seconds
+
+    def next_params(self, agent_id: str) -> dict[str, Any]:
+        left = self.slice_seconds if self.deadline is None else max(0.0, self.deadline - time.monotonic())
+        return {"agent_id": agent_id, "timeout_seconds": min(self.slice_seconds, left)}
+
+    def over(self, result: "WaitResult") -> bool:
+        """The agent ended, or the whole wait's time is up."""
+        return not result.timed_out or (self.deadline is not None and time.monotonic() >= self.deadline)
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+
+class Client:
+    """The sync face: one connection, requests in turn (the CLI, the quick start, tests)."""
+
     def __init__(self, socket_path: os.PathLike[str] | str, timeout: float | None = None) -> None:
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(timeout)
-        self.sock.connect(str(socket_path))
+        try:
+            self.sock.settimeout(timeout)
+            self.sock.connect(str(socket_path))
+        except OSError:
+            self.sock.close()
+            raise
         self.file = self.sock.makefile("rb")
         self._ids = itertools.count(1)
 
-    def call(self, method: str, params: dict[str, Any] | None = None) -> Any:
-        request_id = next(self._ids)
-        line = p.encode_request(request_id, method, params or {})  # LineTooLong before sending
+    def call_raw(self, method: str, params: dict[str, Any] | None = None) -> Any:
+        line = p.encode_request(next(self._ids), method, params or {})  # LineTooLong before sending
         try:
             self.sock.sendall(line)
-            line = self.file.readline()
+            reply = self.file.readline()
         except ConnectionError as exc:  # the daemon died mid-call: typed, not a traceback
             raise DaemonUnavailable(f"the daemon connection broke before it answered: {exc}") from None
-        if not line:
+        if not reply:
             raise DaemonUnavailable("the daemon closed the connection before answering")
-        reply = json.loads(line)
-        if "error" in reply:
-            err = reply["error"]
-            if isinstance(err.get("data"), dict) and "code" in err["data"]:
-                raise error_from_data(err["data"])  # typed: domain, params, LineTooLong, InternalError
-            raise RpcError(err["code"], err["message"], err.get("data"))
-        return reply["result"]
+        return p.result_from_reply(reply)
+
+    def call(self, tool: str, params: dict[str, Any] | None = None) -> "BaseModel":
+        return typed(tool, self.call_raw(tool, params))
+
+    def wait(self, agent_id: str, timeout: float | None, slice_seconds: float) -> "WaitResult":
+        slices = WaitSlices(timeout, slice_seconds)
+        while True:
+            result: WaitResult = self.call("wait", slices.next_params(agent_id))  # type: ignore[assignment]
+            if slices.over(result):
+                return result
 
     def close(self) -> None:
         self.file.close()
         self.sock.close()
 
-    def __enter__(self) -> "RpcClient":
+    def __enter__(self) -> "Client":
         return self
 
     def __exit__(self, *_: object) -> None:
         self.close()
 
 
-def try_connect(home: Home, timeout: float | None = None) -> RpcClient | None:
+class RawClient(Client):
+    """The sync face answering JSON (`call` is `call_raw`): for tests and benches of the wire."""
+
+    def call(self, method: str, params: dict[str, Any] | None = None) -> Any:  # type: ignore[override]
+        return self.call_raw(method, params)
+
+
+RpcClient = RawClient  # the name tests and benches have used
+
+
+class AsyncClient:
+    """The async face: one short connection per call, so a caller that gives up (an MCP client
+    cancelling a `wait`) also ends the daemon's side of a read-only request. When no daemon
+    listens it starts one once (as the CLI does) and sends again; a call that was sent is never
+    sent twice."""
+
+    def __init__(self, home: Home) -> None:
+        import asyncio
+
+        self.home = home
+        self._start_lock = asyncio.Lock()
+
+    async def call_raw(self, method: str, params: dict[str, Any] | None = None) -> Any:
+        try:
+            return await call_once(self.home, method, params)
+        except NotConnected:
+            import asyncio
+
+            async with self._start_lock:
+                await asyncio.to_thread(lambda: connect(self.home).close())
+            return await call_once(self.home, method, params)
+
+    async def call(self, tool: str, params: dict[str, Any] | None = None) -> "BaseModel":
+        return typed(tool, await self.call_raw(tool, params))
+
+    async def wait(self, agent_id: str, timeout: float | None, slice_seconds: float,
+                   between: Callable[["WaitResult", float], Awaitable[None]] | None = None) -> "WaitResult":
+        """Wait in slices; `between(result, elapsed)` runs after each slice that found it running."""
+        slices = WaitSlices(timeout, slice_seconds)
+        while True:
+            result: WaitResult = await self.call("wait", slices.next_params(agent_id))  # type: ignore[assignment]
+            if slices.over(result):
+                return result
+            if between is not None:
+                await between(result, slices.elapsed())
+
+
+async def call_once(home: Home, method: str, params: dict[str, Any] | None = None) -> Any:
+    """One request on its own connection; `NotConnected` when nothing could be sent."""
+    import asyncio
+
+    line = p.encode_request(1, method, params or {})  # LineTooLong before anything is sent
     try:
-        client = RpcClient(home.socket_path, timeout)
-        client.call("ping")
+        reader, writer = await asyncio.open_unix_connection(str(home.socket_path), limit=READ_LIMIT)
+    except (FileNotFoundError, ConnectionRefusedError) as exc:
+        raise NotConnected(f"no daemon answers at {home.socket_path}: {exc.strerror}") from None
+    try:
+        writer.write(line)
+        await writer.drain()
+        reply = await reader.readline()
+    except ConnectionError as exc:
+        raise DaemonUnavailable(f"the daemon connection broke before it answered: {exc}") from None
+    finally:
+        writer.close()
+    if not reply:
+        raise DaemonUnavailable("the daemon closed the connection before answering")
+    return p.result_from_reply(reply)
+
+
+def try_connect(home: Home, timeout: float | None = None) -> Client | None:
+    try:
+        client = Client(home.socket_path, timeout)
+    except OSError:
+        return None
+    try:
+        client.call_raw("ping")
         return client
-    except (FileNotFoundError, ConnectionRefusedError, DaemonUnavailable, OSError):
+    except (DaemonUnavailable, OSError):
+        client.close()
         return None
 
 
@@ -85,15 +223,15 @@ def start_daemon_detached(home: Home) -> subprocess.Popen[bytes]:
     return proc
 
 
-def connect(home: Home, *, autostart: bool = True, timeout: float | None = None) -> RpcClient:
+def connect(home: Home, *, autostart: bool = True, timeout: float | None = None) -> Client:
     """A client of the home's daemon, starting one (and saying so on stderr) when none answers."""
     client = try_connect(home, timeout)
     if client is not None:
         return client
-    if not autostart or os.environ.get(NO_AUTOSTART_ENV) == "1":
-        raise DaemonUnavailable(
-            f"no daemon answers at {home.socket_path}; start one with `agent-run api serve`"
-            + (f" ({NO_AUTOSTART_ENV}=1 turned autostart off)" if os.environ.get(NO_AUTOSTART_ENV) == "1" else ""))
+    off = os.environ.get(NO_AUTOSTART_ENV) == "1"
+    if not autostart or off:
+        raise DaemonUnavailable(f"no daemon answers at {home.socket_path}; start one with `agent-run api serve`"
+                                + (f" ({NO_AUTOSTART_ENV}=1 turned autostart off)" if off else ""))
     proc = start_daemon_detached(home)
     print(f"agent-run: no daemon was answering for {home.root}; started one (pid {proc.pid})",
           file=sys.stderr)
@@ -117,4 +255,3 @@ def _last_line(path: os.PathLike[str]) -> str:
     except OSError:
         return ""
     return lines[-1] if lines else ""
-

@@ -5,6 +5,7 @@ import json
 import re
 from typing import TYPE_CHECKING, Any
 
+from agent_run.domain import errors as e
 from agent_run.domain.errors import LineTooLong
 
 if TYPE_CHECKING:  # the client imports this module and must not pay for pydantic
@@ -16,6 +17,12 @@ METHOD_NOT_FOUND = -32601
 INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
 DOMAIN_ERROR = -32000
+
+# The typed error of each JSON-RPC code, for a reply whose `data` names no code of its own.
+ERROR_BY_RPC_CODE: dict[int, type[e.DomainError]] = {
+    PARSE_ERROR: e.ParseError, INVALID_REQUEST: e.MalformedRequest, METHOD_NOT_FOUND: e.MethodNotFound,
+    INVALID_PARAMS: e.InvalidParams, INTERNAL_ERROR: e.InternalError, DOMAIN_ERROR: e.DomainError,
+}
 
 MAX_LINE_BYTES = 1024 * 1024  # one request line, newline excluded
 MAX_NESTING = 64  # arrays / objects inside one message; no method needs more than a handful
@@ -100,6 +107,30 @@ def error(request_id: Any, code: int, message: str, data: dict[str, Any] | None 
     return {"jsonrpc": "2.0", "id": request_id, "error": err}
 
 
+class RpcFailure(Exception):
+    """An error reply given in full (code, message, data), for data that is not a DomainError's
+    (InvalidParams' list of every problem)."""
+
+    def __init__(self, code: int, message: str, data: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.code, self.message, self.data = code, message, data
+
+
+def rpc_code(exc: e.DomainError) -> int:
+    """The JSON-RPC code a typed error travels under: the inverse of ERROR_BY_RPC_CODE, by the
+    most specific class (NestingTooDeep is a MalformedRequest: -32600); -32000 for the rest."""
+    for cls in type(exc).__mro__:
+        for code, mapped in ERROR_BY_RPC_CODE.items():
+            if cls is mapped and mapped is not e.DomainError:
+                return code
+    return DOMAIN_ERROR
+
+
+def typed_error(request_id: Any, code: int, data: e.DomainError) -> dict[str, Any]:
+    """An error reply whose `data` is the typed error (so every client maps it the same way)."""
+    return error(request_id, code, data.message, data.to_data())
+
+
 def line_too_long() -> dict[str, Any]:
     data = LineTooLong(f"a request line may be at most {MAX_LINE_BYTES} bytes", limit=MAX_LINE_BYTES)
     return error(None, INVALID_REQUEST, "request line too long", data.to_data())
@@ -112,3 +143,29 @@ def validation_error_data(exc: "ValidationError") -> dict[str, Any]:
     first = problems[0]
     return {"code": "InvalidParams", "message": f"{first['field']}: {first['message']}",
             "field": first["field"], "errors": problems}
+
+
+def error_from_reply(err: Any) -> e.DomainError:
+    """The one mapping of a reply's `error` member to a typed error, for every client: `data.code`
+    when the daemon sent one (its domain and protocol codes), else the class of the JSON-RPC
+    code with `details.rpc_code`; an unknown code or a malformed member is a `ProtocolError`."""
+    if not isinstance(err, dict) or not isinstance(err.get("code"), int):
+        return e.ProtocolError(f"a malformed error reply: {str(err)[:200]}")
+    data = err.get("data")
+    if isinstance(data, dict) and isinstance(data.get("code"), str):
+        return e.error_from_data(data)
+    cls = ERROR_BY_RPC_CODE.get(err["code"], e.ProtocolError)
+    return cls(str(err.get("message", "")), rpc_code=err["code"])
+
+
+def result_from_reply(line: bytes) -> Any:
+    """A reply line's `result`, or its error raised typed (`error_from_reply`)."""
+    try:
+        reply = json.loads(line)
+    except ValueError as exc:
+        raise e.ProtocolError(f"the daemon's reply is not JSON: {exc}") from None
+    if not isinstance(reply, dict) or ("result" not in reply and "error" not in reply):
+        raise e.ProtocolError(f"the daemon's reply has neither result nor error: {line[:200]!r}")
+    if "error" in reply:
+        raise error_from_reply(reply["error"])
+    return reply["result"]

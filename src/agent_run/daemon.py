@@ -1,0 +1,167 @@
+"""The daemon's composition root: one per home (a lock), the store migrated, the services and
+background loops (revision watcher, reconciler, answer scrub, batch scheduler) started, and the
+tool table wired to the socket transport (`rpc/server.py`)."""
+
+import asyncio
+import fcntl
+import os
+import resource
+import signal
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from agent_run.config import load_config
+from agent_run.domain.errors import DomainError
+from agent_run.home import MAX_SOCKET_PATH, Home
+from agent_run.logs import daemon_logger
+from agent_run.rpc import protocol as p
+from agent_run.rpc.server import Endpoint, RpcServer
+from agent_run.services.agents import adopt_orphan
+from agent_run.services.context import ServiceContext, as_storage_full
+from agent_run.services.integrity import scrub_once
+from agent_run.services.reconcile import reconcile_once
+from agent_run.tools import ALL_TOOLS, Tool
+
+SCRUB_TICK_SECONDS = 10.0
+
+
+class DaemonAlreadyRunning(Exception):
+    pass
+
+
+def acquire_lock(home: Home) -> int:
+    """Hold the home's daemon lock for this process's life; the kernel drops it when we die."""
+    fd = os.open(home.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 64, 0).decode().strip() or "unknown"
+        os.close(fd)
+        raise DaemonAlreadyRunning(f"a daemon already serves {home.root} (pid {holder})") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
+
+
+def raise_fd_limit() -> int:
+    """Raise the soft RLIMIT_NOFILE to the hard limit and return it: every MCP host, long-poll
+    client and spawn holds descriptors, and the usual soft default (1,024) is arbitrary."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard
+    if hard == resource.RLIM_INFINITY:  # the kernel still caps a process at fs.nr_open
+        try:
+            target = int(Path("/proc/sys/fs/nr_open").read_text())
+        except (OSError, ValueError):
+            return soft
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (ValueError, OSError):
+            return soft
+        return target
+    return soft
+
+
+def endpoint(ctx: ServiceContext, tool: Tool) -> Endpoint:
+    """A tool as a transport endpoint: params validated strictly into its model, the handler
+    run, the result dumped to JSON; a full disk outside `store.db.write` is `StorageFull`."""
+    handler = tool.resolve()
+
+    async def call(params: Any) -> Any:
+        if params is None:
+            params = {}
+        if not isinstance(params, dict):
+            raise p.RpcFailure(p.INVALID_PARAMS, "params must be an object",
+                               {"code": "InvalidParams", "message": "params must be an object", "field": "params"})
+        try:
+            parsed = tool.params.model_validate(params)
+        except ValidationError as exc:
+            data = p.validation_error_data(exc)
+            raise p.RpcFailure(p.INVALID_PARAMS, f"invalid params: {data['message']}", data) from None
+        try:
+            result = await handler(ctx, parsed)
+        except DomainError:
+            raise
+        except Exception as exc:
+            if full := as_storage_full(exc, f"what `{tool.name}` needed to store"):
+                raise full from exc
+            raise
+        return result.model_dump(mode="json")
+
+    return Endpoint(read_only=tool.read_only, call=call)
+
+
+class Daemon:
+    def __init__(self, home: Home) -> None:
+        self.home = home.ensure()
+        self.log = daemon_logger(home)
+        self.config = load_config(home)  # fail closed before anything is bound
+        self.ctx = ServiceContext(home, self.config, log=self.log)
+        endpoints = {name: endpoint(self.ctx, tool) for name, tool in ALL_TOOLS.items()}
+        self.server = RpcServer(self.home.socket_path, endpoints,
+                                self.log, self.home.logs_dir / "daemon.log")
+
+    async def serve(self) -> None:
+        if len(str(self.home.socket_path)) > MAX_SOCKET_PATH:
+            raise SystemExit(f"socket path {self.home.socket_path} is longer than {MAX_SOCKET_PATH} "
+                             "bytes; choose a shorter --home")
+        lock_fd = acquire_lock(self.home)
+        fd_limit = raise_fd_limit()
+        self.ctx.warm_up()  # migrates the store once, before serving
+        server = await self.server.start()  # we hold the lock: a socket file left behind is stale
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        from agent_run.batches.service import scheduler
+
+        background = [asyncio.create_task(self.ctx.watcher.run()),
+                      asyncio.create_task(self._reconcile_loop()),
+                      asyncio.create_task(self._scrub_loop()),
+                      asyncio.create_task(scheduler(self.ctx).run_forever(self.log))]
+        self.log.info("daemon.started", pid=os.getpid(), socket=str(self.home.socket_path), fd_limit=fd_limit)
+        async with server:
+            await stop.wait()
+        self.log.info("daemon.stopping")
+        for task in background:
+            task.cancel()
+        self.home.socket_path.unlink(missing_ok=True)
+        self.ctx.shutdown()
+        os.close(lock_fd)
+
+    async def _reconcile_loop(self) -> None:
+        # The first pass runs at boot: it spawns what a dead daemon admitted but never spawned.
+        while True:
+            try:
+                await self._reconcile()
+            except Exception as exc:  # keep reconciling; the next pass may succeed
+                self.log.error("reconcile.error", error=repr(exc))
+            await asyncio.sleep(self.config.daemon.reconcile_interval_seconds)
+
+    async def _scrub_loop(self) -> None:
+        """Re-hash every sealed answer once per `answer_scrub_seconds`, a few per pass."""
+        period = self.config.daemon.answer_scrub_seconds
+        while True:
+            try:
+                result = await self.ctx.db(scrub_once, period)
+                for execution_id in result.failed:
+                    self.log.warning("answer.integrity_failed", execution_id=execution_id, by="scrub")
+            except Exception as exc:  # keep scrubbing; the next pass may succeed
+                self.log.error("scrub.error", error=repr(exc))
+            await asyncio.sleep(max(0.2, min(SCRUB_TICK_SECONDS, period / 20)))
+
+    async def _reconcile(self) -> None:
+        done = await self.ctx.db(reconcile_once, self.ctx.starting, self.home)
+        for item in done.lost:
+            self.log.warning("execution.lost", execution_id=item.execution_id, reason=item.reason)
+        for orphan in done.orphans:
+            if await adopt_orphan(self.ctx, orphan.agent_id, orphan.execution_id):
+                self.log.warning("execution.adopted", execution_id=orphan.execution_id,
+                                 reason="admitted but never spawned (its spawner died)")
+
+
+def serve_forever(home: Home) -> None:
+    os.umask(0o077)
+    asyncio.run(Daemon(home).serve())
