@@ -23,18 +23,32 @@ class StrictModel(BaseModel):
 
 
 class AuthConfig(StrictModel):
-    """Where a secret comes from: the name of a variable, or a file. Never the value itself."""
+    """Where a secret comes from: the name of a variable, a file, or the engine's own sign-in
+    (`login = "native"`, engines/signin.py). Never the value itself."""
 
     env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     file: str | None = None
+    login: Literal["native"] | None = None
+    dir: str | None = Field(default=None, description="native login: the engine's folder "
+                            "holding its credential (default ~/.codex, ~/.claude)")
 
     @model_validator(mode="after")
     def _one_source(self) -> "AuthConfig":
-        if (self.env is None) == (self.file is None):
-            raise ValueError("give exactly one of `env` (a variable name) or `file` (a path)")
+        if sum(source is not None for source in (self.env, self.file, self.login)) != 1:
+            raise ValueError("give exactly one of `env` (a variable name), `file` (a path) "
+                             'or `login = "native"` (the engine\'s own sign-in)')
+        if self.dir is not None and self.login is None:
+            raise PydanticCustomError(f"{_FIELD_ERROR}dir", '`dir` goes with `login = "native"` only')
         return self
 
 
+# Engines with no native sign-in agent-run can use, and why (engines/signin.py has the others).
+NATIVE_LOGIN_REFUSED = {
+    "qwen": "Qwen OAuth was discontinued on 2026-04-15 (Qwen Code 0.24.4 no longer offers it): "
+            "use an API key (auth.env or auth.file)",
+    "glm": "GLM has no native sign-in: use an API key (auth.env or auth.file)",
+    "demo": "the demo engine needs no sign-in",
+}
 _LOOPBACK_HOSTS = ("localhost", "::1")
 # Variables a runtime's `env` may not set: agent-run owns them (homes, endpoints, credentials).
 _RESERVED_ENV_PREFIXES = ("ANTHROPIC_", "OPENAI_", "CODEX_", "CLAUDE_CONFIG_DIR", "QWEN_HOME",
@@ -79,6 +93,12 @@ class RuntimeConfig(StrictModel):
         if self.default_model is not None and self.models and self.default_model not in self.models:
             raise PydanticCustomError(f"{_FIELD_ERROR}default_model",
                                       "default_model must be one of `models`")
+        return self
+
+    @model_validator(mode="after")
+    def _native_login_is_supported(self) -> "RuntimeConfig":
+        if self.auth is not None and self.auth.login is not None and self.engine in NATIVE_LOGIN_REFUSED:
+            raise PydanticCustomError(f"{_FIELD_ERROR}auth.login", NATIVE_LOGIN_REFUSED[self.engine])
         return self
 
     @model_validator(mode="after")

@@ -1,0 +1,183 @@
+"""Native sign-in: running an engine on the login the user made with the engine's own CLI.
+
+A runtime with `auth = { login = "native" }` keeps its generated home, but the engine's one
+credential file is the user's real one, linked into that home (`link_credential`): every agent
+sees the current token and a refresh the engine writes lands in the real file. One `SignIn` per
+engine says where the file is, how to read its expiry, which of its values are secrets (for the
+redactor) and which command signs in. Checked against codex 0.171.0 and claude-code 2.1.332:
+
+- Codex resolves a symlinked `$CODEX_HOME/auth.json` before it writes: its temp file, rename and
+  `auth.json.lock` are all in the real file's folder, so a plain file link survives its writes
+  and its own lock serialises refreshes between agents.
+- Claude Code reads `$CLAUDE_CONFIG_DIR/.credentials.json` through a link, but writes it with an
+  atomic writer that does not follow links (temp file + rename): a refresh would replace the
+  link with a private copy. `CredentialLink.keep` (the supervisor calls it on every command
+  poll and at the end) publishes such a copy to the real file under a lock and restores the
+  link. Its refresh lock is per config folder, so two agents refreshing at the same moment is
+  a race this cannot close (docs/engines.md).
+
+Qwen Code's OAuth (`~/.qwen/oauth_creds.json`) was discontinued on 2026-04-15 and 0.24.4 no
+longer offers it: config refuses a native login for `qwen` (`config.NATIVE_LOGIN_REFUSED`).
+"""
+
+import base64
+import fcntl
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+NATIVE = "native"
+LOCK_NAME = ".agent-run-signin.lock"
+
+
+class SignInMissing(ValueError):
+    """No usable sign-in: the file is missing, unreadable, or holds no refresh credential."""
+
+
+@dataclass(frozen=True)
+class Credential:
+    """What a credential file says, without its secrets' use: for doctor, the redactor, checks."""
+
+    mode: str  # e.g. "apikey", "chatgpt", "oauth"
+    secrets: list[str]  # every token value in the file (redacted from everything stored)
+    usable: bool  # a key, a refresh token, or an access token that has not expired
+    expires_at: float | None = None  # the access token's expiry (epoch seconds), if the file says
+
+
+@dataclass(frozen=True)
+class SignIn:
+    engine: str
+    title: str
+    dir_variable: str  # the engine's variable for the folder holding the file
+    default_dir: str  # that folder when the runtime names none
+    file_name: str
+    home_subdir: str  # where the engine's folder is inside the generated home
+    login_argv: tuple[str, ...]  # the engine's own sign-in, after its binary
+    parse: Callable[[dict[str, Any]], Credential] = field(repr=False)
+
+    def credential_dir(self, auth: dict[str, Any] | None) -> Path:
+        configured = (auth or {}).get("dir")
+        return Path(os.path.expanduser(configured or self.default_dir))
+
+    def credential_path(self, auth: dict[str, Any] | None) -> Path:
+        return self.credential_dir(auth) / self.file_name
+
+    def link_path(self, engine_home: str | Path) -> Path:
+        return Path(engine_home) / self.home_subdir / self.file_name
+
+
+def _jwt_expiry(token: str) -> float | None:
+    """The `exp` claim of a JWT, unverified (only to report when it runs out)."""
+    try:
+        payload = token.split(".")[1]
+        claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    except (IndexError, ValueError):
+        return None
+    exp = claims.get("exp") if isinstance(claims, dict) else None
+    return float(exp) if isinstance(exp, (int, float)) else None
+
+
+def _strings(values: Any) -> list[str]:
+    return [v for v in values if isinstance(v, str) and v]
+
+
+def _codex(data: dict[str, Any]) -> Credential:
+    """`auth.json`: `{"auth_mode": "apikey", "OPENAI_API_KEY": ...}` or ChatGPT tokens."""
+    key = data.get("OPENAI_API_KEY")
+    tokens = data.get("tokens") if isinstance(data.get("tokens"), dict) else {}
+    secrets = _strings([key, tokens.get("id_token"), tokens.get("access_token"), tokens.get("refresh_token")])
+    if isinstance(key, str) and key:
+        return Credential("apikey", secrets, usable=True)
+    access = tokens.get("access_token")
+    expires = _jwt_expiry(access) if isinstance(access, str) else None
+    return Credential(str(data.get("auth_mode") or "chatgpt"), secrets,
+                      usable=bool(tokens.get("refresh_token")), expires_at=expires)
+
+
+def _claude(data: dict[str, Any]) -> Credential:
+    """`.credentials.json`: `{"claudeAiOauth": {accessToken, refreshToken, expiresAt (ms)}}`."""
+    oauth = data.get("claudeAiOauth") if isinstance(data.get("claudeAiOauth"), dict) else {}
+    secrets = _strings([oauth.get("accessToken"), oauth.get("refreshToken")])
+    expires_ms = oauth.get("expiresAt")
+    expires = expires_ms / 1000 if isinstance(expires_ms, (int, float)) else None
+    access_valid = bool(oauth.get("accessToken")) and (expires is None or expires > time.time())
+    return Credential("oauth", secrets, usable=bool(oauth.get("refreshToken")) or access_valid,
+                      expires_at=expires)
+
+
+SIGN_INS: dict[str, SignIn] = {
+    "codex": SignIn("codex", "Codex", "CODEX_HOME", "~/.codex", "auth.json", ".codex",
+                    ("login",), _codex),
+    "claude": SignIn("claude", "Claude Code", "CLAUDE_CONFIG_DIR", "~/.claude", ".credentials.json",
+                     ".claude", ("auth", "login"), _claude),
+}
+def is_native(auth: dict[str, Any] | None) -> bool:
+    return bool(auth) and auth.get("login") == NATIVE  # type: ignore[union-attr]
+
+
+def read_credential(sign_in: SignIn, auth: dict[str, Any] | None, runtime: str) -> Credential:
+    """The runtime's sign-in; SignInMissing (naming `agent-run login RUNTIME`) when unusable."""
+    path = sign_in.credential_path(auth)
+    advice = f"run `agent-run login {runtime}` (it runs `{sign_in.engine} {' '.join(sign_in.login_argv)}`)"
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise SignInMissing(f"no {sign_in.title} sign-in at {path}: {advice}") from None
+    except OSError as exc:
+        raise SignInMissing(f"cannot read {path}: {exc.strerror}: {advice}") from None
+    except ValueError:
+        raise SignInMissing(f"{path} is not JSON: {advice}") from None
+    credential = sign_in.parse(data if isinstance(data, dict) else {})
+    if not credential.usable:
+        raise SignInMissing(f"{path} holds no refresh token or key (signed out or expired): {advice}")
+    return credential
+
+
+@dataclass
+class CredentialLink:
+    """The real credential file and its link in a generated home."""
+
+    link: Path
+    target: Path
+
+    def make(self) -> None:
+        self.link.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if self.link.is_symlink() or self.link.exists():
+            self.link.unlink()
+        self.link.symlink_to(self.target)
+
+    def keep(self) -> bool:
+        """If the engine replaced the link with its own file (an atomic write that does not
+        follow links), publish that file to the real one and restore the link. True if it did."""
+        if self.link.is_symlink() or not self.link.is_file():
+            return False
+        with open(self.target.parent / LOCK_NAME, "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                os.chmod(self.link, 0o600)
+                os.replace(self.link, self.target)  # same filesystem: atomic; else copy below
+            except OSError:
+                _copy_over(self.link, self.target)
+                self.link.unlink(missing_ok=True)
+            self.make()
+        return True
+
+
+def _copy_over(source: Path, target: Path) -> None:
+    from agent_run.home import write_private_file
+
+    write_private_file(target, source.read_bytes())
+
+
+def link_credential(engine: str, auth: dict[str, Any] | None, engine_home: str | Path) -> CredentialLink | None:
+    """Link the real credential into the generated home (native login only)."""
+    sign_in = SIGN_INS.get(engine)
+    if sign_in is None or not is_native(auth):
+        return None
+    link = CredentialLink(sign_in.link_path(engine_home), sign_in.credential_path(auth))
+    link.make()
+    return link

@@ -1,0 +1,61 @@
+"""Keeps a native login's credential shared while an engine runs: the link, and the redactor.
+
+Every second (from the supervisor's command poll) and at the end: if the engine replaced the
+link to the real credential file with a file of its own (Claude Code's atomic writer does not
+follow links), that file is published to the real one and the link restored
+(`CredentialLink.keep`); if the real file changed (this engine or another agent refreshed a
+token), its token values join the redactor's list, so a token issued mid-run is never stored.
+"""
+
+import json
+import time
+from typing import Any
+
+from agent_run.engines.signin import SIGN_INS, CredentialLink, is_native, link_credential
+from agent_run.supervisor.redact import Redactor
+
+POLL_SECONDS = 1.0
+
+
+class SignInKeeper:
+    def __init__(self, engine: str, link: CredentialLink, redact: Redactor) -> None:
+        self.sign_in = SIGN_INS[engine]
+        self.link = link
+        self.redact = redact
+        self.seen: tuple[int, int] | None = None  # the first check reads the file
+        self.next_poll = 0.0
+
+    @classmethod
+    def start(cls, engine: str, auth: dict[str, Any] | None, engine_home: str,
+              redact: Redactor) -> "SignInKeeper | None":
+        """Link the credential into the generated home (native login only) and keep it."""
+        if not is_native(auth):
+            return None
+        link = link_credential(engine, auth, engine_home)
+        return cls(engine, link, redact) if link is not None else None
+
+    def _stamp(self) -> tuple[int, int] | None:
+        try:
+            st = self.link.target.stat()
+        except OSError:
+            return None
+        return st.st_ino, st.st_mtime_ns
+
+    def poll(self, now: float | None = None) -> None:
+        now = time.monotonic() if now is None else now
+        if now < self.next_poll:
+            return
+        self.next_poll = now + POLL_SECONDS
+        self.check()
+
+    def check(self) -> None:
+        self.link.keep()
+        stamp = self._stamp()
+        if stamp == self.seen:
+            return
+        self.seen = stamp
+        try:
+            data = json.loads(self.link.target.read_text())
+        except (OSError, ValueError):
+            return
+        self.redact.add(self.sign_in.parse(data if isinstance(data, dict) else {}).secrets)
