@@ -83,6 +83,8 @@ def test_credential_files_are_read_for_presence_expiry_and_token_values(tmp_path
     write_json(tmp_path / ".credentials.json", claude_credentials("acc-1", None, time.time() - 1))
     with pytest.raises(SignInMissing, match="signed out or expired.*agent-run login cl"):
         read_credential(claude, auth, "cl")
+    with pytest.raises(SignInMissing, match="macOS .* login keychain"):
+        read_credential(claude, auth, "cl", platform="darwin")
     (tmp_path / ".credentials.json").unlink()
     with pytest.raises(SignInMissing, match=r"no Claude Code sign-in at .*\.credentials\.json.*agent-run login cl"):
         read_credential(claude, auth, "cl")

@@ -218,8 +218,8 @@ def load_config(home: Home) -> Config:
 
 _ENGINE_BINARIES = {"codex": "codex", "claude": "claude", "glm": "claude", "qwen": "qwen"}
 _ENGINE_EXAMPLES = {
-    "codex": {"engine": "codex", "models": ["gpt-5-codex"], "auth": {"env": "OPENAI_API_KEY"}},
-    "claude": {"engine": "claude", "models": ["claude-sonnet-4-5"], "auth": {"env": "ANTHROPIC_API_KEY"}},
+    "codex": {"engine": "codex", "models": ["gpt-5-codex"], "auth": {"login": "native"}},
+    "claude": {"engine": "claude", "models": ["claude-sonnet-4-5"], "auth": {"login": "native"}},
     "glm": {
         "engine": "glm",
         "models": ["glm-4.6"],
@@ -229,12 +229,16 @@ _ENGINE_EXAMPLES = {
     "qwen": {"engine": "qwen", "models": ["qwen3-coder-plus"], "auth": {"env": "DASHSCOPE_API_KEY"}},
 }
 
+# Native-login examples: the variable an API key would come from instead.
+_API_KEY_VARIABLES = {"codex": "OPENAI_API_KEY", "claude": "ANTHROPIC_API_KEY"}
+
 
 def render_init_config(found_binaries: dict[str, str]) -> str:
     """A commented config.toml: demo enabled, a commented block per engine found on PATH."""
     lines = [
         "# agent-run configuration. Loading is fail-closed: unknown keys are refused.",
-        "# Secrets never go here: `auth` names a variable (env) or a file, never a value.",
+        "# Secrets never go here: `auth` names a variable (env), a file, or the engine's own",
+        '# sign-in (login = "native"), never a value.',
         f"schema_version = {SCHEMA_VERSION}",
         'default_runtime = "demo"',
         "",
@@ -262,6 +266,9 @@ def render_init_config(found_binaries: dict[str, str]) -> str:
             continue
         block = tomli_w.dumps({"runtimes": {name: {**example, "binary": binary}}})
         lines += ["", f"# {name}: found {binary}; uncomment to enable."]
+        if name in _API_KEY_VARIABLES:
+            lines += [f"# It runs on your own sign-in (`agent-run login {name}`; SECURITY.md); for an",
+                      f'# API key instead: auth = {{ env = "{_API_KEY_VARIABLES[name]}" }}']
         lines += [f"# {line}" if line else "#" for line in block.strip().splitlines()]
     return "\n".join(lines) + "\n"
 

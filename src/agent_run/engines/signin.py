@@ -24,6 +24,7 @@ import base64
 import fcntl
 import json
 import os
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -58,6 +59,7 @@ class SignIn:
     home_subdir: str  # where the engine's folder is inside the generated home
     login_argv: tuple[str, ...]  # the engine's own sign-in, after its binary
     parse: Callable[[dict[str, Any]], Credential] = field(repr=False)
+    refused_on: dict[str, str] = field(default_factory=dict)  # sys.platform -> why not there
 
     def credential_dir(self, auth: dict[str, Any] | None) -> Path:
         configured = (auth or {}).get("dir")
@@ -113,14 +115,19 @@ SIGN_INS: dict[str, SignIn] = {
     "codex": SignIn("codex", "Codex", "CODEX_HOME", "~/.codex", "auth.json", ".codex",
                     ("login",), _codex),
     "claude": SignIn("claude", "Claude Code", "CLAUDE_CONFIG_DIR", "~/.claude", ".credentials.json",
-                     ".claude", ("auth", "login"), _claude),
+                     ".claude", ("auth", "login"), _claude,
+                     refused_on={"darwin": "on macOS Claude Code keeps its sign-in in the login keychain, "
+                                           "not in a file agent-run can link: use an API key (auth.env)"}),
 }
 def is_native(auth: dict[str, Any] | None) -> bool:
     return bool(auth) and auth.get("login") == NATIVE  # type: ignore[union-attr]
 
 
-def read_credential(sign_in: SignIn, auth: dict[str, Any] | None, runtime: str) -> Credential:
+def read_credential(sign_in: SignIn, auth: dict[str, Any] | None, runtime: str,
+                    platform: str = sys.platform) -> Credential:
     """The runtime's sign-in; SignInMissing (naming `agent-run login RUNTIME`) when unusable."""
+    if platform in sign_in.refused_on:
+        raise SignInMissing(f"runtime {runtime}: {sign_in.refused_on[platform]}")
     path = sign_in.credential_path(auth)
     advice = f"run `agent-run login {runtime}` (it runs `{sign_in.engine} {' '.join(sign_in.login_argv)}`)"
     try:
