@@ -80,9 +80,13 @@ def login_cmd(ctx: click.Context, runtime: str, with_key: bool) -> None:
                    f"`agent-run login {runtime}` in a terminal"
                    + (" (or pipe a key to `--with-api-key`)" if sign_in.engine in _KEY_FLAGS else ""), err=True)
         sys.exit(2)
-    folder = sign_in.credential_dir(auth)
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)  # Codex refuses a missing CODEX_HOME
-    env = {**os.environ, sign_in.dir_variable: str(folder)}
+    env = dict(os.environ)
+    if auth.get("dir"):  # else the engine's default folder, as when the user runs it directly
+        folder = sign_in.credential_dir(auth)
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)  # Codex refuses a missing CODEX_HOME
+        env[sign_in.dir_variable] = str(folder)
+    else:  # the user's own variable would point the engine elsewhere than agent-run reads
+        env.pop(sign_in.dir_variable, None)
     code = subprocess.run(argv, env=env, check=False).returncode
     ok, detail = describe_signin(sign_in, auth, runtime)
     if session.output == "json":
