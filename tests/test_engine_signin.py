@@ -15,6 +15,7 @@ import pytest
 from tests.engine_harness import NODE_BIN, run_agent
 from tests.harness import TEST_CONFIG, DaemonProcess, cli, db_rows, make_home, remove_home
 from tests.support.mock_provider import MockProvider, Text
+from tests.support.oauth_mitm import OAuthMitm
 
 # Token shapes no built-in key pattern redacts: only the sign-in's own list can.
 CODEX_KEY = "native-codex-key-7f3a9c21d04b"
@@ -113,3 +114,46 @@ def test_claude_code_sends_the_oauth_access_token_as_bearer(provider, workdir, t
     finally:
         daemon.stop()
         remove_home(home)
+
+
+def test_claude_code_refresh_lands_in_the_real_file_and_the_new_tokens_are_redacted(provider, workdir, tmp_path):
+    """A real refresh by Claude Code 2.1.332 (its token endpoint answered through a proxy):
+    its atomic write replaces the link with a file of its own; the supervisor publishes that
+    file to the user's real one and restores the link, and the new tokens, which the model is
+    made to print, are stored nowhere."""
+    new_access, new_refresh = "refreshed-access-9b1c44d2e7", "refreshed-refresh-30fa8c6e15"
+
+    def answer(method: str, host: str, path: str, body: bytes) -> tuple[int, dict]:
+        if path.startswith("/v1/oauth/token"):
+            return 200, {"access_token": new_access, "refresh_token": new_refresh, "expires_in": 28800,
+                         "scope": "user:inference user:profile", "token_type": "Bearer"}
+        return 404, {}
+
+    mitm = OAuthMitm(tmp_path, ["platform.claude.com", "api.anthropic.com", "claude.ai"], answer)
+    folder = tmp_path / "claude-config"
+    folder.mkdir()
+    real = folder / ".credentials.json"
+    oauth = {"accessToken": CLAUDE_ACCESS, "refreshToken": CLAUDE_REFRESH, "expiresAt": int((time.time() - 60) * 1000),
+             "scopes": ["user:inference", "user:profile"], "subscriptionType": "max"}
+    real.write_text(json.dumps({"claudeAiOauth": oauth}))
+    real.chmod(0o600)
+    home = make_home(TEST_CONFIG + native_block("claude", provider.url, folder, "claude-sonnet-4-5"))
+    daemon = DaemonProcess(home, env={"HTTPS_PROXY": mitm.url, "NODE_EXTRA_CA_CERTS": str(mitm.ca)}).start()
+    try:
+        provider.add(Text(f"new tokens: {new_access} {new_refresh}"))
+        view = run_agent(daemon, "mine", "Print the tokens.", workdir)
+        assert view["state"] == "succeeded", view
+        refreshes = [body for method, host, path, body in mitm.seen if path.startswith("/v1/oauth/token")]
+        assert len(refreshes) == 1 and json.loads(refreshes[0])["refresh_token"] == CLAUDE_REFRESH
+        assert provider.main_requests()[0].headers["authorization"] == f"Bearer {new_access}"
+        stored = json.loads(real.read_text())["claudeAiOauth"]
+        assert (stored["accessToken"], stored["refreshToken"]) == (new_access, new_refresh)
+        assert real.stat().st_mode & 0o777 == 0o600
+        link = home.root / "homes" / "mine" / view["id"] / ".claude" / ".credentials.json"
+        assert link.is_symlink() and link.resolve() == real.resolve()
+        assert daemon.call("answer", {"agent_id": view["id"]})["text"] == "new tokens: [REDACTED] [REDACTED]"
+        assert stored_anywhere(home, new_access) == [] and stored_anywhere(home, new_refresh) == []
+    finally:
+        daemon.stop()
+        remove_home(home)
+        mitm.close()

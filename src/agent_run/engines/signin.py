@@ -10,10 +10,10 @@ redactor) and which command signs in. Checked against codex 0.171.0 and claude-c
   `auth.json.lock` are all in the real file's folder, so a plain file link survives its writes
   and its own lock serialises refreshes between agents.
 - Claude Code reads `$CLAUDE_CONFIG_DIR/.credentials.json` through a link, but writes it with an
-  atomic writer that does not follow links (temp file + rename): a refresh would replace the
-  link with a private copy. `CredentialLink.keep` (the supervisor calls it on every command
-  poll and at the end) publishes such a copy to the real file under a lock and restores the
-  link. Its refresh lock is per config folder, so two agents refreshing at the same moment is
+  atomic writer that does not follow links (temp file + rename): a refresh replaces the link
+  with a private copy. `CredentialLink.keep` (the supervisor calls it before each chunk of
+  engine output, on every pass of its loop and at the end) publishes such a copy to the real
+  file under a lock and restores the link. Its refresh lock is per config folder, so two agents refreshing at the same moment is
   a race this cannot close (docs/engines.md).
 
 Qwen Code's OAuth (`~/.qwen/oauth_creds.json`) was discontinued on 2026-04-15 and 0.24.4 no

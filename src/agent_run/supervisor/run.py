@@ -193,6 +193,8 @@ class Supervisor:
                     eof = True
                     break
                 last_event = time.monotonic()
+                if self.signin is not None:
+                    self.signin.check()  # a token refreshed just now is redacted from this chunk
                 pending += chunk
                 *lines, pending = pending.split(b"\n")
                 for line in lines:
@@ -204,7 +206,7 @@ class Supervisor:
             if self.credentials is not None:
                 self.credentials.record_signals(self.log)
             if self.signin is not None:
-                self.signin.poll(now)
+                self.signin.check()
             if self.log.due() and not self.log.flush() and self.log.exhausted:
                 self._request_stop(engine, f"the disk stayed full and the {self.log.buffer_bytes}-byte "
                                    f"event buffer is exhausted: {self.log.full_error}", FailureKind.STORAGE_FULL)

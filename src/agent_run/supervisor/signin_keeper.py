@@ -1,20 +1,21 @@
 """Keeps a native login's credential shared while an engine runs: the link, and the redactor.
 
-Every second (from the supervisor's command poll) and at the end: if the engine replaced the
+Before each chunk of engine output is redacted, on every pass of the supervisor's loop, and at
+the end: if the engine replaced the
 link to the real credential file with a file of its own (Claude Code's atomic writer does not
 follow links), that file is published to the real one and the link restored
 (`CredentialLink.keep`); if the real file changed (this engine or another agent refreshed a
-token), its token values join the redactor's list, so a token issued mid-run is never stored.
+token), its token values join the redactor's list. An engine writes a refreshed token before
+it sends the request whose answer could print it, so checking before each chunk is redacted
+keeps a token issued mid-run out of everything stored (the engine's stderr, redacted on its
+own thread, can race the check).
 """
 
 import json
-import time
 from typing import Any
 
 from agent_run.engines.signin import SIGN_INS, CredentialLink, is_native, link_credential
 from agent_run.supervisor.redact import Redactor
-
-POLL_SECONDS = 1.0
 
 
 class SignInKeeper:
@@ -23,7 +24,6 @@ class SignInKeeper:
         self.link = link
         self.redact = redact
         self.seen: tuple[int, int] | None = None  # the first check reads the file
-        self.next_poll = 0.0
 
     @classmethod
     def start(cls, engine: str, auth: dict[str, Any] | None, engine_home: str,
@@ -41,14 +41,8 @@ class SignInKeeper:
             return None
         return st.st_ino, st.st_mtime_ns
 
-    def poll(self, now: float | None = None) -> None:
-        now = time.monotonic() if now is None else now
-        if now < self.next_poll:
-            return
-        self.next_poll = now + POLL_SECONDS
-        self.check()
-
     def check(self) -> None:
+        """Two stats when nothing changed: cheap enough before every chunk of engine output."""
         self.link.keep()
         stamp = self._stamp()
         if stamp == self.seen:
