@@ -13,8 +13,8 @@ redactor) and which command signs in. Checked against codex 0.171.0 and claude-c
   atomic writer that does not follow links (temp file + rename): a refresh replaces the link
   with a private copy. `CredentialLink.keep` (the supervisor calls it before each chunk of
   engine output, on every pass of its loop and at the end) publishes such a copy to the real
-  file under a lock and restores the link. Its refresh lock is per config folder, so two agents refreshing at the same moment is
-  a race this cannot close (docs/engines.md).
+  file under a lock and restores the link. Its refresh lock is per config folder, so two
+  agents refreshing at the same moment is a race this cannot close (docs/engines.md).
 
 Qwen Code's OAuth (`~/.qwen/oauth_creds.json`) was discontinued on 2026-04-15 and 0.24.4 no
 longer offers it: config refuses a native login for `qwen` (`config.NATIVE_LOGIN_REFUSED`).
@@ -30,6 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from agent_run.home import write_private_file
 
 NATIVE = "native"
 LOCK_NAME = ".agent-run-signin.lock"
@@ -119,6 +121,8 @@ SIGN_INS: dict[str, SignIn] = {
                      refused_on={"darwin": "on macOS Claude Code keeps its sign-in in the login keychain, "
                                            "not in a file agent-run can link: use an API key (auth.env)"}),
 }
+
+
 def is_native(auth: dict[str, Any] | None) -> bool:
     return bool(auth) and auth.get("login") == NATIVE  # type: ignore[union-attr]
 
@@ -162,7 +166,8 @@ class CredentialLink:
         follow links), publish that file to the real one and restore the link. True if it did."""
         if self.link.is_symlink() or not self.link.is_file():
             return False
-        with open(self.target.parent / LOCK_NAME, "a") as lock:
+        lock_fd = os.open(self.target.parent / LOCK_NAME, os.O_WRONLY | os.O_CREAT, 0o600)
+        with os.fdopen(lock_fd, "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             try:
                 os.chmod(self.link, 0o600)
@@ -175,8 +180,6 @@ class CredentialLink:
 
 
 def _copy_over(source: Path, target: Path) -> None:
-    from agent_run.home import write_private_file
-
     write_private_file(target, source.read_bytes())
 
 
