@@ -178,3 +178,26 @@ def test_login_refuses_a_runtime_without_native_login_and_a_browser_flow_without
         assert key_flag.returncode != 0 and "with_api_key" in key_flag.stdout
     finally:
         remove_home(home)
+
+
+@pytest.mark.parametrize("base_url", [None, "http://127.0.0.1:9/v1"])
+def test_codex_native_login_has_no_key_variable_and_codex_reads_its_auth_json(base_url, tmp_path):
+    import tomllib
+
+    from agent_run.engines.base import ExecutionPlan, WorkerMcp
+    from agent_run.engines.codex import KEY_VARIABLE, CodexEngine
+
+    runtime_config = {"auth": {"login": "native", "dir": str(tmp_path)}, "base_url": base_url, "env": {}}
+    plan = ExecutionPlan(agent_id="ag", execution_id="ex", runtime="r", engine="codex", model="m", workdir=str(tmp_path),
+                         profile="write", prompt="p", runtime_config=runtime_config, stall_seconds=1.0,
+                         wall_seconds=None, cancel_grace_seconds=1.0, engine_home=str(tmp_path / "home"))
+    worker = WorkerMcp(name="w", command="true", args=[], env={}, tools=["finish"])
+    spec = CodexEngine().launch(plan, {}, worker, tmp_path)
+    config = tomllib.loads((tmp_path / "home" / ".codex" / "config.toml").read_text())
+    assert KEY_VARIABLE not in spec.env
+    if base_url is None:  # Codex's own provider: the endpoint follows the sign-in's mode
+        assert config["model_provider"] == "openai" and "model_providers" not in config
+    else:
+        provider = config["model_providers"][config["model_provider"]]
+        assert provider["requires_openai_auth"] is True and "env_key" not in provider
+        assert provider["base_url"] == base_url
