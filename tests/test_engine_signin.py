@@ -106,8 +106,8 @@ def test_claude_code_sends_the_oauth_access_token_as_bearer(provider, workdir, t
         assert request.headers["authorization"] == f"Bearer {CLAUDE_ACCESS}"
         assert "x-api-key" not in request.headers
         assert "oauth-2025-04-20" in request.headers.get("anthropic-beta", "")
-        link = home.root / "homes" / "mine" / view["id"] / ".claude" / ".credentials.json"
-        assert link.is_symlink() and link.resolve() == real.resolve()
+        generated = home.root / "homes" / "mine" / view["id"] / ".claude"
+        assert not (generated / ".credentials.json").exists(), "read from its real folder, never copied"
         assert snapshot(real) == before
         assert daemon.call("answer", {"agent_id": view["id"]})["text"] == "tokens: [REDACTED] and [REDACTED]"
         assert stored_anywhere(home, CLAUDE_ACCESS) == [] and stored_anywhere(home, CLAUDE_REFRESH) == []
@@ -117,10 +117,9 @@ def test_claude_code_sends_the_oauth_access_token_as_bearer(provider, workdir, t
 
 
 def test_claude_code_refresh_lands_in_the_real_file_and_the_new_tokens_are_redacted(provider, workdir, tmp_path):
-    """A real refresh by Claude Code 2.1.332 (its token endpoint answered through a proxy):
-    its atomic write replaces the link with a file of its own; the supervisor publishes that
-    file to the user's real one and restores the link, and the new tokens, which the model is
-    made to print, are stored nowhere."""
+    """A real refresh by Claude Code 2.1.332 (its token endpoint answered through a proxy) is
+    written to the user's real file (CLAUDE_SECURESTORAGE_CONFIG_DIR), and the new tokens,
+    which the model is made to print, are stored nowhere."""
     new_access, new_refresh = "refreshed-access-9b1c44d2e7", "refreshed-refresh-30fa8c6e15"
 
     def answer(method: str, host: str, path: str, body: bytes) -> tuple[int, dict]:
@@ -149,8 +148,8 @@ def test_claude_code_refresh_lands_in_the_real_file_and_the_new_tokens_are_redac
         stored = json.loads(real.read_text())["claudeAiOauth"]
         assert (stored["accessToken"], stored["refreshToken"]) == (new_access, new_refresh)
         assert real.stat().st_mode & 0o777 == 0o600
-        link = home.root / "homes" / "mine" / view["id"] / ".claude" / ".credentials.json"
-        assert link.is_symlink() and link.resolve() == real.resolve()
+        generated = home.root / "homes" / "mine" / view["id"] / ".claude"
+        assert not (generated / ".credentials.json").exists(), "no private copy forked off"
         assert daemon.call("answer", {"agent_id": view["id"]})["text"] == "new tokens: [REDACTED] [REDACTED]"
         assert stored_anywhere(home, new_access) == [] and stored_anywhere(home, new_refresh) == []
     finally:

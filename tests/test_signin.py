@@ -11,7 +11,7 @@ import pytest
 
 from agent_run.config import parse_config
 from agent_run.domain.errors import ConfigInvalid
-from agent_run.engines.signin import SIGN_INS, SignInMissing, link_credential, read_credential
+from agent_run.engines.signin import SIGN_INS, SignInMissing, read_credential, share_credential
 from agent_run.supervisor.redact import Redactor
 from agent_run.supervisor.signin_keeper import SignInKeeper
 from tests.harness import TEST_CONFIG, DaemonProcess, cli, db_rows, make_home, remove_home
@@ -91,21 +91,21 @@ def test_credential_files_are_read_for_presence_expiry_and_token_values(tmp_path
 
 
 def test_keeper_publishes_an_engine_write_that_replaced_the_link_and_redacts_its_tokens(tmp_path):
-    """Claude Code 2.1.332 writes its credentials by temp file + rename without following links:
-    the same write here replaces the link with a file; the keeper puts it into the real file."""
-    real = write_json(tmp_path / "user" / ".credentials.json", claude_credentials("old-acc", "old-ref", time.time() + 60))
-    auth = {"login": "native", "dir": str(real.parent)}
-    redact = Redactor(["old-acc", "old-ref"])
-    keeper = SignInKeeper.start("claude", auth, str(tmp_path / "generated"), redact)
-    link = tmp_path / "generated" / ".claude" / ".credentials.json"
+    """A guard: Codex 0.171.0 writes through its link, but an atomic write that did not follow
+    it (temp file + rename onto the link's name) would fork the credential; the keeper puts
+    such a file into the real one and restores the link."""
+    real = write_json(tmp_path / "user" / "auth.json", {"auth_mode": "apikey", "OPENAI_API_KEY": "old-key"})
+    redact = Redactor(["old-key"])
+    keeper = SignInKeeper.start("codex", {"login": "native", "dir": str(real.parent)}, str(tmp_path / "gen"), redact)
+    link = tmp_path / "gen" / ".codex" / "auth.json"
     assert link.is_symlink() and link.resolve() == real.resolve()
     keeper.check()
     assert link.is_symlink(), "nothing to publish"
 
-    refreshed = claude_credentials("new-access-token", "new-refresh-token", time.time() + 3600)
-    temp = link.with_name(".credentials.json.tmp.1234")
+    refreshed = {"auth_mode": "chatgpt", "tokens": {"access_token": "new-access-token", "refresh_token": "new-refresh-token"}}
+    temp = link.with_name(".auth-1234")
     temp.write_text(json.dumps(refreshed))
-    os.replace(temp, link)  # the engine's atomic write lands on the link's name
+    os.replace(temp, link)
     assert not link.is_symlink()
     keeper.check()
     assert link.is_symlink() and link.resolve() == real.resolve()
@@ -113,12 +113,17 @@ def test_keeper_publishes_an_engine_write_that_replaced_the_link_and_redacts_its
     assert redact("x new-access-token y new-refresh-token") == "x [REDACTED] y [REDACTED]"
 
 
-def test_link_replaces_whatever_the_generated_home_held(tmp_path):
+def test_codex_gets_a_link_and_claude_code_its_store_variable(tmp_path):
     real = write_json(tmp_path / "u" / "auth.json", {"OPENAI_API_KEY": "k-123"})
     stale = write_json(tmp_path / "g" / ".codex" / "auth.json", {"OPENAI_API_KEY": "stale"})
-    link = link_credential("codex", {"login": "native", "dir": str(real.parent)}, tmp_path / "g")
-    assert link is not None and stale.is_symlink() and json.loads(stale.read_text())["OPENAI_API_KEY"] == "k-123"
-    assert link_credential("codex", {"env": "K"}, tmp_path / "g") is None
+    shared = share_credential("codex", {"login": "native", "dir": str(real.parent)}, tmp_path / "g")
+    assert shared is not None and stale.is_symlink() and json.loads(stale.read_text())["OPENAI_API_KEY"] == "k-123"
+    assert share_credential("codex", {"env": "K"}, tmp_path / "g") is None
+    auth = {"login": "native", "dir": str(tmp_path / "c")}
+    shared = share_credential("claude", auth, tmp_path / "g")
+    assert shared is not None and shared.link is None and not (tmp_path / "g" / ".claude").exists()
+    assert SIGN_INS["claude"].engine_env(auth) == {"CLAUDE_SECURESTORAGE_CONFIG_DIR": str(tmp_path / "c")}
+    assert SIGN_INS["codex"].engine_env(auth) == {}
 
 
 def native_runtime(name: str, engine: str, base_url: str, folder: Path) -> str:

@@ -51,8 +51,8 @@ NATIVE_LOGIN_REFUSED = {
 }
 _LOOPBACK_HOSTS = ("localhost", "::1")
 # Variables a runtime's `env` may not set: agent-run owns them (homes, endpoints, credentials).
-_RESERVED_ENV_PREFIXES = ("ANTHROPIC_", "OPENAI_", "CODEX_", "CLAUDE_CONFIG_DIR", "QWEN_HOME",
-                          "HOME", "AGENT_RUN_")
+_RESERVED_ENV_PREFIXES = ("ANTHROPIC_", "OPENAI_", "CODEX_", "CLAUDE_CONFIG_DIR", "CLAUDE_SECURESTORAGE_",
+                          "QWEN_HOME", "HOME", "AGENT_RUN_")
 
 
 def _is_loopback(host: str) -> bool:

@@ -21,6 +21,7 @@ from agent_run.engines.base import (
     kind_for_http_status,
 )
 from agent_run.engines.environment import base_environment, single_secret
+from agent_run.engines.signin import SIGN_INS, is_native
 from agent_run.engines.stream_json import StreamJsonProtocol, events_of, load_line
 from agent_run.home import write_private_file
 
@@ -70,6 +71,8 @@ class ClaudeEngine(StreamJsonProtocol):
         })
         if rc.get("base_url"):
             env["ANTHROPIC_BASE_URL"] = rc["base_url"]
+        if is_native(rc.get("auth")):  # the user's own sign-in, in its real folder
+            env.update(SIGN_INS["claude"].engine_env(rc["auth"]))
         secret = single_secret(secrets)
         if secret is not None:
             env[self.key_variable] = secret

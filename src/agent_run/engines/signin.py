@@ -1,20 +1,24 @@
 """Native sign-in: running an engine on the login the user made with the engine's own CLI.
 
 A runtime with `auth = { login = "native" }` keeps its generated home, but the engine's one
-credential file is the user's real one, linked into that home (`link_credential`): every agent
-sees the current token and a refresh the engine writes lands in the real file. One `SignIn` per
-engine says where the file is, how to read its expiry, which of its values are secrets (for the
-redactor) and which command signs in. Checked against codex 0.171.0 and claude-code 2.1.332:
+credential file is the user's real one (`share_credential`): every agent sees the current token
+and a refresh the engine writes lands in the real file. One `SignIn` per engine says where the
+file is, how the engine is pointed at it, how to read its expiry, which of its values are
+secrets (for the redactor) and which command signs in. Checked against codex 0.171.0 and
+claude-code 2.1.332:
 
-- Codex resolves a symlinked `$CODEX_HOME/auth.json` before it writes: its temp file, rename and
-  `auth.json.lock` are all in the real file's folder, so a plain file link survives its writes
-  and its own lock serialises refreshes between agents.
-- Claude Code reads `$CLAUDE_CONFIG_DIR/.credentials.json` through a link, but writes it with an
-  atomic writer that does not follow links (temp file + rename): a refresh replaces the link
-  with a private copy. `CredentialLink.keep` (the supervisor calls it before each chunk of
-  engine output, on every pass of its loop and at the end) publishes such a copy to the real
-  file under a lock and restores the link. Its refresh lock is per config folder, so two
-  agents refreshing at the same moment is a race this cannot close (docs/engines.md).
+- Codex: the file is linked into the generated `$CODEX_HOME`. Codex resolves the link before it
+  writes: its temp file, rename and `auth.json.lock` are all in the real file's folder, so the
+  link survives its writes and its own lock serialises refreshes between agents.
+- Claude Code: `CLAUDE_SECURESTORAGE_CONFIG_DIR` moves its credential store (and its OAuth
+  refresh lock, `.oauth_refresh.lock.owner`) out of `CLAUDE_CONFIG_DIR`: it is set to the real
+  folder, so refreshes are written there (temp file + rename) under Claude Code's own lock,
+  shared by every agent. No link: Claude Code's credential writer does not follow links (a
+  refresh would replace one with a private copy).
+
+`CredentialLink.keep` guards a link all the same: should an engine replace it with a file of its
+own, the supervisor (before each chunk of engine output, on every pass of its loop and at the
+end) publishes that file to the real one under a lock and restores the link.
 
 Qwen Code's OAuth (`~/.qwen/oauth_creds.json`) was discontinued on 2026-04-15 and 0.24.4 no
 longer offers it: config refuses a native login for `qwen` (`config.NATIVE_LOGIN_REFUSED`).
@@ -61,6 +65,9 @@ class SignIn:
     home_subdir: str  # where the engine's folder is inside the generated home
     login_argv: tuple[str, ...]  # the engine's own sign-in, after its binary
     parse: Callable[[dict[str, Any]], Credential] = field(repr=False)
+    # The engine's own variable for a credential folder apart from its config: set to the real
+    # folder instead of linking the file.
+    store_variable: str | None = None
     refused_on: dict[str, str] = field(default_factory=dict)  # sys.platform -> why not there
 
     def credential_dir(self, auth: dict[str, Any] | None) -> Path:
@@ -72,6 +79,10 @@ class SignIn:
 
     def link_path(self, engine_home: str | Path) -> Path:
         return Path(engine_home) / self.home_subdir / self.file_name
+
+    def engine_env(self, auth: dict[str, Any] | None) -> dict[str, str]:
+        """What the engine's environment needs to find the real file (a store variable)."""
+        return {self.store_variable: str(self.credential_dir(auth))} if self.store_variable else {}
 
 
 def _jwt_expiry(token: str) -> float | None:
@@ -117,7 +128,7 @@ SIGN_INS: dict[str, SignIn] = {
     "codex": SignIn("codex", "Codex", "CODEX_HOME", "~/.codex", "auth.json", ".codex",
                     ("login",), _codex),
     "claude": SignIn("claude", "Claude Code", "CLAUDE_CONFIG_DIR", "~/.claude", ".credentials.json",
-                     ".claude", ("auth", "login"), _claude,
+                     ".claude", ("auth", "login"), _claude, store_variable="CLAUDE_SECURESTORAGE_CONFIG_DIR",
                      refused_on={"darwin": "on macOS Claude Code keeps its sign-in in the login keychain, "
                                            "not in a file agent-run can link: use an API key (auth.env)"}),
 }
@@ -150,12 +161,15 @@ def read_credential(sign_in: SignIn, auth: dict[str, Any] | None, runtime: str,
 
 @dataclass
 class CredentialLink:
-    """The real credential file and its link in a generated home."""
+    """The real credential file and its link in a generated home (none for an engine pointed at
+    the real folder by its store variable)."""
 
-    link: Path
+    link: Path | None
     target: Path
 
     def make(self) -> None:
+        if self.link is None:
+            return
         self.link.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         if self.link.is_symlink() or self.link.exists():
             self.link.unlink()
@@ -164,7 +178,7 @@ class CredentialLink:
     def keep(self) -> bool:
         """If the engine replaced the link with its own file (an atomic write that does not
         follow links), publish that file to the real one and restore the link. True if it did."""
-        if self.link.is_symlink() or not self.link.is_file():
+        if self.link is None or self.link.is_symlink() or not self.link.is_file():
             return False
         lock_fd = os.open(self.target.parent / LOCK_NAME, os.O_WRONLY | os.O_CREAT, 0o600)
         with os.fdopen(lock_fd, "w") as lock:
@@ -183,11 +197,13 @@ def _copy_over(source: Path, target: Path) -> None:
     write_private_file(target, source.read_bytes())
 
 
-def link_credential(engine: str, auth: dict[str, Any] | None, engine_home: str | Path) -> CredentialLink | None:
-    """Link the real credential into the generated home (native login only)."""
+def share_credential(engine: str, auth: dict[str, Any] | None, engine_home: str | Path) -> CredentialLink | None:
+    """Give the generated home the real credential (native login only): a link to it, unless
+    the engine is pointed at its folder by its store variable (`SignIn.engine_env`)."""
     sign_in = SIGN_INS.get(engine)
     if sign_in is None or not is_native(auth):
         return None
-    link = CredentialLink(sign_in.link_path(engine_home), sign_in.credential_path(auth))
-    link.make()
-    return link
+    link = None if sign_in.store_variable else sign_in.link_path(engine_home)
+    shared = CredentialLink(link, sign_in.credential_path(auth))
+    shared.make()
+    return shared

@@ -1,10 +1,9 @@
 """Keeps a native login's credential shared while an engine runs: the link, and the redactor.
 
 Before each chunk of engine output is redacted, on every pass of the supervisor's loop, and at
-the end: if the engine replaced the
-link to the real credential file with a file of its own (Claude Code's atomic writer does not
-follow links), that file is published to the real one and the link restored
-(`CredentialLink.keep`); if the real file changed (this engine or another agent refreshed a
+the end: if the engine replaced the link to the real credential file with a file of its own,
+that file is published to the real one and the link restored (`CredentialLink.keep`, a guard:
+Codex writes through its link, Claude Code gets no link); if the real file changed (this engine or another agent refreshed a
 token), its token values join the redactor's list. An engine writes a refreshed token before
 it sends the request whose answer could print it, so checking before each chunk is redacted
 keeps a token issued mid-run out of everything stored (the engine's stderr, redacted on its
@@ -14,7 +13,7 @@ own thread, can race the check).
 import json
 from typing import Any
 
-from agent_run.engines.signin import SIGN_INS, CredentialLink, is_native, link_credential
+from agent_run.engines.signin import SIGN_INS, CredentialLink, is_native, share_credential
 from agent_run.supervisor.redact import Redactor
 
 
@@ -28,10 +27,10 @@ class SignInKeeper:
     @classmethod
     def start(cls, engine: str, auth: dict[str, Any] | None, engine_home: str,
               redact: Redactor) -> "SignInKeeper | None":
-        """Link the credential into the generated home (native login only) and keep it."""
+        """Share the credential with the generated home (native login only) and keep it."""
         if not is_native(auth):
             return None
-        link = link_credential(engine, auth, engine_home)
+        link = share_credential(engine, auth, engine_home)
         return cls(engine, link, redact) if link is not None else None
 
     def _stamp(self) -> tuple[int, int] | None:
