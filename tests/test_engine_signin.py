@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.engine_harness import NODE_BIN, run_agent
+from tests.engine_harness import NODE_BIN, run_agent, wait_done
 from tests.harness import TEST_CONFIG, DaemonProcess, cli, db_rows, make_home, remove_home
 from tests.support.mock_provider import MockProvider, Text
 from tests.support.oauth_mitm import OAuthMitm
@@ -116,34 +116,68 @@ def test_claude_code_sends_the_oauth_access_token_as_bearer(provider, workdir, t
         remove_home(home)
 
 
-def test_claude_code_refresh_lands_in_the_real_file_and_the_new_tokens_are_redacted(provider, workdir, tmp_path):
-    """A real refresh by Claude Code 2.1.332 (its token endpoint answered through a proxy) is
-    written to the user's real file (CLAUDE_SECURESTORAGE_CONFIG_DIR), and the new tokens,
-    which the model is made to print, are stored nowhere."""
-    new_access, new_refresh = "refreshed-access-9b1c44d2e7", "refreshed-refresh-30fa8c6e15"
-
-    def answer(method: str, host: str, path: str, body: bytes) -> tuple[int, dict]:
-        if path.startswith("/v1/oauth/token"):
-            return 200, {"access_token": new_access, "refresh_token": new_refresh, "expires_in": 28800,
-                         "scope": "user:inference user:profile", "token_type": "Bearer"}
-        return 404, {}
-
-    mitm = OAuthMitm(tmp_path, ["platform.claude.com", "api.anthropic.com", "claude.ai"], answer)
-    folder = tmp_path / "claude-config"
+def expired_claude_sign_in(folder: Path) -> Path:
     folder.mkdir()
     real = folder / ".credentials.json"
     oauth = {"accessToken": CLAUDE_ACCESS, "refreshToken": CLAUDE_REFRESH, "expiresAt": int((time.time() - 60) * 1000),
              "scopes": ["user:inference", "user:profile"], "subscriptionType": "max"}
     real.write_text(json.dumps({"claudeAiOauth": oauth}))
     real.chmod(0o600)
-    home = make_home(TEST_CONFIG + native_block("claude", provider.url, folder, "claude-sonnet-4-5"))
+    return real
+
+
+def token_endpoint(issued: list[str], delay: float = 0.0):
+    """The OAuth token endpoint: each refresh gets new, numbered tokens (after `delay`, so that
+    concurrent refreshes would overlap)."""
+    def answer(method: str, host: str, path: str, body: bytes) -> tuple[int, dict]:
+        if not path.startswith("/v1/oauth/token"):
+            return 404, {}
+        issued.append(json.loads(body)["refresh_token"])
+        time.sleep(delay)
+        n = len(issued)
+        return 200, {"access_token": f"refreshed-access-{n}-9b1c44d2e7", "refresh_token": f"refreshed-refresh-{n}-30fa8c",
+                     "expires_in": 28800, "scope": "user:inference user:profile", "token_type": "Bearer"}
+    return answer
+
+
+def test_concurrent_agents_refresh_a_shared_claude_sign_in_once(provider, workdir, tmp_path):
+    """Two agents start on an expired access token at once: Claude Code's refresh lock is in
+    the real folder too, so one refreshes and the other uses its new token."""
+    issued: list[str] = []
+    mitm = OAuthMitm(tmp_path, ["platform.claude.com", "api.anthropic.com", "claude.ai"], token_endpoint(issued, 1.0))
+    real = expired_claude_sign_in(tmp_path / "claude-config")
+    home = make_home(TEST_CONFIG + native_block("claude", provider.url, real.parent, "claude-sonnet-4-5"))
+    daemon = DaemonProcess(home, env={"HTTPS_PROXY": mitm.url, "NODE_EXTRA_CA_CERTS": str(mitm.ca)}).start()
+    try:
+        provider.add(Text("done", times=2))
+        agents = [daemon.call("start", {"task": f"hi {n}", "workdir": str(workdir), "runtime": "mine"}) for n in (1, 2)]
+        views = [wait_done(daemon, agent["id"]) for agent in agents]
+        assert [v["state"] for v in views] == ["succeeded", "succeeded"], views
+        assert issued == [CLAUDE_REFRESH], "one refresh, with the one refresh token"
+        sent = {r.headers["authorization"] for r in provider.main_requests()}
+        assert sent == {"Bearer refreshed-access-1-9b1c44d2e7"}
+        assert json.loads(real.read_text())["claudeAiOauth"]["refreshToken"] == "refreshed-refresh-1-30fa8c"
+    finally:
+        daemon.stop()
+        remove_home(home)
+        mitm.close()
+
+
+def test_claude_code_refresh_lands_in_the_real_file_and_the_new_tokens_are_redacted(provider, workdir, tmp_path):
+    """A real refresh by Claude Code 2.1.332 (its token endpoint answered through a proxy) is
+    written to the user's real file (CLAUDE_SECURESTORAGE_CONFIG_DIR), and the new tokens,
+    which the model is made to print, are stored nowhere."""
+    issued: list[str] = []
+    mitm = OAuthMitm(tmp_path, ["platform.claude.com", "api.anthropic.com", "claude.ai"], token_endpoint(issued))
+    real = expired_claude_sign_in(tmp_path / "claude-config")
+    new_access, new_refresh = "refreshed-access-1-9b1c44d2e7", "refreshed-refresh-1-30fa8c"
+    home = make_home(TEST_CONFIG + native_block("claude", provider.url, real.parent, "claude-sonnet-4-5"))
     daemon = DaemonProcess(home, env={"HTTPS_PROXY": mitm.url, "NODE_EXTRA_CA_CERTS": str(mitm.ca)}).start()
     try:
         provider.add(Text(f"new tokens: {new_access} {new_refresh}"))
         view = run_agent(daemon, "mine", "Print the tokens.", workdir)
         assert view["state"] == "succeeded", view
-        refreshes = [body for method, host, path, body in mitm.seen if path.startswith("/v1/oauth/token")]
-        assert len(refreshes) == 1 and json.loads(refreshes[0])["refresh_token"] == CLAUDE_REFRESH
+        assert issued == [CLAUDE_REFRESH]
         assert provider.main_requests()[0].headers["authorization"] == f"Bearer {new_access}"
         stored = json.loads(real.read_text())["claudeAiOauth"]
         assert (stored["accessToken"], stored["refreshToken"]) == (new_access, new_refresh)
