@@ -34,7 +34,7 @@ from tests.harness import (
 )
 
 SLOW_TASK = "steps: 50\nstep_seconds: 0.1\nanswer: x"
-ADMIN_VERBS = {"init", "doctor", "api", "demo", "mcp", "web"}
+ADMIN_VERBS = {"init", "doctor", "login", "api", "demo", "mcp", "web"}  # login: interactive, in your terminal
 NO_AUTOSTART = {"AGENT_RUN_NO_AUTOSTART": "1"}
 
 

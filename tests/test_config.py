@@ -222,7 +222,7 @@ def test_init_with_claude_on_path_adds_a_commented_claude_runtime_naming_only_a_
         assert f"# binary = \"{fake}\"" in text
         # Commented out: the live config still has only the demo runtime.
         assert set(parse_config(text).runtimes) == {"demo"}
-        # Uncommented, the block is a valid runtime whose auth names a variable, not a value.
+        # Uncommented, the block is a valid runtime on the user's own sign-in (no value in it).
         lines = text.splitlines()
         start = lines.index("# [runtimes.claude]")
         block = []
@@ -234,8 +234,9 @@ def test_init_with_claude_on_path_adds_a_commented_claude_runtime_naming_only_a_
         claude = enabled.runtimes["claude"]
         assert claude.engine == "claude"
         assert claude.binary == str(fake)
-        assert claude.auth is not None and claude.auth.env == "ANTHROPIC_API_KEY"
-        assert claude.auth.file is None
+        assert claude.auth is not None and claude.auth.login == "native"
+        assert claude.auth.env is None and claude.auth.file is None
+        assert '# API key instead: auth = { env = "ANTHROPIC_API_KEY" }' in text
     finally:
         shutil.rmtree(bindir, ignore_errors=True)
 

@@ -1,4 +1,4 @@
-"""Admin verbs: init, doctor, api (serve, launchd, systemd), the demo quick start, mcp and web."""
+"""Admin verbs: init, doctor, login, api (serve, launchd, systemd), the demo quick start, mcp and web."""
 
 import json
 import os
@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from agent_run.cli_login import check_runtime_signin, login_cmd
 from agent_run.domain.errors import DomainError
 from agent_run.web import DEFAULT_PORT as WEB_PORT
 
@@ -41,7 +42,7 @@ def _check(name: str, fn: Any) -> dict[str, Any]:
 @click.command("doctor")
 @click.pass_context
 def doctor_cmd(ctx: click.Context) -> None:
-    """Check the home, config, daemon, each runtime's binary and a real supervisor spawn."""
+    """Check the home, config, daemon, each runtime's binary and sign-in, and a real supervisor spawn."""
     from agent_run.config import load_config
     from agent_run.rpc.client import try_connect
     from agent_run.supervisor.launch import spawn_canary
@@ -80,6 +81,8 @@ def doctor_cmd(ctx: click.Context) -> None:
         config = load_config(home)
         for name, runtime in config.runtimes.items():
             checks.append(_check(f"runtime {name}", lambda r=runtime: _check_binary(r)))
+            if runtime.auth is not None and runtime.auth.login is not None:
+                checks.append(_check(f"sign-in {name}", lambda r=runtime, n=name: check_runtime_signin(r, n)))
     except DomainError:
         pass
     checks.append(_check("supervisor spawn", check_canary))
@@ -179,7 +182,7 @@ def web_cmd(ctx: click.Context, port: int, open_browser: bool) -> None:
 
 
 def register(group: click.Group, format_option: Any) -> None:
-    for command in (init_cmd, doctor_cmd, api_group, demo_cmd, mcp_cmd, web_cmd):
+    for command in (init_cmd, doctor_cmd, login_cmd, api_group, demo_cmd, mcp_cmd, web_cmd):
         if not isinstance(command, click.Group) and command not in (mcp_cmd, web_cmd):
             command.params.append(format_option())
         group.add_command(command)

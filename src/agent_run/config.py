@@ -125,11 +125,16 @@ def load_config(home: Home) -> Config:
     return parse_config(home.config_path.read_text(), str(home.config_path))
 
 
+# Native-login examples: the variable an API key would come from instead.
+_API_KEY_VARIABLES = {"codex": "OPENAI_API_KEY", "claude": "ANTHROPIC_API_KEY"}
+
+
 def render_init_config(found_binaries: dict[str, str]) -> str:
     """A commented config.toml: demo enabled, a commented block per engine found on PATH."""
     lines = [
         "# agent-run configuration. Loading is fail-closed: unknown keys are refused.",
-        "# Secrets never go here: `auth` names a variable (env) or a file, never a value.",
+        "# Secrets never go here: `auth` names a variable (env), a file, or the engine's own",
+        '# sign-in (login = "native"), never a value.',
         f"schema_version = {SCHEMA_VERSION}",
         'default_runtime = "demo"',
         "",
@@ -158,6 +163,12 @@ def render_init_config(found_binaries: dict[str, str]) -> str:
         name = spec.name
         block = tomli_w.dumps({"runtimes": {name: {**spec.config_example, "binary": binary}}})
         lines += ["", f"# {name}: found {binary}; uncomment to enable."]
+        if name in _API_KEY_VARIABLES:
+            lines += [f"# It runs on your own sign-in (`agent-run login {name}`; SECURITY.md); for an",
+                      f'# API key instead: auth = {{ env = "{_API_KEY_VARIABLES[name]}" }}']
+        if name in _API_KEY_VARIABLES:
+            lines += [f"# It runs on your own sign-in (`agent-run login {name}`; SECURITY.md); for an",
+                      f'# API key instead: auth = {{ env = "{_API_KEY_VARIABLES[name]}" }}']
         lines += [f"# {line}" if line else "#" for line in block.strip().splitlines()]
     return "\n".join(lines) + "\n"
 

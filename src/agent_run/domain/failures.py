@@ -32,7 +32,9 @@ class FailureKind(StrEnum):
 FAILURE_ADVICE: dict[FailureKind, str] = {
     FailureKind.SPAWN_FAILED: "The engine binary could not be started: run `agent-run doctor` and check the "
                               "runtime's binary.",
-    FailureKind.AUTH_FAILED: "The provider refused the credentials: check the variable named in the runtime's auth.",
+    FailureKind.AUTH_FAILED: "The provider refused the credentials, or the engine's sign-in is missing: check the "
+                             "variable or file named in the runtime's auth; for `login = \"native\"` run "
+                             "`agent-run login RUNTIME`.",
     FailureKind.RATE_LIMITED: "The provider rate-limited this route: retry later or route to another runtime.",
     FailureKind.QUOTA_EXHAUSTED: "The account's quota is used up: switch runtime or wait for the quota to reset.",
     FailureKind.PROVIDER_ERROR: "The provider returned a server error: retry; if it persists, check the "

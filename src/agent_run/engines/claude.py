@@ -30,6 +30,7 @@ from agent_run.engines.environment import base_environment, single_secret
 from agent_run.engines.options import HttpRuntimeOptions
 from agent_run.engines.plan import ExecutionPlan
 from agent_run.engines.registry import EngineSpec
+from agent_run.engines.signin import SIGN_INS, is_native
 from agent_run.engines.stream_json import StreamJsonProtocol, events_of, load_line
 from agent_run.home import write_private_file
 
@@ -82,6 +83,8 @@ class ClaudeEngine(StreamJsonProtocol):
         })
         if rc.base_url:
             env["ANTHROPIC_BASE_URL"] = rc.base_url
+        if is_native(rc.auth):  # the user's own sign-in, in its real folder
+            env.update(SIGN_INS["claude"].engine_env(rc.auth))
         secret = single_secret(secrets)
         if secret is not None:
             env[self.key_variable] = secret
@@ -149,7 +152,7 @@ class GlmEngine(ClaudeEngine):
 CLAUDE_SPEC = EngineSpec(
     name="claude", factory=ClaudeEngine, options=ClaudeOptions,
     summary="Claude Code (`claude -p`, stream-json)", default_binary="claude",
-    config_example={"engine": "claude", "models": ["claude-sonnet-4-5"], "auth": {"env": "ANTHROPIC_API_KEY"}},
+    config_example={"engine": "claude", "models": ["claude-sonnet-4-5"], "auth": {"login": "native"}},
     broker_upstream=ANTHROPIC_URL,
 )
 GLM_SPEC = EngineSpec(

@@ -3,7 +3,9 @@
 Everything Codex reads is generated into `$CODEX_HOME/config.toml` (one per agent): the model
 provider (base URL, retries, stream idle timeout, the *name* of the key variable) and the
 worker-tools MCP server, whose env carries the capability token, so the file is a token file.
-argv is only `codex app-server`; the key travels in one environment variable.
+argv is only `codex app-server`; the key travels in one environment variable. With a native
+login (`auth.login = "native"`) there is no key: the user's `auth.json` is linked into
+`$CODEX_HOME` (engines/signin.py) and the provider has `requires_openai_auth = true`.
 
 The handshake is driven from `parse_line`: `initialize` -> `initialized` + `thread/start` (or
 `thread/resume` of `plan.resume_session_id`) -> `turn/start`. A steer is `turn/steer`, which
@@ -43,6 +45,7 @@ from agent_run.engines.environment import base_environment, single_secret
 from agent_run.engines.options import HttpRuntimeOptions
 from agent_run.engines.plan import ExecutionPlan
 from agent_run.engines.registry import EngineSpec
+from agent_run.engines.signin import is_native
 from agent_run.home import write_private_file
 
 PROVIDER = "agent_run"
@@ -128,8 +131,11 @@ class CodexEngine:
         secret = single_secret(secrets)
         provider: dict[str, Any] = {"name": "agent-run", "base_url": rc.base_url or DEFAULT_BASE_URL,
                                     "wire_api": "responses"}
+        native = is_native(rc.auth)
         if secret is not None:
             provider["env_key"] = KEY_VARIABLE
+        elif native:  # the linked auth.json: its API key, or its ChatGPT tokens
+            provider["requires_openai_auth"] = True
         if rc.max_retries is not None:
             provider["request_max_retries"] = provider["stream_max_retries"] = rc.max_retries
         if rc.request_timeout_seconds is not None:
@@ -140,6 +146,10 @@ class CodexEngine:
         shell_env = {"inherit": "all", "ignore_default_excludes": False, "exclude": [KEY_VARIABLE]}
         config = {"model": plan.model, "model_provider": PROVIDER, "shell_environment_policy": shell_env,
                   "model_providers": {PROVIDER: provider}, "mcp_servers": {worker.name: server}}
+        if native and not rc.base_url:
+            # Codex's own provider picks the endpoint by the sign-in's mode (API or ChatGPT).
+            config["model_provider"] = "openai"
+            del config["model_providers"]
         config_path = codex_home / "config.toml"
         write_private_file(config_path, tomli_w.dumps(config).encode())
 
@@ -349,7 +359,7 @@ def _item_completed(item: dict[str, Any]) -> list[EngineEvent]:
 SPEC = EngineSpec(
     name="codex", factory=CodexEngine, options=CodexOptions,
     summary="OpenAI Codex CLI (`codex app-server`, JSON-RPC)", default_binary="codex",
-    config_example={"engine": "codex", "models": ["gpt-5-codex"], "auth": {"env": "OPENAI_API_KEY"}},
+    config_example={"engine": "codex", "models": ["gpt-5-codex"], "auth": {"login": "native"}},
     steer_opens_turn=False,  # turn/steer joins the running turn
     broker_upstream=DEFAULT_BASE_URL,
 )

@@ -6,10 +6,13 @@ validated against the model of the runtime's engine, so a key the engine does no
 unknown key. Loading is fail-closed: extra keys are refused, values are strict.
 """
 
+from typing import Literal
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
+
+from agent_run.engines.signin import native_login_refusal
 
 # A model-level check names the field it is about in its error type: "field:NAME".
 FIELD_ERROR = "field:"
@@ -20,21 +23,29 @@ class StrictModel(BaseModel):
 
 
 class AuthConfig(StrictModel):
-    """Where a secret comes from: the name of a variable, or a file. Never the value itself."""
+    """Where a secret comes from: the name of a variable, a file, or the engine's own sign-in
+    (`login = "native"`, engines/signin.py). Never the value itself."""
 
     env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     file: str | None = None
+    login: Literal["native"] | None = None
+    dir: str | None = Field(default=None, description="native login: the engine's folder "
+                            "holding its credential (default ~/.codex, ~/.claude)")
 
     @model_validator(mode="after")
     def _one_source(self) -> "AuthConfig":
-        if (self.env is None) == (self.file is None):
-            raise ValueError("give exactly one of `env` (a variable name) or `file` (a path)")
+        if sum(source is not None for source in (self.env, self.file, self.login)) != 1:
+            raise ValueError("give exactly one of `env` (a variable name), `file` (a path) "
+                             'or `login = "native"` (the engine\'s own sign-in)')
+        if self.dir is not None and self.login is None:
+            raise PydanticCustomError(f"{FIELD_ERROR}dir", '`dir` goes with `login = "native"` only')
         return self
 
 
 _LOOPBACK_HOSTS = ("localhost", "::1")
 # Variables a runtime's `env` may not set: agent-run owns them (homes, endpoints, credentials).
-_RESERVED_ENV_PREFIXES = ("ANTHROPIC_", "OPENAI_", "CODEX_", "CLAUDE_CONFIG_DIR", "QWEN_HOME",
+_RESERVED_ENV_PREFIXES = ("ANTHROPIC_", "OPENAI_", "CODEX_", "CLAUDE_CONFIG_DIR", "CLAUDE_SECURESTORAGE_",
+                          "QWEN_HOME",
                           "HOME", "AGENT_RUN_")
 
 
@@ -62,6 +73,14 @@ class RuntimeOptions(StrictModel):
         if self.default_model is not None and self.models and self.default_model not in self.models:
             raise PydanticCustomError(f"{FIELD_ERROR}default_model",
                                       "default_model must be one of `models`")
+        return self
+
+    @model_validator(mode="after")
+    def _native_login_is_supported(self) -> "RuntimeOptions":
+        if self.auth is not None and self.auth.login is not None:
+            refusal = native_login_refusal(self.engine)
+            if refusal is not None:
+                raise PydanticCustomError(f"{FIELD_ERROR}auth.login", refusal)
         return self
 
     @field_validator("env")

@@ -41,7 +41,9 @@ default_runtime = "demo"      a key of [runtimes]
 [daemon]     reconcile_interval_seconds, answer_scrub_seconds (each sealed answer is re-hashed
              once per this period; 3600)
 [runtimes.NAME] engine (demo|codex|claude|glm|qwen), enabled, binary, models, default_model,
-               auth = { env = "VAR" } or { file = "PATH" } (never the secret itself),
+               auth = { env = "VAR" } or { file = "PATH" } (never the secret itself), or
+                      { login = "native" } (codex, claude: the engine's own sign-in, made with
+                      `agent-run login NAME`; optional dir = the engine's credential folder),
                base_url, allow_plain_http_loopback, env (non-secret), stall_seconds, wall_seconds
 
 Unknown keys, wrong types and a missing schema_version are refused with the dotted path."""

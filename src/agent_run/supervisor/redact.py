@@ -35,13 +35,18 @@ def secret_forms(value: str) -> set[str]:
 
 class Redactor:
     def __init__(self, secrets: list[str]) -> None:
-        values = {s for s in secrets if len(s) >= _MIN_SECRET_LENGTH}
+        self.values: set[str] = set()
+        self.add(secrets)
+
+    def add(self, secrets: list[str]) -> None:
+        """Redact these values too from now on (a sign-in's tokens after the engine refreshed)."""
+        values = self.values | {s for s in secrets if len(s) >= _MIN_SECRET_LENGTH}
         forms = {form for value in values for form in secret_forms(value)}
         # Longest first, so a secret containing another is replaced whole.
         ordered = sorted(forms, key=len, reverse=True)
-        self.forms = ordered
-        self.longest = len(ordered[0]) if ordered else 0
-        self._pattern = re.compile("|".join([*map(re.escape, ordered), _KEY_SHAPES]))
+        pattern = re.compile("|".join([*map(re.escape, ordered), _KEY_SHAPES]))
+        self.values, self.forms, self.longest = values, ordered, len(ordered[0]) if ordered else 0
+        self._pattern = pattern
 
     def __call__(self, text: str) -> str:
         return self._pattern.sub(REDACTED, text)

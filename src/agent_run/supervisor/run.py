@@ -45,6 +45,7 @@ from agent_run.supervisor.outcome import Outcome, StopRequest, decide_outcome
 from agent_run.supervisor.redact import Redactor
 from agent_run.supervisor.retries import RetryWatch
 from agent_run.supervisor.seal import keep_reply
+from agent_run.supervisor.signin_keeper import SignInKeeper
 from agent_run.supervisor.stderr_log import StderrLog
 from agent_run.supervisor.storage import StorageReserve, note, reserve_log_space
 from agent_run.worker_tools.binding import (
@@ -86,6 +87,7 @@ class Supervisor:
         self.stderr: StderrLog | None = None
         self.payload: dict[str, Any] = {}  # from the spawner: {"secrets": ...} or {"auth_error": ...}
         self.credentials: EngineCredentials | None = None
+        self.signin: SignInKeeper | None = None  # a native login's shared credential
         self.stop: StopRequest | None = None
         self.completion: Completion | None = None
         self.completions = 0
@@ -144,13 +146,17 @@ class Supervisor:
         self.reserve.take()  # space to record the end in, should the disk fill up meanwhile
         reserve_log_space()  # and for the log lines that would say so
         if "auth_error" in self.payload:
-            self._finish(Outcome(ExecutionState.FAILED, FailureKind.CONFIG_ERROR, self.payload["auth_error"]))
+            failure = FailureKind(self.payload.get("failure") or FailureKind.CONFIG_ERROR)
+            self._finish(Outcome(ExecutionState.FAILED, failure, self.payload["auth_error"]))
             return
         secrets: dict[str, str] = self.payload.get("secrets") or {}
         worker = self._worker_mcp()
         self.credentials = engine_credentials(self.engine_spec.broker_upstream, self.plan, secrets)
-        redact = Redactor([*secrets.values(), *self.credentials.secrets.values(), worker.env[TOKEN_ENV]])
+        redact = Redactor([*secrets.values(), *self.credentials.secrets.values(), worker.env[TOKEN_ENV],
+                           *(self.payload.get("redact") or [])])
         Path(self.plan.engine_home).mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.signin = SignInKeeper.start(self.plan.engine, self.plan.runtime_config.auth,
+                                         self.plan.engine_home, redact)
         self.spec = engine.launch(self.credentials.plan, self.credentials.secrets, worker, self.dir)
         spec = self.spec
         try:
@@ -197,6 +203,8 @@ class Supervisor:
                     eof = True
                     break
                 last_event = time.monotonic()
+                if self.signin is not None:
+                    self.signin.check()  # a token refreshed just now is redacted from this chunk
                 pending += chunk
                 *lines, pending = pending.split(b"\n")
                 for line in lines:
@@ -207,6 +215,8 @@ class Supervisor:
             now = time.monotonic()
             if self.credentials is not None:
                 self.credentials.record_signals(self.log)
+            if self.signin is not None:
+                self.signin.check()
             if self.log.due() and not self.log.flush() and self.log.exhausted:
                 self._request_stop(engine, f"the disk stayed full and the {self.log.buffer_bytes}-byte "
                                    f"event buffer is exhausted: {self.log.full_error}", FailureKind.STORAGE_FULL)
@@ -408,6 +418,8 @@ class Supervisor:
         if self.credentials is not None:
             self.credentials.record_signals(self.log)
             self.credentials.close()  # so does the broker's token
+        if self.signin is not None:
+            self.signin.check()  # a refresh written at the very end still reaches the real file
         fields: dict[str, object] = {"verdict": outcome.verdict}
         if self.usage:
             fields["usage_json"] = json.dumps(self.usage)

@@ -3,7 +3,12 @@ stdin as one JSON payload, never through its environment or argv.
 
 `auth` names a variable of the daemon's environment or a file. The payload is
 `{"secrets": {NAME: VALUE}}`, or `{"auth_error": MESSAGE}` when the credential cannot be had
-(the supervisor then ends the execution `failed/config_error`). A supervisor that reads no
+(the supervisor then ends the execution `failed/config_error`). A native login
+(`auth.login = "native"`) has no secret to hand over: the engine reads its own credential file,
+linked into its home. Its payload is `{"secrets": {}, "redact": [TOKEN, ...]}` (the file's token
+values, for the redactor), or `{"auth_error": MESSAGE, "failure": "auth_failed"}` naming
+`agent-run login RUNTIME` when the sign-in is missing or signed out, so no model request is
+made. A supervisor that reads no
 payload at all (its spawner died first) exits before recording itself, so its row stays
 `created` for a later spawn.
 """
@@ -14,6 +19,7 @@ import sqlite3
 from pathlib import Path
 from typing import IO, Any
 
+from agent_run.engines.signin import SIGN_INS, SignInMissing, is_native, read_credential
 from agent_run.store import agents as agents_q
 
 # The name a secret read from a file goes by; engine adapters map it to their own variable.
@@ -44,12 +50,27 @@ def resolve_secrets(auth: dict[str, Any] | None) -> dict[str, str]:
 def secret_payload(conn: sqlite3.Connection, execution_id: str) -> bytes:
     """What the spawner writes to a supervisor's stdin: its execution's credential (or why not)."""
     row = agents_q.get_execution(conn, execution_id)
-    auth = json.loads(row["plan_json"])["runtime_config"].get("auth") if row else None
+    plan = json.loads(row["plan_json"]) if row else {}
+    auth = plan.get("runtime_config", {}).get("auth") if row else None
+    if is_native(auth):
+        return json.dumps(native_login_payload(plan["engine"], auth, plan["runtime"])).encode() + b"\n"
     try:
         payload: dict[str, Any] = {"secrets": resolve_secrets(auth)}
     except ValueError as exc:
         payload = {"auth_error": str(exc)}
     return json.dumps(payload).encode() + b"\n"
+
+
+def native_login_payload(engine: str, auth: dict[str, Any], runtime: str) -> dict[str, Any]:
+    """No secret to pass: the tokens to redact, or why the sign-in cannot be used."""
+    sign_in = SIGN_INS.get(engine)
+    if sign_in is None:
+        return {"auth_error": f"runtime auth: the {engine} engine has no native login"}
+    try:
+        credential = read_credential(sign_in, auth, runtime)
+    except SignInMissing as exc:
+        return {"auth_error": str(exc), "failure": "auth_failed"}
+    return {"secrets": {}, "redact": credential.secrets}
 
 
 def read_payload(stream: IO[bytes]) -> dict[str, Any] | None:

@@ -1,0 +1,96 @@
+"""`agent-run login RUNTIME` (the engine's own sign-in) and doctor's sign-in check.
+
+A runtime with `auth = { login = "native" }` runs its engine on the user's own sign-in
+(engines/signin.py). `login` runs the engine's sign-in command in the user's terminal, against
+the folder the runtime reads (`auth.dir`, else the engine's default), so the file it writes is
+the one every agent links. A browser flow needs a terminal: without one, `login` says what to run
+instead. Neither command ever prints a token.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from typing import Any
+
+import click
+
+from agent_run.domain.errors import ConfigInvalid
+
+_KEY_FLAGS = {"codex": "--with-api-key"}  # sign-ins that can read a key from stdin
+
+
+def _native_runtime(session: Any, name: str) -> tuple[Any, Any]:
+    from agent_run.config import load_config
+    from agent_run.engines.signin import SIGN_INS
+
+    runtime = load_config(session.home).runtimes.get(name)
+    if runtime is None:
+        raise ConfigInvalid(f"no runtime named {name!r} in the config", field="runtime")
+    if runtime.auth is None or runtime.auth.login is None:
+        raise ConfigInvalid(f'runtime {name!r} does not use a native login: set '
+                            f'`auth = {{ login = "native" }}` under [runtimes.{name}]', field="runtime")
+    return runtime, SIGN_INS[runtime.engine]
+
+
+def describe_signin(sign_in: Any, auth: dict[str, Any], runtime: str) -> tuple[bool, str]:
+    """Whether the sign-in is there and when its access token expires; never a token."""
+    from agent_run.engines.signin import SignInMissing, read_credential
+
+    try:
+        credential = read_credential(sign_in, auth, runtime)
+    except SignInMissing as exc:
+        return False, str(exc)
+    detail = f"{sign_in.credential_path(auth)} ({credential.mode})"
+    if credential.expires_at is not None:
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(credential.expires_at))
+        aged = " (the engine refreshes it)" if credential.expires_at < time.time() else ""
+        detail += f", access token expires {stamp}{aged}"
+    return True, detail
+
+
+def check_runtime_signin(runtime: Any, name: str) -> tuple[bool, str]:
+    """doctor: a native-login runtime's sign-in (other runtimes: nothing to check)."""
+    from agent_run.engines.signin import SIGN_INS
+
+    if not runtime.enabled:
+        return True, "disabled"
+    return describe_signin(SIGN_INS[runtime.engine], runtime.auth.model_dump(), name)
+
+
+@click.command("login")
+@click.argument("runtime")
+@click.option("--with-api-key", "with_key", is_flag=True,
+              help="read an API key from stdin instead of a browser sign-in (codex)")
+@click.pass_context
+def login_cmd(ctx: click.Context, runtime: str, with_key: bool) -> None:
+    """Sign in with the engine's own CLI for a runtime that uses `auth = { login = "native" }`."""
+    session = ctx.obj
+    config, sign_in = _native_runtime(session, runtime)
+    auth = config.auth.model_dump()
+    argv = [config.binary or shutil.which(sign_in.engine) or sign_in.engine, *sign_in.login_argv]
+    if with_key:
+        if sign_in.engine not in _KEY_FLAGS:
+            raise ConfigInvalid(f"the {sign_in.engine} sign-in cannot read a key from stdin", field="with_api_key")
+        argv.append(_KEY_FLAGS[sign_in.engine])
+    elif not sys.stdin.isatty():
+        click.echo(f"agent-run: `{' '.join(argv[1:])}` opens a browser sign-in: run "
+                   f"`agent-run login {runtime}` in a terminal"
+                   + (" (or pipe a key to `--with-api-key`)" if sign_in.engine in _KEY_FLAGS else ""), err=True)
+        sys.exit(2)
+    env = dict(os.environ)
+    if auth.get("dir"):  # else the engine's default folder, as when the user runs it directly
+        folder = sign_in.credential_dir(auth)
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)  # Codex refuses a missing CODEX_HOME
+        env[sign_in.dir_variable] = str(folder)
+    else:  # the user's own variable would point the engine elsewhere than agent-run reads
+        env.pop(sign_in.dir_variable, None)
+    code = subprocess.run(argv, env=env, check=False).returncode
+    ok, detail = describe_signin(sign_in, auth, runtime)
+    if session.output == "json":
+        click.echo(json.dumps({"runtime": runtime, "ok": ok and code == 0, "exit_code": code, "detail": detail}))
+    else:
+        click.echo(f"{'signed in' if ok else 'NOT signed in'}: {detail}")
+    sys.exit(0 if ok and code == 0 else 1)
