@@ -8,10 +8,10 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
 from agent_run.domain.errors import DomainError
+from agent_run.web.session import read_session
 
 TERMINAL_BATCH = {"completed", "failed", "cancelled"}
 SETTLED_RUN = {"succeeded", "failed", "cancelled"}
-TRANSCRIPT_PAGES = 20
 LOG_EVENTS = 2000  # the Log tab shows at most this many events
 
 
@@ -60,24 +60,6 @@ async def agent_page(request: Request) -> HTMLResponse:
                 revision=agent["revision"])
 
 
-async def read_session(request: Request, agent_id: str) -> dict[str, Any]:
-    """The transcript grouped into turns, and the verified answer (or why there is none)."""
-    items: list[dict[str, Any]] = []
-    cursor = 0
-    for _ in range(TRANSCRIPT_PAGES):
-        chunk = await proxy(request).call("transcript", {"agent_id": agent_id, "cursor": cursor, "limit": 1000})
-        items += chunk["items"]
-        cursor = chunk["next_cursor"]
-        if not chunk["items"]:
-            break
-    answer, answer_error = None, None
-    try:
-        answer = await proxy(request).call("answer", {"agent_id": agent_id})
-    except DomainError as exc:
-        answer_error = {"code": exc.code, "message": exc.message}
-    return {"turns": group_turns(items), "answer": answer, "answer_error": answer_error}
-
-
 async def read_log(request: Request, agent_id: str) -> dict[str, Any]:
     """The agent's events for the Log tab (`events`, filtered by `?kind=`), and the kinds it has."""
     kind = request.query_params.get("kind") or None
@@ -93,23 +75,6 @@ async def read_log(request: Request, agent_id: str) -> dict[str, Any]:
         if len(chunk["items"]) < 1000:
             break
     return {"items": items[:LOG_EVENTS], "kinds": kinds, "kind": kind, "truncated": len(items) >= LOG_EVENTS}
-
-
-def group_turns(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per execution (turn): its messages, with consecutive tool calls folded into one group."""
-    turns: list[dict[str, Any]] = []
-    for item in items:
-        if not turns or turns[-1]["number"] != item["execution_number"]:
-            turns.append({"number": item["execution_number"], "blocks": []})
-        blocks = turns[-1]["blocks"]
-        is_tool = item["role"] in ("tool", "tool_call", "tool_result")
-        if is_tool and blocks and blocks[-1]["kind"] == "tools":
-            blocks[-1]["items"].append(item)
-        elif is_tool:
-            blocks.append({"kind": "tools", "items": [item]})
-        else:
-            blocks.append({"kind": "message", "item": item})
-    return turns
 
 
 async def batch_new(request: Request) -> HTMLResponse:
