@@ -63,10 +63,13 @@ def tab(base: str, token: str, path: str, counts: dict[str, int], lock: threadin
                     pending = True
                 elif line == "" and pending and time.monotonic() - fetched_at >= MIN_REFRESH_SECONDS:
                     pending, fetched_at = False, time.monotonic()
-                    client.get(path, headers={"x-live": "1", "x-revision": last})
+                    page = client.get(path, headers={"x-live": "1", "x-revision": last})
                     with lock:
                         counts["events"] += 1
                         counts["fetches"] += 1
+                        # the web process says whether this refresh cost a render or shared one
+                        if page.headers.get("x-live-render") == "rendered":
+                            counts["renders"] += 1
     except Exception:  # the web process is stopped at the end: the stream breaks
         pass
     finally:
@@ -76,7 +79,7 @@ def tab(base: str, token: str, path: str, counts: dict[str, int], lock: threadin
 def tab_worker(base: str, token: str, paths: list[str]) -> int:
     """`--tab-worker`: the tabs in a process of their own, so they do not slow the pinger's
     interpreter; prints what it served when stdin closes."""
-    counts, lock = {"events": 0, "fetches": 0}, threading.Lock()
+    counts, lock = {"events": 0, "fetches": 0, "renders": 0}, threading.Lock()
     for path in paths:
         threading.Thread(target=tab, args=(base, token, path, counts, lock), daemon=True).start()
     print("ready", flush=True)
@@ -143,7 +146,8 @@ def main() -> int:
                       "wall_tabs_over_batch": ratio(with_tabs["wall_s"], results["batch"]["wall_s"])}
     print(f"ping p95 batch+tabs / batch: {summary_ratios['p95_tabs_over_batch']:.2f}; "
           f"/ idle: {summary_ratios['p95_tabs_over_idle']:.2f}; batch wall with tabs / without: "
-          f"{summary_ratios['wall_tabs_over_batch']:.2f}; events {counts['events']}, page fetches {counts['fetches']}")
+          f"{summary_ratios['wall_tabs_over_batch']:.2f}; events {counts['events']}, page fetches {counts['fetches']}, "
+          f"of them rendered {counts.get('renders', 0)}")
     write_results("bench_web_tabs", {"machine": machine_info(), "tabs": args.tabs, "agents": 2 * args.runs,
                                      "phases": results, "ratios": summary_ratios, "served": counts,
                                      "samples": {"idle": idle, "batch": alone, "tabs": tabs}})
