@@ -17,6 +17,7 @@ Run:  uv run python bench/bench_web_tabs.py [--tabs 20] [--runs 50]   (~2 min on
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -117,7 +118,7 @@ def main() -> int:
                         help="runs per batch, two batches (default 50: the issue's 100 agents, ~2 min)")
     args = parser.parse_args()
     if args.tab_worker:
-        return tab_worker(args.tab_worker[0], args.tab_worker[1], args.tab_worker[2:])
+        return tab_worker(args.tab_worker[0], os.environ["BENCH_WEB_TOKEN"], args.tab_worker[1:])
     results: dict[str, dict] = {}
     with daemon_env() as (home, daemon, _workdir):
         web = WebProcess(home).start()
@@ -126,8 +127,10 @@ def main() -> int:
             alone, alone_wall = phase(home, lambda: run_batches(daemon, args.runs, "alone"))
             first = daemon.call("list_batches", {"limit": 1})["items"][0]["id"]
             paths = ["/" if n % 2 == 0 else f"/batches/{first}" for n in range(args.tabs)]
-            worker = subprocess.Popen([sys.executable, __file__, "--tab-worker", web.base, web.token, *paths],
-                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            # The token goes by environment: it may start with "-", which argparse takes for an option.
+            worker = subprocess.Popen([sys.executable, __file__, "--tab-worker", web.base, *paths],
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                      env={**os.environ, "BENCH_WEB_TOKEN": web.token})
             assert worker.stdout.readline().strip() == "ready"
             time.sleep(1.0)  # the tabs connect before the work starts
             tabs, tabs_wall = phase(home, lambda: run_batches(daemon, args.runs, "tabs"))

@@ -8,6 +8,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
 from agent_run.domain.errors import DomainError
+from agent_run.web.runtimes import RuntimeChoices, runtime_choices
 from agent_run.web.session import read_session
 
 TERMINAL_BATCH = {"completed", "failed", "cancelled"}
@@ -25,6 +26,11 @@ def page(request: Request, template: str, status: int = 200, **context: Any) -> 
 
 def proxy(request: Request) -> Any:
     return request.app.state.proxy
+
+
+def runtimes(request: Request) -> RuntimeChoices:
+    """What the Runtime and Model fields offer (read afresh: config.toml may have changed)."""
+    return runtime_choices(proxy(request).home)
 
 
 BATCH_RUN_REQUEST = re.compile(r"^rn_[0-9a-z]+-a\d+$")  # a batch run's agent (the scheduler's key)
@@ -47,7 +53,7 @@ async def home(request: Request) -> HTMLResponse:
 
 
 async def agent_new(request: Request) -> HTMLResponse:
-    return page(request, "agent_new.html", form={}, errors={}, watch="")
+    return page(request, "agent_new.html", form={}, errors={}, watch="", runtimes=runtimes(request))
 
 
 async def agent_page(request: Request) -> HTMLResponse:
@@ -88,7 +94,7 @@ async def batch_new(request: Request) -> HTMLResponse:
             form["generator_instruction"] = form.pop("prompt", "")
     if request.query_params.get("project"):
         form["project"] = request.query_params["project"]
-    return page(request, "batch_new.html", form=form, errors={}, watch="",
+    return page(request, "batch_new.html", form=form, errors={}, watch="", runtimes=runtimes(request),
                 inspect=await inspect_project(request, form.get("project")))
 
 
