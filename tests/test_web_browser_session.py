@@ -13,7 +13,7 @@ from tests.web_harness import WebProcess
 
 pytestmark = pytest.mark.browser
 
-LONG = "steps: 40\nstep_seconds: 0.25\nwrite: notes.txt = one\nwrite: more.txt = two\nanswer: the long one is done"
+LONG = "steps: 150\nstep_seconds: 0.2\nwrite: notes.txt = one\nwrite: more.txt = two\nanswer: the long one is done"
 
 
 def stored_ids(daemon, agent_id):
@@ -43,7 +43,9 @@ def test_a_long_running_agents_session_appends_by_cursor_across_a_web_restart(da
             sign_in(page, web, f"/agents/{agent_id}")
             page.wait_for_selector("#live-status[data-state=live]")
             at_load = len(shown_ids(page))
-            wait_for(lambda: len(shown_ids(page)) >= at_load + 3, timeout=60, what="messages appended live")
+            assert daemon.call("agent", {"agent_id": agent_id})["state"] == "running"
+            wait_for(lambda: len(shown_ids(page)) >= at_load + 3, timeout=60,
+                     what=f"messages appended live (asked {asked}, {seen})")
             web.kill9()
             page.wait_for_selector("#live-status[data-state=reconnecting]")
             away_from = len(stored_ids(daemon, agent_id))
