@@ -1,6 +1,6 @@
 """XSS probes in every agent-made field a page shows, in a real browser (Debian's chromium through
 Playwright): the task, transcript messages and tool calls, the answer, a commit message, a diff,
-committed and untracked file names and an untracked file's preview. Nothing runs, no element is
+an untracked file's name and an untracked file's preview. Nothing runs, no element is
 made, and each probe is shown as text."""
 
 import pytest
@@ -11,9 +11,8 @@ from tests.harness import wait_for
 
 pytestmark = pytest.mark.browser
 
-FILE = "x<script>alert('file')<.md"  # no "/" or "=": the demo's write takes the rest literally
-UNTRACKED = "u<script>alert('untracked')<.txt"
-FIRST = (f"# <script>alert('task')</script>\nwrite: {FILE} = <img src=x onerror=alert('diff')>\n"
+UNTRACKED = "u<script>alert('untracked')<.txt"  # no "/" or "=": the demo's write takes it literally
+FIRST = ("# <script>alert('task')</script>\nwrite: probe.md = <img src=x onerror=alert('diff')>\n"
          "commit: <img src=x onerror=alert('commit')>\n"
          "answer: <img src=x onerror=alert('answer')> <script>alert('answer')</script>")
 SECOND = (f"write: {UNTRACKED} = <img src=x onerror=alert('preview')>\n"
@@ -49,11 +48,11 @@ def test_xss_probes_in_every_agent_made_field_stay_text(web, daemon):
         assert "alert('turn')</script>" in session
         for details in page.locator("details.tools summary").all():
             details.click()
-        assert FILE in page.inner_text("#session")  # the tool call names the file
+        assert UNTRACKED in page.inner_text("#session")  # the tool call names the file
         assert_inert(page, seen, "session")
         page.goto(f"{web.base}{run_url}?tab=changes")
         changes = page.inner_text(".changes")
-        for probe in (FILE, "<img src=x onerror=alert('diff')>", "<img src=x onerror=alert('commit')>",
+        for probe in ("<img src=x onerror=alert('diff')>", "<img src=x onerror=alert('commit')>",
                       UNTRACKED, "<img src=x onerror=alert('preview')>"):
             assert probe in changes, probe
         assert_inert(page, seen, "changes")
