@@ -26,14 +26,20 @@ def assert_inert(page, seen, where):
 
 
 def test_xss_probes_in_every_agent_made_field_stay_text(web, daemon):
-    batch = daemon.call("batch_start", {"workflow": "repeated", "project": str(make_repo()), "runs": 1,
-                                        "runtime": "demo", "prompt": FIRST})
-    run = wait_batch(daemon, batch["id"])["runs"][0]
-    assert run["state"] == "succeeded", run
-    daemon.call("run_followup", {"run_id": run["id"], "text": SECOND})
-    wait_for(lambda: daemon.call("batch", {"batch_id": batch["id"]})["runs"][0]["attempt"] == 2
-             and daemon.call("batch", {"batch_id": batch["id"]})["runs"][0]["state"] == "succeeded",
-             timeout=90, what="the follow-up settled")
+    # A ranked candidate: the one stage that commits (create_commit).
+    batch = daemon.call("batch_start", {"workflow": "ranked", "project": str(make_repo()), "runs": 1,
+                                        "reviewers": 1, "review_prompt": "score: auto", "runtime": "demo",
+                                        "prompt": FIRST})
+    done = wait_batch(daemon, batch["id"])
+    run = next(r for r in done["runs"] if r["stage"] == "candidate")
+    assert run["state"] == "succeeded", (run, done["state_reason"])
+    daemon.call("run_followup", {"run_id": run["id"], "text": SECOND, "reopen": True})
+
+    def settled():
+        now = next(r for r in daemon.call("batch", {"batch_id": batch["id"]})["runs"] if r["id"] == run["id"])
+        return now["attempt"] == 2 and now["state"] == "succeeded"
+
+    wait_for(settled, timeout=90, what="the follow-up settled")
     run_url = f"/batches/{batch['id']}/runs/{run['id']}"
     with browser_page() as (page, seen):
         sign_in(page, web, "/")
