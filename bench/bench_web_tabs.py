@@ -17,6 +17,7 @@ Run:  uv run python bench/bench_web_tabs.py [--tabs 20] [--runs 50]   (~2 min on
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -62,10 +63,13 @@ def tab(base: str, token: str, path: str, counts: dict[str, int], lock: threadin
                     pending = True
                 elif line == "" and pending and time.monotonic() - fetched_at >= MIN_REFRESH_SECONDS:
                     pending, fetched_at = False, time.monotonic()
-                    client.get(path, headers={"x-live": "1", "x-revision": last})
+                    page = client.get(path, headers={"x-live": "1", "x-revision": last})
                     with lock:
                         counts["events"] += 1
                         counts["fetches"] += 1
+                        # the web process says whether this refresh cost a render or shared one
+                        if page.headers.get("x-live-render") == "rendered":
+                            counts["renders"] += 1
     except Exception:  # the web process is stopped at the end: the stream breaks
         pass
     finally:
@@ -75,7 +79,7 @@ def tab(base: str, token: str, path: str, counts: dict[str, int], lock: threadin
 def tab_worker(base: str, token: str, paths: list[str]) -> int:
     """`--tab-worker`: the tabs in a process of their own, so they do not slow the pinger's
     interpreter; prints what it served when stdin closes."""
-    counts, lock = {"events": 0, "fetches": 0}, threading.Lock()
+    counts, lock = {"events": 0, "fetches": 0, "renders": 0}, threading.Lock()
     for path in paths:
         threading.Thread(target=tab, args=(base, token, path, counts, lock), daemon=True).start()
     print("ready", flush=True)
@@ -113,7 +117,7 @@ def main() -> int:
                         help="runs per batch, two batches (default 50: the issue's 100 agents, ~2 min)")
     args = parser.parse_args()
     if args.tab_worker:
-        return tab_worker(args.tab_worker[0], args.tab_worker[1], args.tab_worker[2:])
+        return tab_worker(args.tab_worker[0], os.environ["BENCH_WEB_TOKEN"], args.tab_worker[1:])
     results: dict[str, dict] = {}
     with daemon_env() as (home, daemon, _workdir):
         web = WebProcess(home).start()
@@ -122,8 +126,10 @@ def main() -> int:
             alone, alone_wall = phase(home, lambda: run_batches(daemon, args.runs, "alone"))
             first = daemon.call("list_batches", {"limit": 1})["items"][0]["id"]
             paths = ["/" if n % 2 == 0 else f"/batches/{first}" for n in range(args.tabs)]
-            worker = subprocess.Popen([sys.executable, __file__, "--tab-worker", web.base, web.token, *paths],
-                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            # The token goes by environment: it may start with "-", which argparse takes for an option.
+            worker = subprocess.Popen([sys.executable, __file__, "--tab-worker", web.base, *paths],
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                      env={**os.environ, "BENCH_WEB_TOKEN": web.token})
             assert worker.stdout.readline().strip() == "ready"
             time.sleep(1.0)  # the tabs connect before the work starts
             tabs, tabs_wall = phase(home, lambda: run_batches(daemon, args.runs, "tabs"))
@@ -142,7 +148,8 @@ def main() -> int:
                       "wall_tabs_over_batch": ratio(with_tabs["wall_s"], results["batch"]["wall_s"])}
     print(f"ping p95 batch+tabs / batch: {summary_ratios['p95_tabs_over_batch']:.2f}; "
           f"/ idle: {summary_ratios['p95_tabs_over_idle']:.2f}; batch wall with tabs / without: "
-          f"{summary_ratios['wall_tabs_over_batch']:.2f}; events {counts['events']}, page fetches {counts['fetches']}")
+          f"{summary_ratios['wall_tabs_over_batch']:.2f}; events {counts['events']}, page fetches {counts['fetches']}, "
+          f"of them rendered {counts.get('renders', 0)}")
     write_results("bench_web_tabs", {"machine": machine_info(), "tabs": args.tabs, "agents": 2 * args.runs,
                                      "phases": results, "ratios": summary_ratios, "served": counts,
                                      "samples": {"idle": idle, "batch": alone, "tabs": tabs}})

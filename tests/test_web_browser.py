@@ -32,7 +32,8 @@ def test_a_ranked_batch_from_the_form_updates_live_until_the_ranking_appears(web
         page.fill("#f-reviewers", "2")
         page.fill("#f-review_prompt", REVIEW)
         page.fill("#f-verify_command", "test -s GREETING.md")
-        page.fill("#f-runtime", "demo")
+        page.select_option("#f-runtime", "demo")  # the configured runtimes, and their models
+        page.select_option("#f-model", "demo-1")
         screenshot(page, "new-batch")
         page.click("button.primary")
         page.wait_for_url("**/batches/bt_*")
@@ -126,6 +127,10 @@ def test_the_page_reconnects_after_the_web_process_and_the_daemon_are_killed_and
             later = daemon.call("start", {"task": "answer: after the daemon restart", "workdir": str(workdir)})
             page.wait_for_selector(f"a:text('{later['id']}')", timeout=60_000)
             assert page.evaluate("window.__notReloaded") is True
+            # Compared with the store: every agent is on the page, none twice.
+            stored = sorted(a["id"] for a in daemon.call("list_agents", {"limit": 100})["items"])
+            shown = page.eval_on_selector_all("table.agents a[href^='/agents/']", "els => els.map(e => e.textContent)")
+            assert sorted(shown) == stored, (shown, stored)
             assert not seen["dialogs"] and not seen["page_errors"], seen
     finally:
         web.stop()

@@ -39,7 +39,7 @@ def test_a_foreign_host_is_refused_with_400_even_with_the_token(web):
 
 def test_without_the_token_every_page_api_and_stream_is_401(web):
     anonymous = web.client(signed_in=False)
-    for path in [*PAGES, "/events", "/api/tools", "/agents/ag_x"]:
+    for path in [*PAGES, "/events", "/api/tools", "/agents/ag_x", "/agents/ag_x/transcript?after=0"]:
         assert anonymous.get(path).status_code == 401, path
     assert anonymous.post("/api/tools/list_agents", json={}).status_code == 401
     forged = web.client(signed_in=False, cookies={web.cookie: "not-the-token"})

@@ -9,7 +9,7 @@ from agent_run.domain import batch_models as bm
 from agent_run.domain import requests as rq
 from agent_run.domain.errors import DomainError
 from agent_run.web.forms import batch_form, form_params
-from agent_run.web.pages import inspect_project, page, proxy
+from agent_run.web.pages import inspect_project, page, proxy, runtimes
 from agent_run.web.security import checked_form
 
 
@@ -30,7 +30,8 @@ async def agent_create(request: Request) -> Response:
     try:
         agent = await proxy(request).call("start", params)
     except DomainError as exc:
-        return page(request, "agent_new.html", status=422, form=form, errors=field_errors(exc), watch="")
+        return page(request, "agent_new.html", status=422, form=form, errors=field_errors(exc), watch="",
+                    runtimes=runtimes(request))
     return see(f"/agents/{agent['id']}")
 
 
@@ -60,6 +61,7 @@ async def batch_create(request: Request) -> Response:
     else:
         return see(f"/batches/{batch['id']}")
     return page(request, "batch_new.html", status=422, form=form, errors=errors, watch="",
+                runtimes=runtimes(request),
                 inspect=await inspect_project(request, form.get("project")))
 
 

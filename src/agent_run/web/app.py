@@ -8,7 +8,6 @@ import asyncio
 import socket
 import sys
 import webbrowser
-from collections import OrderedDict
 from pathlib import Path
 
 import uvicorn
@@ -23,8 +22,8 @@ from starlette.staticfiles import StaticFiles
 from agent_run.domain.errors import DaemonUnavailable, DomainError
 from agent_run.home import Home
 from agent_run.rpc.client import connect
-from agent_run.web import DEFAULT_PORT, actions, api, live, pages
-from agent_run.web.cache import live_cached
+from agent_run.web import DEFAULT_PORT, actions, api, live, pages, session
+from agent_run.web.cache import LiveCache, live_cached
 from agent_run.web.hub import ChangeHub
 from agent_run.web.proxy import DaemonProxy
 from agent_run.web.render import make_env
@@ -53,6 +52,7 @@ def routes() -> list[Route | Mount]:
         Route("/agents/new", pages.agent_new),
         Route("/agents", actions.agent_create, methods=post),
         Route("/agents/{agent_id}", live_cached(pages.agent_page)),
+        Route("/agents/{agent_id}/transcript", session.transcript_after),
         Route("/agents/{agent_id}/{action}", actions.agent_action, methods=post),
         Route("/batches/new", pages.batch_new),
         Route("/folders", pages.folders),
@@ -76,7 +76,7 @@ def build_app(home: Home, guard: Guard) -> Starlette:
     app.state.guard = guard
     app.state.proxy = DaemonProxy(home)
     app.state.hub = ChangeHub(app.state.proxy)
-    app.state.page_cache = OrderedDict()
+    app.state.live_cache = LiveCache()
     app.state.env = make_env()
     return app
 

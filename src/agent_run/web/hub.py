@@ -4,6 +4,11 @@ Twenty tabs must not mean twenty long-polls on the daemon: the hub follows the d
 revision with a single `changes` call at a time and keeps the recent changes in memory; each
 `/events` stream reads from it. A stream that resumes from a revision older than the memory
 asks the daemon directly once (`changes` after that revision), then joins the hub.
+
+While a busy batch changes the store constantly, each call would return at once; the hub
+pauses FOLLOW_PAUSE_SECONDS after a call that found changes, so it asks the daemon at most ten
+times a second (the streams send at most ten events a second anyway), and what changed
+meanwhile comes in the next answer.
 """
 
 import asyncio
@@ -16,6 +21,7 @@ from agent_run.rpc.client import RpcError
 
 LONG_POLL_SECONDS = 15.0
 RETRY_SECONDS = 1.0
+FOLLOW_PAUSE_SECONDS = 0.1
 HISTORY = 2048
 NOW = 2**62  # an after_revision past any real one: `changes` then only reports the revision
 
@@ -34,6 +40,7 @@ class ChangeHub:
         self.proxy = proxy
         self.revision: int | None = None
         self.connected = False  # the last call to the daemon answered
+        self.calls = 0  # `changes` calls answered (what following the daemon costs it)
         self.history: deque[Change] = deque(maxlen=HISTORY)
         self._moved = asyncio.Condition()
         self._task: asyncio.Task[None] | None = None
@@ -56,12 +63,16 @@ class ChangeHub:
                 await asyncio.sleep(RETRY_SECONDS)
                 continue
             self.connected = True
-            if result["revision"] > self.revision:
+            moved = result["revision"] > self.revision
+            if moved:
                 self.history.append(Change(self.revision, result["revision"], frozenset(result["agents"]),
                                            frozenset(result["batches"]), result["truncated"]))
                 self.revision = result["revision"]
+            self.calls += 1
             async with self._moved:
                 self._moved.notify_all()
+            if moved:
+                await asyncio.sleep(FOLLOW_PAUSE_SECONDS)
 
     async def wait_past(self, revision: int, timeout: float) -> None:
         async with self._moved:

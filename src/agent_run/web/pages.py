@@ -9,8 +9,9 @@ from starlette.responses import HTMLResponse
 
 from agent_run.domain.batch_states import BATCH_ENDED, RUN_SETTLED, BatchState, RunState
 from agent_run.domain.errors import DomainError
+from agent_run.web.runtimes import RuntimeChoices, runtime_choices
+from agent_run.web.session import read_session
 
-TRANSCRIPT_PAGES = 20
 LOG_EVENTS = 2000  # the Log tab shows at most this many events
 
 
@@ -24,6 +25,11 @@ def page(request: Request, template: str, status: int = 200, **context: Any) -> 
 
 def proxy(request: Request) -> Any:
     return request.app.state.proxy
+
+
+def runtimes(request: Request) -> RuntimeChoices:
+    """What the Runtime and Model fields offer (read afresh: config.toml may have changed)."""
+    return runtime_choices(proxy(request).home)
 
 
 BATCH_RUN_REQUEST = re.compile(r"^rn_[0-9a-z]+-a\d+$")  # a batch run's agent (the scheduler's key)
@@ -46,7 +52,7 @@ async def home(request: Request) -> HTMLResponse:
 
 
 async def agent_new(request: Request) -> HTMLResponse:
-    return page(request, "agent_new.html", form={}, errors={}, watch="")
+    return page(request, "agent_new.html", form={}, errors={}, watch="", runtimes=runtimes(request))
 
 
 async def agent_page(request: Request) -> HTMLResponse:
@@ -57,24 +63,6 @@ async def agent_page(request: Request) -> HTMLResponse:
     log = await read_log(request, agent_id) if tab == "log" else None
     return page(request, "agent.html", agent=agent, session=session, log=log, tab=tab, watch=agent_id,
                 revision=agent["revision"])
-
-
-async def read_session(request: Request, agent_id: str) -> dict[str, Any]:
-    """The transcript grouped into turns, and the verified answer (or why there is none)."""
-    items: list[dict[str, Any]] = []
-    cursor = 0
-    for _ in range(TRANSCRIPT_PAGES):
-        chunk = await proxy(request).call("transcript", {"agent_id": agent_id, "cursor": cursor, "limit": 1000})
-        items += chunk["items"]
-        cursor = chunk["next_cursor"]
-        if not chunk["items"]:
-            break
-    answer, answer_error = None, None
-    try:
-        answer = await proxy(request).call("answer", {"agent_id": agent_id})
-    except DomainError as exc:
-        answer_error = {"code": exc.code, "message": exc.message}
-    return {"turns": group_turns(items), "answer": answer, "answer_error": answer_error}
 
 
 async def read_log(request: Request, agent_id: str) -> dict[str, Any]:
@@ -94,23 +82,6 @@ async def read_log(request: Request, agent_id: str) -> dict[str, Any]:
     return {"items": items[:LOG_EVENTS], "kinds": kinds, "kind": kind, "truncated": len(items) >= LOG_EVENTS}
 
 
-def group_turns(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per execution (turn): its messages, with consecutive tool calls folded into one group."""
-    turns: list[dict[str, Any]] = []
-    for item in items:
-        if not turns or turns[-1]["number"] != item["execution_number"]:
-            turns.append({"number": item["execution_number"], "blocks": []})
-        blocks = turns[-1]["blocks"]
-        is_tool = item["role"] in ("tool", "tool_call", "tool_result")
-        if is_tool and blocks and blocks[-1]["kind"] == "tools":
-            blocks[-1]["items"].append(item)
-        elif is_tool:
-            blocks.append({"kind": "tools", "items": [item]})
-        else:
-            blocks.append({"kind": "message", "item": item})
-    return turns
-
-
 async def batch_new(request: Request) -> HTMLResponse:
     form: dict[str, Any] = {}
     template = request.query_params.get("template")
@@ -122,7 +93,7 @@ async def batch_new(request: Request) -> HTMLResponse:
             form["generator_instruction"] = form.pop("prompt", "")
     if request.query_params.get("project"):
         form["project"] = request.query_params["project"]
-    return page(request, "batch_new.html", form=form, errors={}, watch="",
+    return page(request, "batch_new.html", form=form, errors={}, watch="", runtimes=runtimes(request),
                 inspect=await inspect_project(request, form.get("project")))
 
 

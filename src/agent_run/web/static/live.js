@@ -1,6 +1,9 @@
 // agent-run web: live updates without a framework. Listens to /events (server-sent events whose
 // id is the store revision; the browser resends the last one on reconnect) and, when something
-// this page shows changed, re-fetches the page and swaps its [data-live] parts in place.
+// this page shows changed, re-fetches the page and swaps its [data-live] parts in place. It
+// tells follow.js (the transcript, followed by cursor) through `agentrun:change` / `agentrun:open`
+// events on the document. A part marked data-live="agent" (the Session) is swapped only when it
+// now shows another agent (a rerun's new attempt); follow.js then reads that one from its start.
 (function () {
   "use strict";
   var body = document.body;
@@ -8,6 +11,8 @@
   var status = document.getElementById("live-status");
   if (!watch.length || !window.EventSource) { return; }
   var refreshing = false, again = false, MIN_REFRESH_MS = 500;
+
+  function announce(name, detail) { document.dispatchEvent(new CustomEvent(name, { detail: detail })); }
 
   function setStatus(text) { if (status) { status.textContent = text; status.dataset.state = text; } }
 
@@ -24,10 +29,17 @@
       .then(function (r) { return r.ok ? r.text() : Promise.reject(r.status); })
       .then(function (html) {
         var doc = new DOMParser().parseFromString(html, "text/html");
+        var swapped = false;
         document.querySelectorAll("[data-live]").forEach(function (el) {
           var fresh = el.id && doc.getElementById(el.id);
-          if (fresh && !el.contains(document.activeElement)) { el.replaceWith(document.importNode(fresh, true)); }
+          if (!fresh || el.contains(document.activeElement) || !el.isConnected) { return; }
+          if (el.dataset.live === "agent") {
+            if (fresh.dataset.agent === el.dataset.agent) { return; }
+            swapped = true;
+          }
+          el.replaceWith(document.importNode(fresh, true));
         });
+        if (swapped) { announce("agentrun:open", {}); }
         body.dataset.revision = doc.body.dataset.revision || body.dataset.revision;
       })
       .catch(function () { again = true; })
@@ -46,7 +58,7 @@
 
   function connect() {
     var source = new EventSource("/events" + (lastId ? "?after=" + encodeURIComponent(lastId) : ""));
-    source.addEventListener("open", function () { setStatus("live"); });
+    source.addEventListener("open", function () { setStatus("live"); announce("agentrun:open", {}); });
     source.addEventListener("error", function () {
       setStatus("reconnecting");
       if (source.readyState === EventSource.CLOSED) { setTimeout(connect, 1000); }
@@ -59,6 +71,7 @@
       var summary = {};
       try { summary = JSON.parse(e.data); } catch (err) { summary = { truncated: true }; }
       if (concerns(summary)) { refresh(); }
+      announce("agentrun:change", summary);
     });
   }
   connect();

@@ -1,0 +1,51 @@
+"""The web process's change hub on a real daemon: one `changes` call at a time, at most ten a
+second while a busy batch changes the store constantly, and nothing missed."""
+
+import asyncio
+import time
+
+from agent_run.web.hub import ChangeHub
+from agent_run.web.proxy import DaemonProxy
+
+
+class RecordingProxy(DaemonProxy):
+    """The web's own daemon client, keeping the time of each `changes` call it makes."""
+
+    def __init__(self, home) -> None:
+        super().__init__(home)
+        self.changes_calls: list[float] = []
+
+    async def call(self, method, params=None):
+        if method == "changes":
+            self.changes_calls.append(time.monotonic())
+        return await super().call(method, params)
+
+
+async def until(predicate, timeout=60.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.02)
+
+
+def test_the_hub_asks_at_most_ten_times_a_second_and_misses_no_change(daemon, workdir):
+    async def scenario():
+        proxy = RecordingProxy(daemon.home)
+        hub = ChangeHub(proxy)
+        hub.start()
+        await until(lambda: hub.connected, what="the hub to follow the daemon")
+        agents = [await proxy.call("start", {"task": f"steps: 20\nstep_seconds: 0.05\nanswer: {n}",
+                                              "workdir": str(workdir)}) for n in range(8)]
+        for agent in agents:
+            await proxy.call("wait", {"agent_id": agent["id"], "timeout_seconds": 60})
+        calls = list(proxy.changes_calls)
+        final = (await proxy.call("changes", {"after_revision": 0}))["revision"]
+        await until(lambda: hub.revision is not None and hub.revision >= final, what="the hub to catch up")
+        seen = frozenset().union(*(c.agents for c in hub.history))
+        return calls, seen, {a["id"] for a in agents}
+
+    calls, seen, started = asyncio.run(scenario())
+    assert started <= seen  # every agent's changes reached the hub
+    assert len(calls) >= 5
+    for n in range(len(calls) - 10):
+        assert calls[n + 10] - calls[n] >= 0.99, "more than ten `changes` calls in a second"
