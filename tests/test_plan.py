@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from agent_run.config import load_config
+from agent_run.domain.errors import NotResumable
 from agent_run.domain.requests import StartParams
 from agent_run.engines.codex import CodexOptions
 from agent_run.engines.demo import DemoOptions
@@ -145,9 +146,19 @@ def test_a_plan_the_supervisor_cannot_run_ends_the_execution_config_error(home_a
     try:
         wait_for(lambda: db_rows(home, "SELECT state FROM executions")[0]["state"] == "failed", timeout=90,
                  what="the execution to fail")
+        row = db_rows(home, "SELECT failure_kind, failure_message, supervisor_pid FROM executions")[0]
+        assert row["failure_kind"] == "config_error", dict(row)
+        assert "runtime_config.colour" in row["failure_message"]
+        assert "Traceback" not in row["failure_message"]
+        # Had its engine reported a session, a resume would still not copy the bad plan.
+        conn = connect(home.db_path)
+        with write(conn):
+            conn.execute("UPDATE executions SET engine_session_id = 'sess-1' WHERE id = ?", (execution_id,))
+        conn.close()
+        with pytest.raises(NotResumable) as caught:
+            with daemon.client() as client:
+                client.call("resume", {"agent_id": agent_id, "prompt": "answer: again"})
+        assert "runtime_config.colour" in str(caught.value)
     finally:
         daemon.stop()
-    row = db_rows(home, "SELECT failure_kind, failure_message, supervisor_pid FROM executions")[0]
-    assert row["failure_kind"] == "config_error", dict(row)
-    assert "runtime_config.colour" in row["failure_message"]
-    assert "Traceback" not in row["failure_message"]
+    assert len(db_rows(home, "SELECT id FROM executions")) == 1
