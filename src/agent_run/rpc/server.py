@@ -37,7 +37,7 @@ class DaemonAlreadyRunning(Exception):
 
 
 async def ping(ctx: ServiceContext, _p: EmptyParams) -> Pong:
-    return Pong(version=__version__, pid=os.getpid(), home=str(ctx.home.root))
+    return Pong(version=__version__, pid=os.getpid(), home=str(ctx.home.root), parked=ctx.watcher.parked)
 
 
 async def list_tools(_ctx: ServiceContext, _p: EmptyParams) -> ToolsResult:
