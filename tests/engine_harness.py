@@ -12,7 +12,17 @@ from tests.harness import TEST_CONFIG, DaemonProcess, make_home, remove_home, wa
 from tests.support.mock_provider import Dynamic, MockProvider, Reply
 
 ROOT = Path(__file__).parent.parent
-NODE_BIN = ROOT / "node_modules" / ".bin"
+_NODE_BIN = ROOT / "node_modules" / ".bin"
+# Set by conftest before each test's fixtures: whether the running test is marked `engines`.
+running_test_is_marked = {"engines": False}
+
+
+def node_bin() -> Path:
+    """node_modules/.bin, where the real engine CLIs are; only an `engines` test may use it, so
+    `--fast` (which deselects those) never needs npm."""
+    assert running_test_is_marked["engines"], (
+        "this test runs a real engine CLI from node_modules: mark it @pytest.mark.engines")
+    return _NODE_BIN
 PLANTED_KEY = "sk-planted-4d1c9e77a0b24f3c8e55aa17"
 KEY_VARIABLE = "ARUN_TEST_PROVIDER_KEY"
 
@@ -25,7 +35,7 @@ def free_port() -> int:
 
 
 def runtime_block(name: str, engine: str, base_url: str, model: str, **knobs: Any) -> str:
-    binary = NODE_BIN / {"glm": "claude"}.get(engine, engine)
+    binary = node_bin() / {"glm": "claude"}.get(engine, engine)
     lines = [f"[runtimes.{name}]", f'engine = "{engine}"', f'binary = "{binary}"',
              f'models = ["{model}"]', f'default_model = "{model}"', "allow_plain_http_loopback = true",
              f'base_url = "{base_url}"', f'auth = {{ env = "{KEY_VARIABLE}" }}']

@@ -1,11 +1,15 @@
 """Batches on the real engine CLIs against the mock provider: a ranked batch with Claude Code
 (a validated batch with Codex lives beside the Codex engine tests)."""
 
+import pytest
+
 from pathlib import Path
 
 from tests.batch_harness import git, make_repo, runs_of, wait_batch
 from tests.engine_harness import engine_daemon, runtime_block
 from tests.support.mock_provider import MockProvider, Text, ToolCall
+
+pytestmark = pytest.mark.engines  # the real engine CLIs from node_modules
 
 
 def candidate_script(n: int) -> list:

@@ -11,6 +11,8 @@ from tests.engine_harness import (
 from tests.harness import db_rows, wait_for
 from tests.support.mock_provider import Dynamic, Fault, MockProvider, Text, ToolCall
 
+pytestmark = pytest.mark.engines  # the real engine CLIs from node_modules
+
 MODELS = {"claude": "claude-sonnet-4-5", "glm": "glm-4.6"}
 
 

@@ -13,6 +13,8 @@ from tests.engine_harness import (
 from tests.harness import db_rows
 from tests.support.mock_provider import Fault, MockProvider, Text, ToolCall
 
+pytestmark = pytest.mark.engines  # the real engine CLIs from node_modules
+
 MODEL = "gpt-5.5"  # a slug Codex knows, so it advertises its full tool set (apply_patch too)
 
 

@@ -20,6 +20,8 @@ from tests.engine_harness import (
 from tests.harness import db_rows, short_tmpdir, wait_for
 from tests.support.mock_provider import Fault, MockProvider, Text, ToolCall
 
+pytestmark = pytest.mark.engines  # the real engine CLIs from node_modules
+
 MODEL = "qwen3-coder-plus"
 
 

@@ -1,0 +1,107 @@
+"""A fork server for test daemons: `python -m agent_run` without paying its imports every time.
+
+Every test boots its own `agent-run api serve`; most of a boot is importing the daemon's stack
+(pydantic models, click, asyncio: over a second of CPU). The zygote imports that stack once,
+single-threaded, then forks one child per request; the child becomes a session leader with its
+own environment, log file and limits, and runs `python -m agent_run ARGS` exactly as the real
+command does (runpy over `agent_run.__main__`). The daemon is still a real, separate process with
+its own socket, database connections and threads; only the import is shared, copy-on-write.
+
+Protocol (one JSON object a line): the test writes {"argv" (after `-m agent_run`), "env", "log",
+"nofile_soft"}; the zygote answers {"pid"} in order, and {"exited", "code"} (Popen-style: -N for
+signal N) whenever a child ends, so the test's handle can poll, wait and read return codes.
+"""
+
+import json
+import os
+import selectors
+import signal
+import sys
+
+PRELOAD = ("agent_run.cli", "agent_run.rpc.server")
+
+
+def _run_child(request: dict) -> None:
+    """In the forked child: become `python -m agent_run ARGV`; never returns."""
+    code = 1
+    try:
+        os.setsid()
+        signal.set_wakeup_fd(-1)
+        for signum in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, signal.SIG_DFL)
+        log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.closerange(3, 65536)  # the zygote's control pipes and selector are not the daemon's
+        if request.get("nofile_soft") is not None:
+            import resource
+
+            hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+            resource.setrlimit(resource.RLIMIT_NOFILE, (request["nofile_soft"], hard))
+        os.environ.clear()
+        os.environ.update(request["env"])
+        sys.argv = ["-m", *request["argv"]]  # runpy puts the module path in argv[0]
+        import runpy
+
+        runpy.run_module("agent_run", run_name="__main__", alter_sys=True)
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except BaseException:  # noqa: BLE001 - report and exit like an uncaught exception would
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
+def _reap(out) -> None:
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        out.write(json.dumps({"exited": pid, "code": os.waitstatus_to_exitcode(status)}) + "\n")
+        out.flush()
+
+
+def serve() -> None:
+    for name in PRELOAD:
+        __import__(name)
+    wake_read, wake_write = os.pipe()
+    os.set_blocking(wake_write, False)
+    signal.set_wakeup_fd(wake_write)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    control, out = sys.stdin.buffer, sys.stdout
+    selector = selectors.DefaultSelector()
+    selector.register(control, selectors.EVENT_READ)
+    selector.register(wake_read, selectors.EVENT_READ)
+    out.write(json.dumps({"ready": os.getpid()}) + "\n")
+    out.flush()
+    while True:
+        for key, _ in selector.select():
+            if key.fileobj == wake_read:
+                os.read(wake_read, 4096)
+                _reap(out)
+                continue
+            line = control.readline()
+            if not line:
+                return  # the test process is gone: its daemons are its fixtures' to stop
+            pid = os.fork()
+            if pid == 0:
+                _run_child(json.loads(line))
+            out.write(json.dumps({"pid": pid}) + "\n")
+            out.flush()
+        _reap(out)
+
+
+if __name__ == "__main__":
+    serve()
