@@ -1,5 +1,6 @@
 """Daemons forked from one pre-imported zygote (tests/support/zygote.py), behind a Popen-like handle."""
 
+import atexit
 import json
 import os
 import signal
@@ -30,6 +31,17 @@ class Zygote:
         ready = json.loads(self.proc.stdout.readline() or "null")
         assert ready and "ready" in ready, "the test zygote did not start"
         threading.Thread(target=self._read, daemon=True, name="zygote-reader").start()
+        atexit.register(self.close)
+
+    def close(self) -> None:
+        """End of input ends the zygote (its daemons are their fixtures' to stop)."""
+        if self.proc.stdin is not None and not self.proc.stdin.closed:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
 
     @classmethod
     def get(cls) -> "Zygote":
