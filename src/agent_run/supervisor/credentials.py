@@ -7,13 +7,16 @@ key stays in the supervisor. Engines without `default_base_url` (the demo) get t
 """
 
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from agent_run.domain.failures import FailureKind
 from agent_run.engines.base import Engine, ExecutionPlan
 from agent_run.engines.environment import single_secret
-from agent_run.supervisor.broker import CredentialBroker
 from agent_run.supervisor.eventlog import ExecutionLog
 from agent_run.supervisor.outcome import Outcome
+
+if TYPE_CHECKING:  # imported when a broker is started: http.server/http.client are not cheap
+    from agent_run.supervisor.broker import CredentialBroker
 
 # What an engine makes of a dropped connection; with the broker's proof it is a network error.
 _UNREACHABLE_AS = {FailureKind.STREAM_ERROR, FailureKind.ERROR_REPLY, FailureKind.ENGINE_CRASHED,
@@ -24,7 +27,7 @@ _UNREACHABLE_AS = {FailureKind.STREAM_ERROR, FailureKind.ERROR_REPLY, FailureKin
 class EngineCredentials:
     plan: ExecutionPlan  # the plan the engine is launched with
     secrets: dict[str, str]  # what its key variable holds
-    broker: CredentialBroker | None
+    broker: "CredentialBroker | None"
 
     def record_signals(self, log: ExecutionLog) -> None:
         """Rate-limit headers and upstream failures the broker saw since the last call."""
@@ -56,6 +59,8 @@ def engine_credentials(engine: Engine, plan: ExecutionPlan, secrets: dict[str, s
     secret = single_secret(secrets)
     if default_url is None or secret is None:
         return EngineCredentials(plan, secrets, None)
+    from agent_run.supervisor.broker import CredentialBroker
+
     broker = CredentialBroker(plan.runtime_config.get("base_url") or default_url, secret).start()
     brokered = replace(plan, runtime_config={**plan.runtime_config, "base_url": broker.base_url})
     return EngineCredentials(brokered, {name: broker.token for name in secrets}, broker)
