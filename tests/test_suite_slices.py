@@ -39,3 +39,16 @@ def test_sshd(): pass
     fast.assert_outcomes(passed=1, deselected=3)
     full = pytester.runpytest("-p", "no:cacheprovider")
     full.assert_outcomes(passed=4)
+
+
+def test_a_zygote_daemon_is_its_own_session_with_a_popen_style_exit(home):
+    import os
+
+    from tests.harness import DaemonProcess
+
+    daemon = DaemonProcess(home).start()
+    pid = daemon.proc.pid
+    assert os.getsid(pid) == pid and os.getpgid(pid) == pid
+    assert daemon.proc.poll() is None and daemon.call("ping")["home"] == str(home.root)
+    daemon.kill9()
+    assert daemon.proc.returncode == -9 and daemon.proc.poll() == -9

@@ -6,6 +6,8 @@ single-threaded, then forks one child per request; the child becomes a session l
 own environment, log file and limits, and runs `python -m agent_run ARGS` exactly as the real
 command does (runpy over `agent_run.__main__`). The daemon is still a real, separate process with
 its own socket, database connections and threads; only the import is shared, copy-on-write.
+(One visible difference: /proc/PID/environ and cmdline show the zygote's exec-time values; the
+daemon's os.environ, and so every process it starts, has the requested environment.)
 
 Protocol (one JSON object a line): the test writes {"argv" (after `-m agent_run`), "env", "log",
 "nofile_soft"}; the zygote answers {"pid"} in order, and {"exited", "code"} (Popen-style: -N for
