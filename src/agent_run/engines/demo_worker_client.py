@@ -72,7 +72,8 @@ def call_worker_tool(mcp_config: str, tool: str, arguments: dict[str, Any]) -> t
         result = session.request("tools/call", {"name": tool, "arguments": arguments})
     finally:
         close(proc)
-    text = "\n".join(block.get("text", "") for block in result.get("content") or [] if isinstance(block, dict))
+    blocks = [block for block in result.get("content") or [] if isinstance(block, dict)]
+    text = "\n".join(block.get("text", "") for block in blocks)
     return text, bool(result.get("isError"))
 
 
