@@ -88,7 +88,8 @@ class DaemonProcess:
     def _answers(self) -> bool:
         assert self.proc is not None
         if self.proc.poll() is not None:
-            out = (self.home.root / "daemon-test.out").read_text()
+            log = self.home.root / "daemon-test.out"
+            out = log.read_text() if log.exists() else "(no output)"
             raise AssertionError(f"daemon exited {self.proc.returncode}: {out[-2000:]}")
         try:
             with RpcClient(self.home.socket_path, timeout=5) as client:
@@ -139,6 +140,16 @@ def kill_leftovers(home: Home) -> None:
             ident = ProcessIdentity(row["supervisor_pid"], row["supervisor_start_ticks"], row["boot_id"])
             if liveness(ident) is Liveness.ALIVE:
                 os.kill(ident.pid, signal.SIGKILL)
+
+
+def supervisors_gone(home: Home) -> bool:
+    """Whether no supervisor of this home is alive (by recorded identity): none still writes."""
+    for row in db_rows(home, "SELECT * FROM executions WHERE supervisor_pid IS NOT NULL"):
+        if row["supervisor_start_ticks"]:
+            ident = ProcessIdentity(row["supervisor_pid"], row["supervisor_start_ticks"], row["boot_id"])
+            if liveness(ident) is Liveness.ALIVE:
+                return False
+    return True
 
 
 def make_home(config: str = TEST_CONFIG) -> Home:

@@ -24,8 +24,8 @@ class Zygote:
         self.proc = subprocess.Popen([sys.executable, "-m", "tests.support.zygote"], cwd=ROOT,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=dict(os.environ))
         self.changed = threading.Condition()
-        self.spawned: list[int] = []
-        self.exits: dict[int, int] = {}
+        self.spawned: list[tuple[int, int]] = []  # (pid, serial) in request order
+        self.exits: dict[int, int] = {}  # serial -> Popen-style return code
         self.request_lock = threading.Lock()
         assert self.proc.stdout is not None
         ready = json.loads(self.proc.stdout.readline() or "null")
@@ -56,7 +56,7 @@ class Zygote:
             message = json.loads(line)
             with self.changed:
                 if "pid" in message:
-                    self.spawned.append(message["pid"])
+                    self.spawned.append((message["pid"], message["serial"]))
                 else:
                     self.exits[message["exited"]] = message["code"]
                 self.changed.notify_all()
@@ -69,30 +69,31 @@ class Zygote:
             self.proc.stdin.flush()
             with self.changed:
                 self.changed.wait_for(lambda: self.spawned, timeout=60)
-                return Forked(self, self.spawned.pop(0))
+                pid, serial = self.spawned.pop(0)
+                return Forked(self, pid, serial)
 
-    def exit_code(self, pid: int, timeout: float | None) -> int | None:
+    def exit_code(self, serial: int, timeout: float | None) -> int | None:
         with self.changed:
-            self.changed.wait_for(lambda: pid in self.exits, timeout=timeout)
-            return self.exits.get(pid)
+            self.changed.wait_for(lambda: serial in self.exits, timeout=timeout)
+            return self.exits.get(serial)
 
 
 class Forked:
     """What the tests use of a Popen: pid, poll, wait, returncode, terminate, kill."""
 
-    def __init__(self, zygote: Zygote, pid: int) -> None:
-        self.zygote, self.pid = zygote, pid
+    def __init__(self, zygote: Zygote, pid: int, serial: int) -> None:
+        self.zygote, self.pid, self.serial = zygote, pid, serial
         self.returncode: int | None = None
 
     def poll(self) -> int | None:
         if self.returncode is None:
-            self.returncode = self.zygote.exit_code(self.pid, timeout=0)
+            self.returncode = self.zygote.exit_code(self.serial, timeout=0)
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
         started = time.monotonic()
         if self.returncode is None:
-            self.returncode = self.zygote.exit_code(self.pid, timeout=timeout)
+            self.returncode = self.zygote.exit_code(self.serial, timeout=timeout)
         if self.returncode is None:
             raise subprocess.TimeoutExpired(f"daemon {self.pid}", time.monotonic() - started)
         return self.returncode

@@ -10,10 +10,12 @@ its own socket, database connections and threads; only the import is shared, cop
 daemon's os.environ, and so every process it starts, has the requested environment.)
 
 Protocol (one JSON object a line): the test writes {"argv" (after `-m agent_run`), "env", "log",
-"nofile_soft"}; the zygote answers {"pid"} in order, and {"exited", "code"} (Popen-style: -N for
-signal N) whenever a child ends, so the test's handle can poll, wait and read return codes.
+"nofile_soft"}; the zygote answers {"pid", "serial"} in order, and {"exited": serial, "code"}
+(Popen-style: -N for signal N) whenever a child ends, so the test's handle can poll, wait and
+read return codes. Exits name the spawn's serial, not its pid: pids are reused.
 """
 
+import itertools
 import json
 import os
 import selectors
@@ -65,7 +67,7 @@ def _run_child(request: dict) -> None:
             os._exit(code)
 
 
-def _reap(out) -> None:
+def _reap(out, serials: dict[int, int]) -> None:
     while True:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
@@ -73,7 +75,8 @@ def _reap(out) -> None:
             return
         if pid == 0:
             return
-        out.write(json.dumps({"exited": pid, "code": os.waitstatus_to_exitcode(status)}) + "\n")
+        serial = serials.pop(pid, None)
+        out.write(json.dumps({"exited": serial, "code": os.waitstatus_to_exitcode(status)}) + "\n")
         out.flush()
 
 
@@ -93,11 +96,13 @@ def serve() -> None:
     selector.register(wake_read, selectors.EVENT_READ)
     out.write(json.dumps({"ready": os.getpid()}) + "\n")
     out.flush()
+    serials: dict[int, int] = {}  # a pid is reused once reaped: exits name the spawn, not the pid
+    counter = itertools.count(1)
     while True:
         for key, _ in selector.select():
             if key.fileobj == wake_read:
                 os.read(wake_read, 4096)
-                _reap(out)
+                _reap(out, serials)
                 continue
             line = control.readline()
             if not line:
@@ -105,9 +110,10 @@ def serve() -> None:
             pid = os.fork()
             if pid == 0:
                 _run_child(json.loads(line))
-            out.write(json.dumps({"pid": pid}) + "\n")
+            serials[pid] = next(counter)
+            out.write(json.dumps({"pid": pid, "serial": serials[pid]}) + "\n")
             out.flush()
-        _reap(out)
+        _reap(out, serials)
 
 
 if __name__ == "__main__":
