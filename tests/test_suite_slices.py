@@ -47,8 +47,11 @@ def test_a_zygote_daemon_is_its_own_session_with_a_popen_style_exit(home):
     from tests.harness import DaemonProcess
 
     daemon = DaemonProcess(home).start()
-    pid = daemon.proc.pid
-    assert os.getsid(pid) == pid and os.getpgid(pid) == pid
-    assert daemon.proc.poll() is None and daemon.call("ping")["home"] == str(home.root)
-    daemon.kill9()
-    assert daemon.proc.returncode == -9 and daemon.proc.poll() == -9
+    try:
+        pid = daemon.proc.pid
+        assert os.getsid(pid) == pid and os.getpgid(pid) == pid
+        assert daemon.proc.poll() is None and daemon.call("ping")["home"] == str(home.root)
+        daemon.kill9()
+        assert daemon.proc.returncode == -9 and daemon.proc.poll() == -9
+    finally:
+        daemon.stop()
