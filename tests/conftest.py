@@ -42,11 +42,11 @@ def web(daemon):
 
 
 # -- suite slices ---------------------------------------------------------------------------
-# A test module that drives the real engine CLIs (it names node_modules or the engine harness)
-# is an `engines` test; one that drives a browser is a `browser` test; one that needs sshd is
-# an `sshd` test. `--fast` deselects all three, so the quick loop needs no npm, apt or sshd.
-_SLOW_SLICES = {"engines": ("node_modules", "engine_harness"), "browser": ("playwright",),
-                "sshd": ("sshd",)}
+# A test that drives the real engine CLIs is marked `engines`; one that drives a browser,
+# `browser`; one that needs sshd, `sshd`. `--fast` deselects all three, so the quick loop needs
+# no npm, apt or sshd. The marks are explicit; a test that reaches node_modules without the
+# `engines` mark fails (tests.engine_harness.node_bin), so `--fast` cannot depend on npm silently.
+SLOW_SLICES = ("engines", "browser", "sshd")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -54,23 +54,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      help="skip tests that need the real engine CLIs, a browser or sshd")
 
 
-def _slices_of(path: Path, cache: dict[Path, set[str]]) -> set[str]:
-    if path not in cache:
-        source = path.read_text()
-        cache[path] = {name for name, needles in _SLOW_SLICES.items()
-                       if any(needle in source for needle in needles)}
-    return cache[path]
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    cache: dict[Path, set[str]] = {}
+    if not config.getoption("--fast"):
+        return
     kept, dropped = [], []
     for item in items:
-        slices = _slices_of(Path(item.fspath), cache)
-        for name in slices:
-            item.add_marker(name)
-        slices |= {name for name in _SLOW_SLICES if item.get_closest_marker(name)}
-        (dropped if config.getoption("--fast") and slices else kept).append(item)
+        slow = any(item.get_closest_marker(name) for name in SLOW_SLICES)
+        (dropped if slow else kept).append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    from tests import engine_harness
+
+    engine_harness.running_test_is_marked["engines"] = item.get_closest_marker("engines") is not None

@@ -1,6 +1,7 @@
 """Running real engine CLIs under agent-run against the test suite's loopback mock provider."""
 
 import socket
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -8,10 +9,20 @@ from typing import Any
 
 from agent_run.home import Home
 from tests.harness import TEST_CONFIG, DaemonProcess, make_home, remove_home, wait_for
-from tests.support.mock_provider import MockProvider
+from tests.support.mock_provider import Dynamic, MockProvider, Reply
 
 ROOT = Path(__file__).parent.parent
-NODE_BIN = ROOT / "node_modules" / ".bin"
+_NODE_BIN = ROOT / "node_modules" / ".bin"
+# Set by conftest before each test's fixtures: whether the running test is marked `engines`.
+running_test_is_marked = {"engines": False}
+
+
+def node_bin() -> Path:
+    """node_modules/.bin, where the real engine CLIs are; only an `engines` test may use it, so
+    `--fast` (which deselects those) never needs npm."""
+    assert running_test_is_marked["engines"], (
+        "this test runs a real engine CLI from node_modules: mark it @pytest.mark.engines")
+    return _NODE_BIN
 PLANTED_KEY = "sk-planted-4d1c9e77a0b24f3c8e55aa17"
 KEY_VARIABLE = "ARUN_TEST_PROVIDER_KEY"
 
@@ -24,7 +35,7 @@ def free_port() -> int:
 
 
 def runtime_block(name: str, engine: str, base_url: str, model: str, **knobs: Any) -> str:
-    binary = NODE_BIN / {"glm": "claude"}.get(engine, engine)
+    binary = node_bin() / {"glm": "claude"}.get(engine, engine)
     lines = [f"[runtimes.{name}]", f'engine = "{engine}"', f'binary = "{binary}"',
              f'models = ["{model}"]', f'default_model = "{model}"', "allow_plain_http_loopback = true",
              f'base_url = "{base_url}"', f'auth = {{ env = "{KEY_VARIABLE}" }}']
@@ -61,6 +72,38 @@ def wait_done(daemon: DaemonProcess, agent_id: str, timeout: float = 120) -> dic
 def files_containing(root: Path, needle: str) -> list[str]:
     data = needle.encode()
     return [str(p) for p in root.rglob("*") if p.is_file() and data in p.read_bytes()]
+
+
+class HeldReply:
+    """A model reply the provider holds back until `release`: the engine waits on it, alive."""
+
+    def __init__(self, reply: Reply) -> None:
+        self.released = threading.Event()
+        self.reply = Dynamic(lambda _request: self.released.wait(60) and reply)
+
+    def release(self) -> None:
+        self.released.set()
+
+
+def engine_argv_while_held(provider: MockProvider, home: Home, held: HeldReply) -> list[bytes]:
+    """The command lines of the engine's process group, read while the engine waits on `held`
+    (its first model reply); then the reply is released."""
+    from agent_run.supervisor.identity import group_members
+    from tests.harness import db_rows
+
+    try:
+        assert provider.wait_for(lambda reqs: any(r.role == "main" for r in reqs), timeout=90), [
+            (r.path, r.role) for r in provider.requests]
+        pgid = wait_for(lambda: db_rows(home, "SELECT engine_pid FROM executions")[0]["engine_pid"])
+        argv = [Path(f"/proc/{pgid}/cmdline").read_bytes()]  # the leader waits on us: it is alive
+        for pid in set(group_members(pgid)) - {pgid}:
+            try:
+                argv.append(Path(f"/proc/{pid}/cmdline").read_bytes())
+            except FileNotFoundError:
+                continue  # a short-lived helper that ended meanwhile
+        return argv
+    finally:
+        held.release()
 
 
 def engine_group_gone(home: Home, agent_id: str) -> bool:

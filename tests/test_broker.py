@@ -2,6 +2,8 @@
 
 import http.client
 import json
+import subprocess
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -222,3 +224,13 @@ def test_a_kept_alive_connection_carries_request_after_request_whatever_the_repl
         assert len(provider.requests) == 3
     finally:
         broker.close()
+
+
+def test_a_supervisor_without_a_credential_never_imports_the_broker():
+    """Every demo agent's supervisor boots without http.server/http.client (a tenth of a second
+    of CPU each); the broker is imported when a credential needs one."""
+    code = ("import sys, agent_run.supervisor.run\n"
+            "print(sorted(m for m in ('agent_run.supervisor.broker', 'http.server', 'http.client')"
+            " if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout

@@ -3,9 +3,13 @@
 
 from pathlib import Path
 
+import pytest
+
 from tests.batch_harness import git, make_repo, runs_of, wait_batch
 from tests.engine_harness import engine_daemon, runtime_block
 from tests.support.mock_provider import MockProvider, Text, ToolCall
+
+pytestmark = pytest.mark.engines  # the real engine CLIs from node_modules
 
 
 def candidate_script(n: int) -> list:

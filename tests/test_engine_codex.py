@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from agent_run.supervisor.identity import group_members
 from tests.engine_harness import (
     PLANTED_KEY,
+    HeldReply,
+    engine_argv_while_held,
     engine_daemon,
     engine_group_gone,
     files_containing,
@@ -19,6 +20,8 @@ from tests.engine_harness import (
 )
 from tests.harness import db_rows
 from tests.support.mock_provider import Fault, MockProvider, Text, ToolCall
+
+pytestmark = pytest.mark.engines  # the real engine CLIs from node_modules
 
 MODEL = "gpt-5.5"  # a slug Codex knows, so it advertises its full tool set (apply_patch too)
 
@@ -223,18 +226,12 @@ def test_missing_binary_is_spawn_failed(workdir):
 
 def test_planted_key_appears_nowhere_in_the_home_nor_argv_nor_the_shell(provider, rig, workdir):
     home, daemon = rig
-    provider.add(ToolCall("exec_command", {"cmd": "sleep 2; env"}), Text("ok"))
+    held = HeldReply(ToolCall("exec_command", {"cmd": "env"}))
+    provider.add(held.reply, Text("ok"))
     agent = daemon.call("start", {"task": "Run it.", "workdir": str(workdir), "runtime": "r"})
-    assert provider.wait_for(lambda reqs: any(r.role == "main" for r in reqs), timeout=60)
-    pgid = db_rows(home, "SELECT engine_pid FROM executions")[0]["engine_pid"]
-    members = group_members(pgid)
-    assert len(members) >= 2, "the Node wrapper and the native binary share the group"
-    for pid in members:
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except FileNotFoundError:
-            continue
-        assert PLANTED_KEY.encode() not in cmdline
+    argv = engine_argv_while_held(provider, home, held)
+    assert len(argv) >= 2, "the Node wrapper and the native binary share the group"
+    assert not any(PLANTED_KEY.encode() in line for line in argv)
     view = wait_done(daemon, agent["id"])
     assert view["state"] == "succeeded", view
     shell_env = provider.main_requests()[-1].tool_results()[-1].output

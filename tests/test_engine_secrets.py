@@ -17,6 +17,8 @@ from tests.engine_harness import engine_daemon, run_agent, runtime_block, wait_d
 from tests.harness import db_rows, wait_for
 from tests.support.mock_provider import MockProvider, Text, ToolCall
 
+pytestmark = pytest.mark.engines  # the real engine CLIs from node_modules
+
 # A key an engine's JSON must escape; no newline, since it travels in an HTTP header.
 HOSTILE_KEY = 'sk-live"quote\\back-é-4d1c9e77a0b2'
 MODELS = {"claude": "claude-sonnet-4-5", "glm": "glm-4.6", "qwen": "qwen3-coder-plus", "codex": "gpt-5.5"}

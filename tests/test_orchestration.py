@@ -7,7 +7,9 @@ import re
 import subprocess
 import sys
 
-from tests.engine_harness import NODE_BIN, PLANTED_KEY
+import pytest
+
+from tests.engine_harness import PLANTED_KEY, node_bin
 from tests.harness import short_tmpdir
 from tests.support.mock_provider import Dynamic, MockProvider, Text, ToolCall
 
@@ -27,6 +29,7 @@ def _answer_text(request) -> str:
     return json.loads(request.tool_results()[-1].output)["text"]
 
 
+@pytest.mark.engines
 def test_claude_code_starts_waits_and_reads_a_demo_agent_through_agent_run_mcp(daemon, workdir):
     server = {"command": sys.executable, "args": ["-m", "agent_run", "--home", str(daemon.home.root), "mcp"]}
     script = [
@@ -44,7 +47,7 @@ def test_claude_code_starts_waits_and_reads_a_demo_agent_through_agent_run_mcp(d
                "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "MCP_CONNECTION_NONBLOCKING": "0",
                "CLAUDE_CODE_MAX_RETRIES": "0"}
         result = subprocess.run(
-            [str(NODE_BIN / "claude"), "-p", "Delegate the question to an agent-run demo agent.",
+            [str(node_bin() / "claude"), "-p", "Delegate the question to an agent-run demo agent.",
              "--output-format", "stream-json", "--verbose", "--setting-sources", "", "--strict-mcp-config",
              "--mcp-config", str(home / "mcp.json"), "--allowedTools",
              "mcp__agent-run__start,mcp__agent-run__wait,mcp__agent-run__answer"],

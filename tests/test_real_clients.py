@@ -11,16 +11,16 @@ from pathlib import Path
 
 import pytest
 
+from tests.engine_harness import node_bin
 from tests.harness import kill_leftovers, short_tmpdir
 
 ROOT = Path(__file__).parent.parent
-NODE_BIN = ROOT / "node_modules" / ".bin"
 VENV_BIN = Path(sys.executable).parent
 MCP_DOC = ROOT / "docs" / "mcp.md"
 
 
 def node_tool(name: str) -> str:
-    path = NODE_BIN / name
+    path = node_bin() / name
     assert path.exists(), f"{path} is missing: run `npm ci` (scripts/test does)"
     return str(path)
 
@@ -40,6 +40,7 @@ def inspector(home, *args: str) -> dict:
     return output
 
 
+@pytest.mark.engines
 def test_inspector_lists_tools_and_runs_start_wait_answer(daemon, workdir):
     from agent_run.tools import TOOLS
 
@@ -76,7 +77,7 @@ def _doc_block(language: str, starts_with: str) -> str:
 def user_home():
     """A generated HOME for an engine CLI, with agent-run and the CLIs on PATH."""
     home = short_tmpdir("aru-")
-    env = {"HOME": str(home), "PATH": f"{VENV_BIN}:{NODE_BIN}:/usr/local/bin:/usr/bin:/bin",
+    env = {"HOME": str(home), "PATH": f"{VENV_BIN}:{node_bin()}:/usr/local/bin:/usr/bin:/bin",
            "CLAUDE_CONFIG_DIR": str(home / ".claude"), "CODEX_HOME": str(home / ".codex"),
            "DISABLE_AUTOUPDATER": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"}
     (home / ".codex").mkdir()
@@ -103,6 +104,7 @@ def _run_doc_lines(block: str, env: dict, cwd: Path) -> list[subprocess.Complete
     return results
 
 
+@pytest.mark.engines
 def test_claude_mcp_add_registers_agent_run_and_list_shows_it_connected(user_home):
     home, env = user_home
     results = _run_doc_lines(_doc_block("sh", "claude mcp add"), env, home)
@@ -110,6 +112,7 @@ def test_claude_mcp_add_registers_agent_run_and_list_shows_it_connected(user_hom
     assert "agent-run" in listing and "Connected" in listing, listing
 
 
+@pytest.mark.engines
 def test_codex_mcp_add_registers_agent_run_and_list_shows_it_enabled(user_home):
     home, env = user_home
     results = _run_doc_lines(_doc_block("sh", "codex mcp add"), env, home)

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from agent_run.supervisor.redact import REDACTED, Redactor, StreamRedactor, secret_forms
-from tests.harness import DaemonProcess, db_rows, wait_for
+from tests.harness import DaemonProcess, db_rows, supervisors_gone, wait_for
 
 # A secret an engine's JSON must escape: a quote, a backslash, a newline, non-ASCII, a slash.
 HOSTILE = 'k3y"with\\back\nline-é/ß-7f3a9c'
@@ -91,6 +91,7 @@ def test_hostile_secret_is_in_no_stored_form_in_answer_events_messages_or_engine
     assert all("7f3a9c" not in json.dumps(i, ensure_ascii=False) for i in items)
     events = [dict(r) for r in db_rows(home, "SELECT kind, data FROM events")]
     assert events and "7f3a9c" not in json.dumps(events, ensure_ascii=False)
+    wait_for(lambda: supervisors_gone(home), what="the supervisor to finish writing")
     assert leaks_under(home.root, HOSTILE) == []
 
 
@@ -199,6 +200,7 @@ def test_auth_is_resolved_by_the_daemon_missing_variable_is_config_error_and_a_f
         assert answer.endswith(f"AGENT_RUN_API_KEY={REDACTED}"), "the engine got it and it was redacted"
     finally:
         daemon.stop()
+    wait_for(lambda: supervisors_gone(home), what="the supervisors to finish writing")
     assert leaks_under(home.root, "file-held-secret-5e8d") == []
 
 

@@ -187,7 +187,7 @@ def tool_schemas() -> list[dict[str, Any]]:
 
 async def ping(ctx: Any, _p: rq.EmptyParams) -> vw.Pong:
     """The daemon answers: its version, pid and home (`ctx` is the daemon's ServiceContext)."""
-    return vw.Pong(version=__version__, pid=os.getpid(), home=str(ctx.home.root))
+    return vw.Pong(version=__version__, pid=os.getpid(), home=str(ctx.home.root), parked=ctx.watcher.parked)
 
 
 async def list_tools(_ctx: Any, _p: rq.EmptyParams) -> vw.ToolsResult:

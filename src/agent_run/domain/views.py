@@ -153,6 +153,7 @@ class Pong(View):
     version: str
     pid: int
     home: str
+    parked: int = 0  # long-polls (list_agents, changes) waiting on the revision now
 
 
 class ToolsResult(View):

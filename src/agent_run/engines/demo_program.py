@@ -45,6 +45,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from agent_run.engines.demo_worker_client import call_worker_tool
+
 _FAILURES = {
     "auth": (401, "Invalid API key · Please run /login"),
     "rate_limit": (429, "API Error: Request rejected (429) · rate limited"),
@@ -145,28 +147,6 @@ def write_inside(path: str, content: str) -> None:
     fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
     with os.fdopen(fd, "w") as fh:
         fh.write(content + "\n")
-
-
-def call_worker_tool(mcp_config: str, tool: str, arguments: dict[str, Any]) -> tuple[str, bool]:
-    """Call a tool of the first MCP server in a Claude-style --mcp-config file: (text, is_error)."""
-    import anyio
-    from mcp.client.session import ClientSession
-    from mcp.client.stdio import StdioServerParameters, stdio_client
-
-    with open(mcp_config) as fh:
-        name, server = next(iter(json.load(fh)["mcpServers"].items()))
-
-    async def call() -> tuple[str, bool]:
-        params = StdioServerParameters(command=server["command"], args=server.get("args", []),
-                                       env=server.get("env"))
-        async with stdio_client(params, errlog=sys.stderr) as (read, write):
-            async with ClientSession(read, write) as session:
-                await session.initialize()
-                result = await session.call_tool(tool, arguments)
-                text = "\n".join(getattr(block, "text", "") for block in result.content)
-                return text, bool(result.is_error)
-
-    return anyio.run(call)
 
 
 def auto_score() -> float:

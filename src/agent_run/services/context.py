@@ -56,6 +56,11 @@ class RevisionWatcher:
                 except TimeoutError:
                     pass
 
+    @property
+    def parked(self) -> int:
+        """How many long-polls wait on the revision now."""
+        return self._waiters
+
     async def wait_past(self, revision: int, timeout: float) -> bool:
         """Wait until the revision is past `revision`; False on timeout."""
         if self.revision > revision:

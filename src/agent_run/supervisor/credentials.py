@@ -7,14 +7,17 @@ variable. The real key stays in the supervisor. Engines without one (the demo) g
 """
 
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from agent_run.domain.failures import FailureKind
 from agent_run.engines.environment import single_secret
 from agent_run.engines.options import HttpRuntimeOptions
 from agent_run.engines.plan import ExecutionPlan
-from agent_run.supervisor.broker import CredentialBroker
 from agent_run.supervisor.eventlog import ExecutionLog
 from agent_run.supervisor.outcome import Outcome
+
+if TYPE_CHECKING:  # imported when a broker is started: http.server/http.client are not cheap
+    from agent_run.supervisor.broker import CredentialBroker
 
 # What an engine makes of a dropped connection; with the broker's proof it is a network error.
 _UNREACHABLE_AS = {FailureKind.STREAM_ERROR, FailureKind.ERROR_REPLY, FailureKind.ENGINE_CRASHED,
@@ -25,7 +28,7 @@ _UNREACHABLE_AS = {FailureKind.STREAM_ERROR, FailureKind.ERROR_REPLY, FailureKin
 class EngineCredentials:
     plan: ExecutionPlan  # the plan the engine is launched with
     secrets: dict[str, str]  # what its key variable holds
-    broker: CredentialBroker | None
+    broker: "CredentialBroker | None"
 
     def record_signals(self, log: ExecutionLog) -> None:
         """Rate-limit headers and upstream failures the broker saw since the last call."""
@@ -58,6 +61,8 @@ def engine_credentials(upstream: str | None, plan: ExecutionPlan, secrets: dict[
     options = plan.runtime_config
     if upstream is None or secret is None or not isinstance(options, HttpRuntimeOptions):
         return EngineCredentials(plan, secrets, None)
+    from agent_run.supervisor.broker import CredentialBroker
+
     broker = CredentialBroker(options.base_url or upstream, secret).start()
     brokered = plan.model_copy(update={"runtime_config": options.model_copy(update={"base_url": broker.base_url})})
     return EngineCredentials(brokered, {name: broker.token for name in secrets}, broker)

@@ -1,0 +1,113 @@
+"""Daemons forked from one pre-imported zygote (tests/support/zygote.py), behind a Popen-like handle."""
+
+import atexit
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).parent.parent
+
+
+class Zygote:
+    """The fork server of this test process, started on first use, with its children's exits."""
+
+    _lock = threading.Lock()
+    _instance: "Zygote | None" = None
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-m", "tests.support.zygote"], cwd=ROOT,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=dict(os.environ))
+        self.changed = threading.Condition()
+        self.spawned: list[tuple[int, int]] = []  # (pid, serial) in request order
+        self.exits: dict[int, int] = {}  # serial -> Popen-style return code
+        self.request_lock = threading.Lock()
+        assert self.proc.stdout is not None
+        ready = json.loads(self.proc.stdout.readline() or "null")
+        assert ready and "ready" in ready, "the test zygote did not start"
+        threading.Thread(target=self._read, daemon=True, name="zygote-reader").start()
+        atexit.register(self.close)
+
+    def close(self) -> None:
+        """End of input ends the zygote (its daemons are their fixtures' to stop)."""
+        if self.proc.stdin is not None and not self.proc.stdin.closed:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+    @classmethod
+    def get(cls) -> "Zygote":
+        with cls._lock:
+            if cls._instance is None or cls._instance.proc.poll() is not None:
+                cls._instance = cls()
+            return cls._instance
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            message = json.loads(line)
+            with self.changed:
+                if "pid" in message:
+                    self.spawned.append((message["pid"], message["serial"]))
+                else:
+                    self.exits[message["exited"]] = message["code"]
+                self.changed.notify_all()
+
+    def spawn(self, argv: list[str], env: dict[str, str], log: Path, nofile_soft: int | None) -> "Forked":
+        assert self.proc.stdin is not None
+        with self.request_lock:
+            request = {"argv": argv, "env": env, "log": str(log), "nofile_soft": nofile_soft}
+            self.proc.stdin.write(json.dumps(request).encode() + b"\n")
+            self.proc.stdin.flush()
+            with self.changed:
+                self.changed.wait_for(lambda: self.spawned, timeout=60)
+                pid, serial = self.spawned.pop(0)
+                return Forked(self, pid, serial)
+
+    def exit_code(self, serial: int, timeout: float | None) -> int | None:
+        with self.changed:
+            self.changed.wait_for(lambda: serial in self.exits, timeout=timeout)
+            return self.exits.get(serial)
+
+
+class Forked:
+    """What the tests use of a Popen: pid, poll, wait, returncode, terminate, kill."""
+
+    def __init__(self, zygote: Zygote, pid: int, serial: int) -> None:
+        self.zygote, self.pid, self.serial = zygote, pid, serial
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self.returncode = self.zygote.exit_code(self.serial, timeout=0)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        started = time.monotonic()
+        if self.returncode is None:
+            self.returncode = self.zygote.exit_code(self.serial, timeout=timeout)
+        if self.returncode is None:
+            raise subprocess.TimeoutExpired(f"daemon {self.pid}", time.monotonic() - started)
+        return self.returncode
+
+    def send_signal(self, signum: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, signum)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+def spawn(argv: list[str], env: dict[str, Any], log: Path, nofile_soft: int | None = None) -> Forked:
+    return Zygote.get().spawn(argv, env, log, nofile_soft)
