@@ -17,7 +17,7 @@ from pydantic import (
 
 from agent_run.domain.errors import ConfigInvalid
 from agent_run.engines.options import FIELD_ERROR as _FIELD_ERROR
-from agent_run.engines.options import AuthConfig, RuntimeOptions, StrictModel
+from agent_run.engines.options import AuthConfig, RuntimeOptions, StrictModel, auth_file_too_open
 from agent_run.engines.registry import all_engine_specs, runtime_options
 from agent_run.home import Home, write_private_file
 
@@ -98,7 +98,7 @@ def parse_config(text: str, source: str = "config.toml") -> Config:
     except tomllib.TOMLDecodeError as exc:
         raise ConfigInvalid(f"{source}: not valid TOML: {exc}") from None
     try:
-        return Config.model_validate(raw)
+        config = Config.model_validate(raw)
     except ValidationError as exc:
         first = exc.errors()[0]
         loc = tuple(first["loc"])
@@ -116,6 +116,10 @@ def parse_config(text: str, source: str = "config.toml") -> Config:
         else:
             message = f"{source}: `{field}`: {first['msg']}"
         raise ConfigInvalid(message, field=field) from None
+    for name, runtime in config.runtimes.items():
+        if runtime.auth is not None and runtime.auth.file and (why := auth_file_too_open(runtime.auth.file)):
+            raise ConfigInvalid(f"{source}: `runtimes.{name}.auth.file`: {why}", field=f"runtimes.{name}.auth.file")
+    return config
 
 
 def load_config(home: Home) -> Config:
