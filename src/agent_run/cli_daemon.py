@@ -88,32 +88,57 @@ def api_restart(ctx: click.Context) -> None:
                     "message": line}, line)
 
 
+def _check(check: str, level: str, detail: str, fix: str | None = None) -> dict[str, Any]:
+    return {"check": check, "ok": level != "bad", "level": level, "detail": detail, "fix": fix}
+
+
 def local_checks(home: Home) -> list[dict[str, Any]]:
     """What only the CLI's side can check: the home's folder and a real supervisor spawn."""
     from agent_run.supervisor.launch import spawn_canary
 
     checks = []
     if not home.root.exists():
-        checks.append({"check": "home", "level": "ok", "detail": f"{home.root} does not exist yet"})
+        checks.append(_check("home", "ok", f"{home.root} does not exist yet (created on first use)"))
     else:
         mode = home.root.stat().st_mode & 0o777
-        checks.append({"check": "home", "level": "ok" if mode == 0o700 else "bad",
-                       "detail": f"{home.root} mode {mode:o}" + ("" if mode == 0o700 else " (want 700)"),
-                       "fix": None if mode == 0o700 else f"chmod 700 {home.root}"})
+        checks.append(_check("home", "ok" if mode == 0o700 else "bad",
+                             f"{home.root} mode {mode:o}" + ("" if mode == 0o700 else " (want 700)"),
+                             None if mode == 0o700 else f"chmod 700 {home.root}"))
     try:
         report = spawn_canary(home)
         own = report["sid"] == report["pid"]
-        checks.append({"check": "supervisor spawn", "level": "ok" if own else "bad",
-                       "detail": f"supervisor pid {report['pid']} ran in its own session" if own
-                       else f"supervisor did not get its own session: {report}"})
+        checks.append(_check("supervisor spawn", "ok" if own else "bad",
+                             f"supervisor pid {report['pid']} ran in its own session" if own
+                             else f"supervisor did not get its own session: {report}"))
     except Exception as exc:  # a doctor reports, it does not crash
-        checks.append({"check": "supervisor spawn", "level": "bad", "detail": repr(exc)})
+        checks.append(_check("supervisor spawn", "bad", repr(exc)))
     return checks
 
 
-def _text_line(where: str, check: dict[str, Any]) -> str:
+def daemon_checks(session: Any) -> tuple[int | None, list[dict[str, Any]]]:
+    """(daemon pid, its checks); when no daemon can answer (an invalid config.toml: none is
+    started), why, and the config as this CLI reads it."""
+    from agent_run.config import load_config
+
+    try:
+        report = session.client.call_raw("doctor")
+    except DomainError as exc:
+        checks = [_check("daemon", "bad", f"{exc.code}: {exc.message}")]
+        try:
+            config = load_config(session.home)
+            checks.append(_check("config", "ok", f"runtimes {', '.join(config.runtimes)} (read by this CLI)"))
+        except DomainError as invalid:
+            checks.append(_check("config", "bad", f"{invalid.code}: {invalid.message}",
+                                 f"fix `{invalid.field}` in {session.home.config_path}" if invalid.field else None))
+        return None, checks
+    pong = session.client.call_raw("ping")
+    own = _check("daemon", "ok", f"pid {pong['pid']} answers (version {pong['version']})")
+    return report["pid"], [own, *({**c, "ok": c["level"] != "bad"} for c in report["checks"])]
+
+
+def _text_line(check: dict[str, Any]) -> str:
     mark = {"ok": "ok  ", "warn": "WARN", "bad": "BAD "}[check["level"]]
-    line = f"{mark} {where:<6} {check['check']:<22} {check['detail']}"
+    line = f"{mark} {check['where']:<6} {check['check']:<22} {check['detail']}"
     if check.get("fix"):
         line += "\n" + "\n".join(f"{'':<12}| {fix}" for fix in check["fix"].splitlines())
     return line
@@ -122,20 +147,15 @@ def _text_line(where: str, check: dict[str, Any]) -> str:
 @click.command("doctor")
 @click.pass_context
 def doctor_cmd(ctx: click.Context) -> None:
-    """The daemon's checks (its PATH, environment, config, runtimes) and this CLI's local ones."""
+    """The daemon's checks (run in the daemon: its PATH, environment, config and runtimes) beside
+    this CLI's local ones (the home, a supervisor spawn); each labelled with where it ran."""
     session = ctx.obj
-    local = local_checks(session.home)
-    try:
-        daemon: Any = session.client.call_raw("doctor")
-    except DomainError as exc:
-        daemon = {"ok": False, "pid": None, "checks": [
-            {"check": "daemon", "level": "bad", "detail": f"{exc.code}: {exc.message}", "fix": None}]}
-    ok = daemon["ok"] and all(check["level"] != "bad" for check in local)
+    local = local_checks(session.home)  # first: starting a daemon tightens the home
+    pid, remote = daemon_checks(session)
+    checks = [{**c, "where": "daemon"} for c in remote] + [{**c, "where": "local"} for c in local]
+    ok = all(check["ok"] for check in checks)
     if session.output == "json":
-        click.echo(json.dumps({"ok": ok, "daemon": daemon, "local": local}))
+        click.echo(json.dumps({"ok": ok, "daemon_pid": pid, "checks": checks}))
     else:
-        click.echo(f"daemon checks (pid {daemon['pid']}, with the daemon's PATH and environment):")
-        click.echo("\n".join(_text_line("daemon", c) for c in daemon["checks"]))
-        click.echo("local checks (this shell):")
-        click.echo("\n".join(_text_line("local", c) for c in local))
+        click.echo("\n".join(_text_line(check) for check in checks))
     sys.exit(0 if ok else 1)

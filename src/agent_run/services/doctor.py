@@ -7,6 +7,7 @@ import os
 import shutil
 import socket
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -68,7 +69,9 @@ def binary_check(name: str, runtime: Any) -> DoctorCheck:
     binary = runtime.binary or default_binary
     path = shutil.which(binary)
     if path is None:
-        return _bad(f"runtime {name}", f"the daemon's PATH has no `{binary}`",
+        where = (f"{binary} not found" if os.path.isabs(binary)
+                 else f"`{binary}` not found: the daemon's PATH has no `{binary}`")
+        return _bad(f"runtime {name}", where,
                     f"set `binary` under [runtimes.{name}] to an absolute path, or restart the daemon from "
                     f"a shell that has it (`agent-run api restart`)")
     return _ok(f"runtime {name}", f"{path}: {binary_version(path)}")
@@ -93,8 +96,12 @@ def auth_check(name: str, runtime: Any) -> DoctorCheck | None:
         credential = read_credential(SIGN_INS[runtime.engine], auth.model_dump(), name)
     except (SignInMissing, KeyError) as exc:
         return _bad(f"sign-in {name}", str(exc), f"agent-run login {name}")
-    return _ok(f"sign-in {name}", f"{SIGN_INS[runtime.engine].credential_path(auth.model_dump())} "
-                                  f"({credential.mode})")
+    detail = f"{SIGN_INS[runtime.engine].credential_path(auth.model_dump())} ({credential.mode})"
+    if credential.expires_at is not None:
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(credential.expires_at))
+        detail += f", access token expires {stamp}" + (" (the engine refreshes it)"
+                                                      if credential.expires_at < time.time() else "")
+    return _ok(f"sign-in {name}", detail)
 
 
 def endpoint_check(name: str, runtime: Any) -> DoctorCheck | None:
