@@ -1,5 +1,6 @@
 """Admin verbs: init, doctor, login, api (serve, launchd, systemd), the demo quick start, mcp and web."""
 
+import json
 import sys
 from typing import Any
 
@@ -17,14 +18,16 @@ def _session(ctx: click.Context) -> Any:
 
 @click.command("init")
 @click.option("--force", is_flag=True, help="overwrite an existing config.toml")
+@click.option("--detect", is_flag=True, help="enable a runtime for each engine CLI found on PATH")
 @click.pass_context
-def init_cmd(ctx: click.Context, force: bool) -> None:
+def init_cmd(ctx: click.Context, force: bool, detect: bool) -> None:
     """Create the home (0700) and a commented config.toml with the demo runtime enabled."""
     from agent_run.config import init_config
 
     session = _session(ctx)
-    path = init_config(session.home, force=force)
-    session.emit("init", {"home": str(session.home.root), "config": str(path)})
+    path = init_config(session.home, force=force, detect=detect)
+    result = {"home": str(session.home.root), "config": str(path)}
+    click.echo(json.dumps(result) if session.output == "json" else f"wrote {path}")
 
 
 @click.group("api")

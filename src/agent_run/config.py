@@ -133,8 +133,9 @@ def load_config(home: Home) -> Config:
 _API_KEY_VARIABLES = {"codex": "OPENAI_API_KEY", "claude": "ANTHROPIC_API_KEY"}
 
 
-def render_init_config(found_binaries: dict[str, str]) -> str:
-    """A commented config.toml: demo enabled, a commented block per engine found on PATH."""
+def render_init_config(found_binaries: dict[str, str], *, enable: bool = False) -> str:
+    """A commented config.toml: demo enabled, a block per engine found on PATH (commented out,
+    or with `enable` (`init --detect`) live)."""
     lines = [
         "# agent-run configuration. Loading is fail-closed: unknown keys are refused.",
         "# Secrets never go here: `auth` names a variable (env), a file, or the engine's own",
@@ -166,14 +167,12 @@ def render_init_config(found_binaries: dict[str, str]) -> str:
             continue
         name = spec.name
         block = tomli_w.dumps({"runtimes": {name: {**spec.config_example, "binary": binary}}})
-        lines += ["", f"# {name}: found {binary}; uncomment to enable."]
+        lines += ["", f"# {name}: found {binary}" + ("." if enable else "; uncomment to enable.")]
         if name in _API_KEY_VARIABLES:
             lines += [f"# It runs on your own sign-in (`agent-run login {name}`; SECURITY.md); for an",
                       f'# API key instead: auth = {{ env = "{_API_KEY_VARIABLES[name]}" }}']
-        if name in _API_KEY_VARIABLES:
-            lines += [f"# It runs on your own sign-in (`agent-run login {name}`; SECURITY.md); for an",
-                      f'# API key instead: auth = {{ env = "{_API_KEY_VARIABLES[name]}" }}']
-        lines += [f"# {line}" if line else "#" for line in block.strip().splitlines()]
+        lines += (block.strip().splitlines() if enable
+                  else [f"# {line}" if line else "#" for line in block.strip().splitlines()])
     return "\n".join(lines) + "\n"
 
 
@@ -186,12 +185,13 @@ def find_engine_binaries() -> dict[str, str]:
     return found
 
 
-def init_config(home: Home, *, force: bool = False) -> Path:
-    """Write the commented config; refuse to overwrite unless forced. Validates before writing."""
+def init_config(home: Home, *, force: bool = False, detect: bool = False) -> Path:
+    """Write the commented config (`detect`: the engines found enabled); refuse to overwrite
+    unless forced. Validates before writing."""
     home.ensure()
     if home.config_path.exists() and not force:
         raise ConfigInvalid(f"{home.config_path} exists; pass --force to overwrite", field="config")
-    text = render_init_config(find_engine_binaries())
+    text = render_init_config(find_engine_binaries(), enable=detect)
     parse_config(text)
     write_private_file(home.config_path, text.encode())
     return home.config_path
