@@ -130,3 +130,18 @@ def test_autostart_with_a_bad_config_is_config_invalid_with_its_field(home: Home
     error = cli_json(home, "agents")["error"]
     assert error["code"] == "ConfigInvalid" and error["field"] == "runtimes.demo.auth.env"
     assert not home.socket_path.exists()
+
+
+def test_a_daemon_of_another_version_is_named_once_per_cli_call_with_the_restart(home: Home, tmp_path) -> None:
+    (tmp_path / "sitecustomize.py").write_text("import agent_run\nagent_run.__version__ = '0.0.1-old'\n")
+    old = DaemonProcess(home, env={"PYTHONPATH": str(tmp_path)}).start()
+    try:
+        result = cli(home, "agents")
+        assert result.returncode == 0, result.stderr
+        assert result.stderr.count("runs agent-run 0.0.1-old") == 1, result.stderr
+        assert "`agent-run api restart`" in result.stderr
+        assert cli_json(home, "api", "restart")["pid"] != old.proc.pid
+        assert "0.0.1-old" not in cli(home, "agents").stderr
+    finally:
+        old.stop()
+        cli(home, "api", "stop")

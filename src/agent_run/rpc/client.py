@@ -95,6 +95,7 @@ class Client:
             raise
         self.file = self.sock.makefile("rb")
         self._ids = itertools.count(1)
+        self.pong: dict[str, Any] | None = None  # the daemon's `ping` answer, when connected by `try_connect`
 
     def call_raw(self, method: str, params: dict[str, Any] | None = None) -> Any:
         line = p.encode_request(next(self._ids), method, params or {})  # LineTooLong before sending
@@ -203,7 +204,7 @@ def try_connect(home: Home, timeout: float | None = None) -> Client | None:
     except OSError:
         return None
     try:
-        client.call_raw("ping")
+        client.pong = client.call_raw("ping")
         return client
     except (DaemonUnavailable, OSError):
         client.close()
