@@ -51,7 +51,8 @@ def test_two_homes_get_different_labels_and_unit_names() -> None:
 def test_systemd_analyze_verify_accepts_the_unit() -> None:
     analyze = shutil.which("systemd-analyze")
     if analyze is None:
-        pytest.skip("systemd-analyze is not installed (apt package `systemd`): the unit is checked by its golden file only")
+        pytest.skip("systemd-analyze is not installed (apt package `systemd`): "
+                    "the unit is checked by its golden file only")
     folder = short_tmpdir("aru-")
     try:
         home = Home(folder / "my home")
