@@ -83,6 +83,8 @@ def test_an_invalid_edit_is_refused_with_its_field_and_the_last_good_config_kept
     reload_check = next(c for c in doctor["checks"] if c["check"] == "config reload")
     assert reload_check["level"] == "bad" and "runtimes.other.modelz" in reload_check["detail"]
     assert doctor["ok"] is False
+    text = cli(home, "api", "status", "--format", "text").stdout
+    assert f"REFUSED config revision {status['config_refused']['revision']}" in text and good in text
     home.config_path.write_text(TEST_CONFIG + OTHER_RUNTIME)
     fixed = cli_json(home, "api", "status")
     assert fixed["config_refused"] is None and fixed["config_revision"] != good
