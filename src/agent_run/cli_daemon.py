@@ -41,20 +41,24 @@ def stop_daemon(home: Home) -> dict[str, Any] | None:
     if client is None:
         return None
     with client:
-        status = client.call("status")
-    os.kill(status.pid, signal.SIGTERM)
+        pid = client.pong["pid"] if client.pong else client.call_raw("ping")["pid"]
+        try:
+            live_agents = client.call_raw("status")["live_agents"]
+        except DomainError:  # a daemon of an older version, without `status`
+            live_agents = None
+    os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + STOP_TIMEOUT_SECONDS
     while not _lock_free(home):
         if time.monotonic() > deadline:
-            raise DaemonUnavailable(f"the daemon (pid {status.pid}) did not stop within "
+            raise DaemonUnavailable(f"the daemon (pid {pid}) did not stop within "
                                     f"{STOP_TIMEOUT_SECONDS:.0f}s after SIGTERM")
         time.sleep(0.05)
-    return {"stopped": True, "pid": status.pid, "live_agents": status.live_agents}
+    return {"stopped": True, "pid": pid, "live_agents": live_agents}
 
 
 def _stop_line(stopped: dict[str, Any]) -> str:
-    return (f"stopped the daemon (pid {stopped['pid']}); {stopped['live_agents']} live agent(s) keep "
-            "running under their own supervisors")
+    count = "its" if stopped["live_agents"] is None else f"{stopped['live_agents']}"
+    return f"stopped the daemon (pid {stopped['pid']}); {count} live agent(s) keep running under their own supervisors"
 
 
 def _echo(session: Any, data: dict[str, Any], text: str) -> None:
