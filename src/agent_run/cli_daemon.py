@@ -148,11 +148,16 @@ def _text_line(check: dict[str, Any]) -> str:
     return line
 
 
-@click.command("doctor")
+# The `doctor` tool's doc (tools.py), word for word: the CLI verb shows the tool's help.
+DOCTOR_HELP = ("Checks run in the daemon, with its PATH and environment: config (revision, refusal, "
+               "permissions), each runtime's binary and --version, auth variables set (never values), "
+               "native sign-in, base_url reachable, engine home writable; engine CLIs installed but "
+               "not configured, with the block to enable them.")
+
+
+@click.command("doctor", help=DOCTOR_HELP)
 @click.pass_context
 def doctor_cmd(ctx: click.Context) -> None:
-    """The daemon's checks (run in the daemon: its PATH, environment, config and runtimes) beside
-    this CLI's local ones (the home, a supervisor spawn); each labelled with where it ran."""
     session = ctx.obj
     local = local_checks(session.home)  # first: starting a daemon tightens the home
     pid, remote = daemon_checks(session)
