@@ -416,7 +416,7 @@ def test_api_launchd_prints_a_plist_that_parses_and_runs_this_interpreter_on_thi
     assert f"<string>{home.root}</string>" in result.stdout
     plist = plistlib.loads(result.stdout.encode())
     assert plist["ProgramArguments"] == _expected_argv(home)
-    assert plist["KeepAlive"] is True and plist["RunAtLoad"] is True
+    assert plist["KeepAlive"] == {"SuccessfulExit": False} and plist["RunAtLoad"] is True
 
 
 def test_api_launchd_plist_escapes_a_home_with_xml_characters() -> None:

@@ -143,8 +143,10 @@ async def test_daemon_that_fails_to_start_gives_is_error_naming_the_cause(home, 
     async with mcp_session(home) as s:
         result = await s.call_tool("list_agents", {})
         assert result.is_error
-        assert error_data(result)["code"] == "DaemonUnavailable"
+        assert error_data(result)["code"] == "ConfigInvalid"  # with its field, not DaemonUnavailable
+        assert error_data(result)["field"] == "bogus"
         assert "bogus" in result.content[0].text
+    assert not home.socket_path.exists()  # no daemon was started
 
 
 async def test_mcp_autostarts_the_daemon_when_none_answers(home, workdir):

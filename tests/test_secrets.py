@@ -182,6 +182,7 @@ def test_verify_command_gets_the_allowlisted_environment_not_the_daemons(home):
 def test_auth_is_resolved_by_the_daemon_missing_variable_is_config_error_and_a_file_works(home, workdir, tmp_path):
     key_file = tmp_path / "key.txt"
     key_file.write_text("file-held-secret-5e8d\n")
+    key_file.chmod(0o600)  # a key file others can read is refused (tests/test_doctor_daemon.py)
     config = (home.root / "config.toml").read_text() + (
         '\n[runtimes.unset]\nengine = "demo"\nmodels = ["demo-1"]\nauth = { env = "NOT_SET_ANYWHERE" }\n'
         f'\n[runtimes.filed]\nengine = "demo"\nmodels = ["demo-1"]\nauth = {{ file = "{key_file}" }}\n')

@@ -35,6 +35,7 @@ class Session:
             from agent_run.rpc.client import connect
 
             self._client = connect(self.home)
+            warn_version_skew(self._client.pong)
         return self._client
 
     def call(self, tool: str, params: dict[str, Any]) -> Any:
@@ -59,6 +60,16 @@ class Session:
             from agent_run.cli_format import render
 
             click.echo(render(result))
+
+
+def warn_version_skew(pong: dict[str, Any] | None) -> None:
+    """Once per CLI call: this CLI and the daemon it talks to are different versions."""
+    from agent_run import __version__
+
+    if pong is not None and pong.get("version") != __version__:
+        click.echo(f"agent-run: the daemon (pid {pong.get('pid')}) runs agent-run {pong.get('version')}, this "
+                   f"CLI is {__version__}: `agent-run api restart` starts the installed one (agents keep "
+                   "running)", err=True)
 
 
 _CLICK_TYPES = {"int": click.INT, "float": click.FLOAT, "bool": click.BOOL, "string": click.STRING}

@@ -144,12 +144,23 @@ def dir_listing(listing: "bm.DirListing") -> str:
                                                     for e in listing.entries])
 
 
+def daemon_status(s: Any) -> str:
+    lines = [f"daemon pid {s.pid}, agent-run {s.version}, up {s.uptime_seconds:.0f}s, serving {s.home}",
+             f"config {s.config_path if s.config_file_exists else '(built-in defaults)'} "
+             f"revision {s.config_revision}", f"{s.live_agents} live agent(s)"]
+    if s.config_refused is not None:
+        lines.append(f"REFUSED config revision {s.config_refused.revision}: {s.config_refused.message} "
+                     f"(running with revision {s.config_revision})")
+    return "\n".join(lines)
+
+
 RENDERERS: dict[str, Callable[[Any], str]] = {  # result model class name -> renderer
     "AgentView": agent, "WaitResult": wait_result, "AgentList": agent_list, "AnswerView": answer,
     "TranscriptPage": transcript, "TranscriptItem": transcript_item, "EventsPage": events,
     "CancelResult": agent_message, "SteerResult": agent_message, "DocResult": lambda d: d.text,
     "BatchView": render_batch, "BatchList": batch_list, "RunActionResult": run_action,
     "BatchReview": batch_review, "BatchCleanResult": batch_clean, "DirListing": dir_listing,
+    "DaemonStatus": daemon_status,
 }
 
 

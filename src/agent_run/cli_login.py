@@ -1,4 +1,4 @@
-"""`agent-run login RUNTIME` (the engine's own sign-in) and doctor's sign-in check.
+"""`agent-run login RUNTIME` (the engine's own sign-in; `doctor` checks it in the daemon).
 
 A runtime with `auth = { login = "native" }` runs its engine on the user's own sign-in
 (engines/signin.py). `login` runs the engine's sign-in command in the user's terminal, against
@@ -49,15 +49,6 @@ def describe_signin(sign_in: Any, auth: dict[str, Any], runtime: str) -> tuple[b
         aged = " (the engine refreshes it)" if credential.expires_at < time.time() else ""
         detail += f", access token expires {stamp}{aged}"
     return True, detail
-
-
-def check_runtime_signin(runtime: Any, name: str) -> tuple[bool, str]:
-    """doctor: a native-login runtime's sign-in (other runtimes: nothing to check)."""
-    from agent_run.engines.signin import SIGN_INS
-
-    if not runtime.enabled:
-        return True, "disabled"
-    return describe_signin(SIGN_INS[runtime.engine], runtime.auth.model_dump(), name)
 
 
 @click.command("login")

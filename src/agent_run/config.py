@@ -17,7 +17,7 @@ from pydantic import (
 
 from agent_run.domain.errors import ConfigInvalid
 from agent_run.engines.options import FIELD_ERROR as _FIELD_ERROR
-from agent_run.engines.options import AuthConfig, RuntimeOptions, StrictModel
+from agent_run.engines.options import AuthConfig, RuntimeOptions, StrictModel, auth_file_too_open
 from agent_run.engines.registry import all_engine_specs, runtime_options
 from agent_run.home import Home, write_private_file
 
@@ -98,7 +98,7 @@ def parse_config(text: str, source: str = "config.toml") -> Config:
     except tomllib.TOMLDecodeError as exc:
         raise ConfigInvalid(f"{source}: not valid TOML: {exc}") from None
     try:
-        return Config.model_validate(raw)
+        config = Config.model_validate(raw)
     except ValidationError as exc:
         first = exc.errors()[0]
         loc = tuple(first["loc"])
@@ -116,6 +116,10 @@ def parse_config(text: str, source: str = "config.toml") -> Config:
         else:
             message = f"{source}: `{field}`: {first['msg']}"
         raise ConfigInvalid(message, field=field) from None
+    for name, runtime in config.runtimes.items():
+        if runtime.auth is not None and runtime.auth.file and (why := auth_file_too_open(runtime.auth.file)):
+            raise ConfigInvalid(f"{source}: `runtimes.{name}.auth.file`: {why}", field=f"runtimes.{name}.auth.file")
+    return config
 
 
 def load_config(home: Home) -> Config:
@@ -129,8 +133,9 @@ def load_config(home: Home) -> Config:
 _API_KEY_VARIABLES = {"codex": "OPENAI_API_KEY", "claude": "ANTHROPIC_API_KEY"}
 
 
-def render_init_config(found_binaries: dict[str, str]) -> str:
-    """A commented config.toml: demo enabled, a commented block per engine found on PATH."""
+def render_init_config(found_binaries: dict[str, str], *, enable: bool = False) -> str:
+    """A commented config.toml: demo enabled, a block per engine found on PATH (commented out,
+    or with `enable` (`init --detect`) live)."""
     lines = [
         "# agent-run configuration. Loading is fail-closed: unknown keys are refused.",
         "# Secrets never go here: `auth` names a variable (env), a file, or the engine's own",
@@ -162,14 +167,12 @@ def render_init_config(found_binaries: dict[str, str]) -> str:
             continue
         name = spec.name
         block = tomli_w.dumps({"runtimes": {name: {**spec.config_example, "binary": binary}}})
-        lines += ["", f"# {name}: found {binary}; uncomment to enable."]
+        lines += ["", f"# {name}: found {binary}" + ("." if enable else "; uncomment to enable.")]
         if name in _API_KEY_VARIABLES:
             lines += [f"# It runs on your own sign-in (`agent-run login {name}`; SECURITY.md); for an",
                       f'# API key instead: auth = {{ env = "{_API_KEY_VARIABLES[name]}" }}']
-        if name in _API_KEY_VARIABLES:
-            lines += [f"# It runs on your own sign-in (`agent-run login {name}`; SECURITY.md); for an",
-                      f'# API key instead: auth = {{ env = "{_API_KEY_VARIABLES[name]}" }}']
-        lines += [f"# {line}" if line else "#" for line in block.strip().splitlines()]
+        lines += (block.strip().splitlines() if enable
+                  else [f"# {line}" if line else "#" for line in block.strip().splitlines()])
     return "\n".join(lines) + "\n"
 
 
@@ -182,12 +185,13 @@ def find_engine_binaries() -> dict[str, str]:
     return found
 
 
-def init_config(home: Home, *, force: bool = False) -> Path:
-    """Write the commented config; refuse to overwrite unless forced. Validates before writing."""
+def init_config(home: Home, *, force: bool = False, detect: bool = False) -> Path:
+    """Write the commented config (`detect`: the engines found enabled); refuse to overwrite
+    unless forced. Validates before writing."""
     home.ensure()
     if home.config_path.exists() and not force:
         raise ConfigInvalid(f"{home.config_path} exists; pass --force to overwrite", field="config")
-    text = render_init_config(find_engine_binaries())
+    text = render_init_config(find_engine_binaries(), enable=detect)
     parse_config(text)
     write_private_file(home.config_path, text.encode())
     return home.config_path

@@ -12,7 +12,6 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from agent_run.config import load_config
 from agent_run.domain.errors import DomainError
 from agent_run.home import MAX_SOCKET_PATH, Home
 from agent_run.logs import daemon_logger
@@ -21,6 +20,7 @@ from agent_run.rpc.server import Endpoint, RpcServer
 from agent_run.services.agents import adopt_orphan
 from agent_run.services.context import ServiceContext, as_storage_full
 from agent_run.services.integrity import scrub_once
+from agent_run.services.live_config import LiveConfig
 from agent_run.services.reconcile import reconcile_once
 from agent_run.tools import ALL_TOOLS, Tool
 
@@ -95,10 +95,12 @@ def endpoint(ctx: ServiceContext, tool: Tool) -> Endpoint:
 
 class Daemon:
     def __init__(self, home: Home) -> None:
+        live = LiveConfig(home)  # fail closed before anything is made in the home
         self.home = home.ensure()
         self.log = daemon_logger(home)
-        self.config = load_config(home)  # fail closed before anything is bound
+        self.config = live.config
         self.ctx = ServiceContext(home, self.config, log=self.log)
+        self.ctx.live = live
         endpoints = {name: endpoint(self.ctx, tool) for name, tool in ALL_TOOLS.items()}
         self.server = RpcServer(self.home.socket_path, endpoints,
                                 self.log, self.home.logs_dir / "daemon.log")
@@ -115,13 +117,15 @@ class Daemon:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(signal.SIGHUP, self.ctx.refresh_config)
         from agent_run.batches.service import scheduler
 
         background = [asyncio.create_task(self.ctx.watcher.run()),
                       asyncio.create_task(self._reconcile_loop()),
                       asyncio.create_task(self._scrub_loop()),
                       asyncio.create_task(scheduler(self.ctx).run_forever(self.log))]
-        self.log.info("daemon.started", pid=os.getpid(), socket=str(self.home.socket_path), fd_limit=fd_limit)
+        self.log.info("daemon.started", pid=os.getpid(), socket=str(self.home.socket_path), fd_limit=fd_limit,
+                      config_revision=self.ctx.live.revision)
         async with server:
             await stop.wait()
         self.log.info("daemon.stopping")

@@ -14,6 +14,7 @@ from pydantic import BaseModel
 
 from agent_run import __version__
 from agent_run.domain import batch_models as bm
+from agent_run.domain import daemon_views as dv
 from agent_run.domain import requests as rq
 from agent_run.domain import views as vw
 
@@ -166,6 +167,19 @@ TOOLS.update({t.name: t for t in (
          "What a folder under the allowed roots is as a batch project: its repository root, "
          "subdirectory, branch and HEAD (is_repository: false when it is in no git repository).",
          read_only=True, verb="folders inspect", positional=("path",)),
+)})
+
+_D = "agent_run.services"
+TOOLS.update({t.name: t for t in (
+    Tool("status", rq.EmptyParams, dv.DaemonStatus, f"{_D}.daemon_status:status",
+         "The daemon: pid, home, version, uptime, the config.toml revision it runs with (and a "
+         "refused newer one: it keeps the last good config), and the count of live agents.",
+         read_only=True, verb="api status"),
+    Tool("doctor", rq.EmptyParams, dv.DoctorReport, f"{_D}.doctor:doctor",
+         "Checks run in the daemon, with its PATH and environment: config (revision, refusal, "
+         "permissions), each runtime's binary and --version, auth variables set (never values), "
+         "native sign-in, base_url reachable, engine home writable; engine CLIs installed but "
+         "not configured, with the block to enable them.", read_only=True),
 )})
 
 # Served on the socket only: protocol plumbing, not operations.

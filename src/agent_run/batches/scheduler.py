@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from agent_run import git
 from agent_run.batches.workflows import Evidence, RunSpec, Workflow, check_stage, workflow_named
+from agent_run.config import Config
 from agent_run.domain.batch_states import RUN_ACTIVE, BatchState, RunState
 from agent_run.domain.errors import AnswerIntegrity, DomainError
 from agent_run.domain.ids import new_id
@@ -30,6 +31,8 @@ from agent_run.store import agents as agents_q
 from agent_run.store import batches as batches_q
 from agent_run.store import reports as reports_q
 from agent_run.store.db import write
+
+SETTINGS_KEY = "settings"  # in a batch's config_json: the daemon config it was created with
 
 TICK_SECONDS = 0.5
 IDLE_SECONDS = 5.0
@@ -283,8 +286,10 @@ class BatchScheduler:
                              model=cfg.get("model"), profile=run["profile"],
                              request_id=f"{run['id']}-a{action.attempt}", read_roots=workflow.read_roots(run, runs),
                              stall_seconds=cfg.get("stall_seconds"), wall_seconds=cfg.get("wall_seconds"))
+        settings = Config.model_validate(cfg[SETTINGS_KEY]) if SETTINGS_KEY in cfg else None
         try:
-            agent = await agent_service.start(self.ctx, params, worker_tools=workflow.worker_tools(run["stage"]))
+            agent = await agent_service.start(self.ctx, params, worker_tools=workflow.worker_tools(run["stage"]),
+                                              config=settings)
         except DomainError as exc:
             await self.ctx.db(write_run_if, run["id"], RunState.RUNNING, action.attempt, state=RunState.FAILED,
                               failure=f"start: {exc.message}")

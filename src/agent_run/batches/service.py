@@ -9,7 +9,13 @@ from pathlib import Path
 from typing import Any
 
 from agent_run import git
-from agent_run.batches.scheduler import BatchScheduler, insert_runs, write_run, write_run_if
+from agent_run.batches.scheduler import (
+    SETTINGS_KEY,
+    BatchScheduler,
+    insert_runs,
+    write_run,
+    write_run_if,
+)
 from agent_run.batches.views import batch_summary, batch_view, get_run_or_raise, run_view
 from agent_run.batches.workflows import workflow_named
 from agent_run.domain import batch_models as bm
@@ -52,10 +58,13 @@ def _locate(p: bm.BatchStartParams) -> tuple[git.Project, str, Path]:
 
 async def batch_start(ctx: ServiceContext, p: bm.BatchStartParams) -> bm.BatchView:
     # Everything that can be wrong is checked before a row, a branch or a folder exists.
+    ctx.refresh_config()
     agent_service.resolve_runtime(ctx, p)
     project, base_sha, worktree_root = await asyncio.to_thread(_locate, p)
     config = p.model_dump(exclude={"request_id"})
     request_hash = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
+    # The batch keeps the settings it was created with: a config reload never changes its runs.
+    config[SETTINGS_KEY] = ctx.config.model_dump(mode="json")
     batch_id = new_id("bt")
 
     def admit(conn: sqlite3.Connection) -> tuple[str, bool]:

@@ -30,8 +30,10 @@ class FailureKind(StrEnum):
 
 
 FAILURE_ADVICE: dict[FailureKind, str] = {
-    FailureKind.SPAWN_FAILED: "The engine binary could not be started: run `agent-run doctor` and check the "
-                              "runtime's binary.",
+    FailureKind.SPAWN_FAILED: "The engine binary could not be started by the daemon (its PATH, not your "
+                              "shell's): set the runtime's `binary` to an absolute path or restart the daemon "
+                              "from a shell that has it (`agent-run api restart`); `agent-run doctor` checks "
+                              "it on the daemon's side.",
     FailureKind.AUTH_FAILED: "The provider refused the credentials, or the engine's sign-in is missing: check the "
                              "variable or file named in the runtime's auth; for `login = \"native\"` run "
                              "`agent-run login RUNTIME`.",
@@ -48,7 +50,9 @@ FAILURE_ADVICE: dict[FailureKind, str] = {
     FailureKind.NO_ANSWER: "The engine completed but gave no answer text: rephrase the task to ask for a final answer.",
     FailureKind.ERROR_REPLY: "The engine's only reply was an error message: read the answer text for the cause.",
     FailureKind.PROTOCOL_ERROR: "The engine spoke something agent-run could not parse: check the engine version.",
-    FailureKind.CONFIG_ERROR: "The runtime's configuration is invalid: run `agent-run doctor`.",
+    FailureKind.CONFIG_ERROR: "The runtime's configuration or credential is unusable (the message names "
+                              "it): fix that field or file, or export the auth variable and `agent-run api "
+                              "restart`; `agent-run doctor` runs the checks in the daemon.",
     FailureKind.ENGINE_GROUP_SURVIVED: "Engine processes survived the end of the run and were killed: the result "
                                        "is not trusted.",
     FailureKind.SUPERVISOR_FAILED: "The supervisor hit an internal error: read the supervisor log under agents/<id>/.",

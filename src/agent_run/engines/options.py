@@ -6,6 +6,7 @@ validated against the model of the runtime's engine, so a key the engine does no
 unknown key. Loading is fail-closed: extra keys are refused, values are strict.
 """
 
+import os
 from typing import Literal
 from urllib.parse import urlsplit
 
@@ -40,6 +41,20 @@ class AuthConfig(StrictModel):
         if self.dir is not None and self.login is None:
             raise PydanticCustomError(f"{FIELD_ERROR}dir", '`dir` goes with `login = "native"` only')
         return self
+
+
+def auth_file_too_open(file: str) -> str | None:
+    """Why a key file may not be used (group or others can read it), or None. Judged when the
+    config is loaded and again when an agent reads it (not in stored plans: they keep loading);
+    a file not there yet is judged when an agent reads it."""
+    path = os.path.expanduser(file)
+    try:
+        mode = os.stat(path).st_mode & 0o777
+    except OSError:
+        return None
+    if mode & 0o077:
+        return f"{path} is readable by group or others (mode {mode:o}): chmod 600 {path}"
+    return None
 
 
 _LOOPBACK_HOSTS = ("localhost", "::1")

@@ -95,6 +95,7 @@ class Client:
             raise
         self.file = self.sock.makefile("rb")
         self._ids = itertools.count(1)
+        self.pong: dict[str, Any] | None = None  # the daemon's `ping` answer, when connected by `try_connect`
 
     def call_raw(self, method: str, params: dict[str, Any] | None = None) -> Any:
         line = p.encode_request(next(self._ids), method, params or {})  # LineTooLong before sending
@@ -203,7 +204,7 @@ def try_connect(home: Home, timeout: float | None = None) -> Client | None:
     except OSError:
         return None
     try:
-        client.call_raw("ping")
+        client.pong = client.call_raw("ping")
         return client
     except (DaemonUnavailable, OSError):
         client.close()
@@ -232,6 +233,7 @@ def connect(home: Home, *, autostart: bool = True, timeout: float | None = None)
     if not autostart or off:
         raise DaemonUnavailable(f"no daemon answers at {home.socket_path}; start one with `agent-run api serve`"
                                 + (f" ({NO_AUTOSTART_ENV}=1 turned autostart off)" if off else ""))
+    _check_config(home)
     proc = start_daemon_detached(home)
     print(f"agent-run: no daemon was answering for {home.root}; started one (pid {proc.pid})",
           file=sys.stderr)
@@ -247,6 +249,14 @@ def connect(home: Home, *, autostart: bool = True, timeout: float | None = None)
     raise DaemonUnavailable(f"started a daemon (pid {proc.pid}) but it did not answer"
                             + (f": {_last_line(home.logs_dir / 'daemon.out')}" if proc.poll() else
                                f" within {AUTOSTART_TIMEOUT_SECONDS:.0f}s"))
+
+
+def _check_config(home: Home) -> None:
+    """A config the daemon would refuse is the caller's `ConfigInvalid` (with its field), not a
+    daemon that never answers: checked here, before anything is started or made in the home."""
+    from agent_run.config import load_config
+
+    load_config(home)
 
 
 def _last_line(path: os.PathLike[str]) -> str:

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agent_run.config import RuntimeConfig
+from agent_run.config import Config, RuntimeConfig
 from agent_run.domain import errors
 from agent_run.domain.failures import FailureKind
 from agent_run.domain.ids import new_agent_id, new_execution_id
@@ -126,12 +126,15 @@ async def list_agents(ctx: ServiceContext, p: ListAgentsParams) -> AgentList:
 # -- admission ----------------------------------------------------------------------------
 
 
-def resolve_runtime(ctx: ServiceContext, p: StartParams | Any) -> tuple[str, RuntimeConfig, str]:
-    """(name, config, model) for a request's runtime and model, or an error naming the field."""
-    name = p.runtime or ctx.config.default_runtime
-    runtime = ctx.config.runtimes.get(name)
+def resolve_runtime(ctx: ServiceContext, p: StartParams | Any,
+                    config: Config | None = None) -> tuple[str, RuntimeConfig, str]:
+    """(name, config, model) for a request's runtime and model, or an error naming the field.
+    `config` is a batch's own settings (else the daemon's current config)."""
+    config = config or ctx.config
+    name = p.runtime or config.default_runtime
+    runtime = config.runtimes.get(name)
     if runtime is None or not runtime.enabled:
-        known = ", ".join(n for n, r in ctx.config.runtimes.items() if r.enabled)
+        known = ", ".join(n for n, r in config.runtimes.items() if r.enabled)
         raise errors.UnknownRuntime(f"no enabled runtime {name!r} (configured: {known})", field="runtime")
     model = p.model or runtime.default_model or (runtime.models[0] if runtime.models else None)
     if model is None:
@@ -189,10 +192,11 @@ def _mark_spawn_failed(conn: sqlite3.Connection, execution_id: str, message: str
                 commands_q.resolve(conn, command, state="refused", result="the supervisor never started")
 
 
-def admission_rows(ctx: ServiceContext, p: StartParams,
-                   worker_tools: list[str] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+def admission_rows(ctx: ServiceContext, p: StartParams, worker_tools: list[str] | None = None,
+                   config: Config | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """The agent row and its first execution (with its plan) for a validated start request."""
-    runtime_name, runtime, model = resolve_runtime(ctx, p)
+    config = config or ctx.config
+    runtime_name, runtime, model = resolve_runtime(ctx, p, config)
     workdir = Path(p.workdir).expanduser()
     if not workdir.is_absolute():
         raise errors.InvalidRequest("workdir must be an absolute path", field="workdir")
@@ -200,7 +204,7 @@ def admission_rows(ctx: ServiceContext, p: StartParams,
         raise errors.InvalidRequest(f"workdir {workdir} is not an existing directory", field="workdir")
     workdir = workdir.resolve()
     agent_id, execution_id = new_agent_id(), new_execution_id()
-    supervisor = ctx.config.supervisor
+    supervisor = config.supervisor
     plan = ExecutionPlan(
         agent_id=agent_id, execution_id=execution_id, runtime=runtime_name, engine=runtime.engine,
         model=model, workdir=str(workdir), profile=p.profile, runtime_config=runtime,
@@ -222,12 +226,16 @@ def admission_rows(ctx: ServiceContext, p: StartParams,
     return agent_row, {"id": execution_id, "kind": "start", "prompt": p.task, "plan": plan.model_dump(mode="json")}
 
 
-async def start(ctx: ServiceContext, p: StartParams, *, worker_tools: list[str] | None = None) -> AgentView:
+async def start(ctx: ServiceContext, p: StartParams, *, worker_tools: list[str] | None = None,
+                config: Config | None = None) -> AgentView:
     """Admit an agent and reply at once (`created`); its supervisor is spawned in the background.
 
-    `worker_tools` is for batches (not a tool param).
+    `worker_tools` and `config` (the settings a batch was created with) are for batches (not
+    tool params); without `config` the daemon first takes config.toml's changes, if valid.
     """
-    agent_row, execution = admission_rows(ctx, p, worker_tools)
+    if config is None:
+        ctx.refresh_config()
+    agent_row, execution = admission_rows(ctx, p, worker_tools, config)
     execution_id = execution["id"]
     # Reconciliation must not judge a row whose supervisor we are about to spawn: the id joins
     # `starting` before its row is committed and leaves once the spawn has settled.

@@ -4,6 +4,7 @@ revision watcher and the daemon's background tasks."""
 import asyncio
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -97,6 +98,22 @@ class ServiceContext:
         self.watcher = RevisionWatcher(lambda: self.db(current_revision))
         self.starting: set[str] = set()  # executions whose supervisor this daemon is spawning
         self.batches: Any = None  # the batch scheduler, made on first use (batches.service)
+        self.live: Any = None  # the daemon's LiveConfig (services.live_config): reloads config.toml
+        self.started_at = time.time()
+
+    def refresh_config(self) -> None:
+        """Take config.toml's new contents if it changed and is valid (the daemon only)."""
+        if self.live is None:
+            return
+        refused_before = self.live.refused
+        if self.live.refresh():
+            self.config = self.live.config
+            if self.log is not None:
+                self.log.info("config.reloaded", revision=self.live.revision)
+        elif self.live.refused is not None and self.live.refused != refused_before and self.log is not None:
+            self.log.warning("config.refused", revision=self.live.refused.revision,
+                             field=self.live.refused.field, error=self.live.refused.message,
+                             kept=self.live.revision)
 
     def warm_up(self) -> None:
         """Start every database thread (each opening its connection), spawn thread and the group

@@ -163,7 +163,7 @@ class Supervisor:
             self.child = EngineProcess.start(spec)
         except OSError as exc:
             self._finish(Outcome(ExecutionState.FAILED, FailureKind.SPAWN_FAILED,
-                                 f"cannot start {spec.argv[0]}: {exc.strerror}"))
+                                 spawn_failure(spec.argv[0], self.plan.runtime, exc)))
             return
         self.stderr = StderrLog(self.child.stderr_fd(), self.dir / "engine.log", redact).start()
         identity = self.child.identity
@@ -465,3 +465,11 @@ class Supervisor:
             print(traceback.format_exc(), flush=True)
         finally:
             self.reserve.release()
+
+
+def spawn_failure(binary: str, runtime: str, exc: OSError) -> str:
+    """Why the engine did not start, and the fix (the daemon's PATH is not the user's shell's)."""
+    if isinstance(exc, FileNotFoundError) and os.sep not in binary:
+        return (f"the daemon's PATH has no `{binary}`: set `binary` under [runtimes.{runtime}] to an "
+                "absolute path, or restart the daemon from a shell that has it (`agent-run api restart`)")
+    return f"cannot start {binary}: {exc.strerror}"

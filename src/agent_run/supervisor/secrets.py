@@ -19,6 +19,7 @@ import sqlite3
 from pathlib import Path
 from typing import IO, Any
 
+from agent_run.engines.options import auth_file_too_open
 from agent_run.engines.signin import SIGN_INS, SignInMissing, is_native, read_credential
 from agent_run.store import agents as agents_q
 
@@ -38,6 +39,8 @@ def resolve_secrets(auth: dict[str, Any] | None) -> dict[str, str]:
             raise ValueError(f"runtime auth: variable {name} is not set in the daemon's environment")
         return {name: value}
     path = Path(os.path.expanduser(auth["file"]))
+    if why := auth_file_too_open(str(path)):
+        raise ValueError(f"runtime auth: {why}")
     try:
         value = path.read_text().strip()
     except OSError as exc:
