@@ -88,7 +88,7 @@ async def _run_bounded(argv: list[str], stdin: bytes, env: dict[str, str] | None
         out = await asyncio.wait_for(read_all(), deadline)
     except (SourceFailed, TimeoutError, BrokenPipeError, ConnectionResetError) as exc:
         _kill_group(proc.pid)
-        await proc.wait()
+        await proc.communicate()  # drain what the dead group left in the pipe: wait() needs EOF
         raise SourceFailed(str(exc) if isinstance(exc, SourceFailed) else
                            f"no answer within {deadline:g} s" if isinstance(exc, TimeoutError)
                            else "the collector closed its input") from None
