@@ -18,7 +18,15 @@ from agent_run.home import Home
 from agent_run.services.capacity_sources import appserver_windows, backoff_delay
 from agent_run.store.db import connect, write
 from agent_run.store.samples import Sample, append_samples, sample_count, samples_since
-from tests.harness import DaemonProcess, cli_json, make_home, remove_home, short_tmpdir
+from tests.harness import (
+    DaemonProcess,
+    cli_json,
+    db_rows,
+    make_home,
+    remove_home,
+    short_tmpdir,
+    wait_for,
+)
 
 FAKES = Path(__file__).parent / "support" / "fake_collectors.py"
 
@@ -188,3 +196,12 @@ auth = {{ login = "native", dir = "{tmp / 'codex-home'}" }}
              for w in daemon.call("limits", {})["windows"]}
     assert lanes[("cx1", "codex", "5h")] == 60.0 and lanes[("cx1", "codex_other", "5h")] == 90.0
     assert ("cx1", "codex", "7d") not in lanes  # the bad window was skipped
+
+
+def test_the_daemon_collects_every_interval(daemon_for) -> None:
+    config = _collector_config("ok").replace("collect_interval_seconds = 3600", "collect_interval_seconds = 1")
+    home, daemon = daemon_for(config)
+    runs = home.root / "runs.txt"
+    wait_for(lambda: runs.exists() and runs.read_text().count("collector") >= 4, timeout=60,
+             what="two collection passes of two runtimes")
+    assert len(db_rows(home, "SELECT id FROM capacity_samples WHERE source = 'command'")) >= 4

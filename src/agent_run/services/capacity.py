@@ -1,6 +1,7 @@
 """The capacity tools: `limits` (fresh readings per window), `capacity_order` (routes ranked for
 new work) and `capacity_collect` (ask every source once). Rules in domain/capacity.py."""
 
+import asyncio
 import time
 from collections import defaultdict
 from typing import Any
@@ -134,3 +135,19 @@ async def capacity_collect(ctx: ServiceContext, _p: EmptyParams) -> CollectResul
 
     await ctx.db(store)
     return CollectResult(observed_at=now, sources=outcomes)
+
+
+async def collect_forever(ctx: ServiceContext, log: Any) -> None:
+    """The daemon's periodic collection: every `collect_interval_seconds`, the first one interval
+    after boot (each pass also trims the samples the runs wrote to `sample_retention`)."""
+    while True:
+        await asyncio.sleep(ctx.config.capacity.collect_interval_seconds)
+        try:
+            result = await capacity_collect(ctx, EmptyParams())
+            for source in result.sources:
+                if source.error is not None and log is not None:
+                    log.warning("capacity.no_evidence", runtime=source.runtime, source=source.source,
+                                error=source.error)
+        except Exception as exc:  # keep collecting; the next pass may succeed
+            if log is not None:
+                log.error("capacity.error", error=repr(exc))
