@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from agent_run.engines.codex import CodexEngine
-from agent_run.engines.quota import QuotaEvent, QuotaWindow, codex_windows
+from agent_run.engines.quota import QuotaEvent, QuotaWindow, codex_windows, header_windows
 from agent_run.engines.stream_json import parse_stream_json_line
 from agent_run.home import Home
 from agent_run.services.capacity_sources import appserver_windows, backoff_delay
@@ -205,3 +205,12 @@ def test_the_daemon_collects_every_interval(daemon_for) -> None:
     wait_for(lambda: runs.exists() and runs.read_text().count("collector") >= 4, timeout=60,
              what="two collection passes of two runtimes")
     assert len(db_rows(home, "SELECT id FROM capacity_samples WHERE source = 'command'")) >= 4
+
+
+def test_unified_headers_parse_and_bad_ones_are_skipped() -> None:
+    headers = {"Anthropic-Ratelimit-Unified-5h-Utilization": "0.25", "anthropic-ratelimit-unified-5h-reset": "100",
+               "anthropic-ratelimit-unified-7d-utilization": "nan",
+               "anthropic-ratelimit-unified-7d_opus-utilization": "1.2",
+               "anthropic-ratelimit-unified-7d_sonnet-utilization": "lots",
+               "x-ratelimit-remaining-requests": "5", "x-ratelimit-limit-requests": "10"}
+    assert header_windows(headers) == (QuotaWindow("default", "5h", 75.0, 100.0), QuotaWindow("opus", "7d", 0.0, None))

@@ -105,3 +105,32 @@ def claude_windows(info: Any) -> tuple[QuotaWindow, ...]:
     if named is not None and (named.remaining_percent is not None or (named.lane, named.window) not in windows):
         windows[(named.lane, named.window)] = named
     return tuple(windows.values())
+
+
+# Anthropic's unified (subscription) windows as response headers: claim -> (lane, window).
+_UNIFIED_CLAIMS = {"5h": (DEFAULT_LANE, "5h"), "7d": (DEFAULT_LANE, "7d"), "7d_opus": ("opus", "7d"),
+                   "7d_sonnet": ("sonnet", "7d")}
+_UNIFIED_PREFIX = "anthropic-ratelimit-unified-"
+
+
+def header_windows(headers: dict[str, str]) -> tuple[QuotaWindow, ...]:
+    """Quota windows in a provider response's headers, as the credential broker sees them:
+    `anthropic-ratelimit-unified-{5h,7d,...}-utilization` (a fraction) and `-reset` (epoch
+    seconds). Per-minute rate limits (`x-ratelimit-*`, `anthropic-ratelimit-requests-*`) are not
+    quota windows: they stay provider signals."""
+    lowered = {key.lower(): value for key, value in headers.items()}
+    windows = []
+    for claim, (lane, window) in _UNIFIED_CLAIMS.items():
+        raw = lowered.get(f"{_UNIFIED_PREFIX}{claim}-utilization")
+        if raw is None:
+            continue
+        try:
+            used = float(raw)
+            reset_raw = lowered.get(f"{_UNIFIED_PREFIX}{claim}-reset")
+            reset = float(reset_raw) if reset_raw is not None else None
+        except ValueError:
+            continue  # a bad window is skipped
+        if used != used or used in (float("inf"), float("-inf")):
+            continue
+        windows.append(QuotaWindow(lane, window, _percent(100.0 - used * 100.0), reset))
+    return tuple(windows)
