@@ -214,3 +214,18 @@ def test_unified_headers_parse_and_bad_ones_are_skipped() -> None:
                "anthropic-ratelimit-unified-7d_sonnet-utilization": "lots",
                "x-ratelimit-remaining-requests": "5", "x-ratelimit-limit-requests": "10"}
     assert header_windows(headers) == (QuotaWindow("default", "5h", 75.0, 100.0), QuotaWindow("opus", "7d", 0.0, None))
+
+
+def test_capacity_text_renderers_match_their_snapshots(daemon_for) -> None:
+    from agent_run.rpc.client import Client
+    from tests.test_cli_snapshots import check, cli_text, same_as_the_model
+
+    home, daemon = daemon_for(_collector_config("ok"))
+    collected = cli_text(home, "capacity", "collect")
+    check("capacity_collect", collected)
+    for name, args, tool in (("limits", ("limits",), "limits"),
+                             ("capacity_order", ("capacity", "order"), "capacity_order")):
+        text = cli_text(home, *args)
+        check(name, text)
+        with Client(home.socket_path) as client:
+            same_as_the_model(client, tool, {}, text)
