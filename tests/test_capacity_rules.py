@@ -82,6 +82,11 @@ def test_conflicting_readings_of_one_pool_defer() -> None:
     readings = [reading("p", 80.0, runtime="a"), reading("p", 20.0, runtime="b")]
     order = capacity_order([route("a", "p"), route("b", "p")], readings, NOW)
     assert order.routes == [] and {d.reason for d in order.deferred} == {"window 5h: readings conflict"}
+    moved = [reading("p", 80.0, runtime="a"), reading("p", 78.0, runtime="b", reset_in=H + 120)]
+    assert len(capacity_order([route("a", "p")], moved, NOW).deferred) == 1
+    agreeing = [reading("p", 80.0, runtime="a"), reading("p", 75.0, runtime="b", reset_in=H + 30,
+                                                          source="command")]
+    assert [r.runtime for r in capacity_order([route("a", "p")], agreeing, NOW).routes] == ["a"]
 
 
 def test_aliases_sharing_a_pool_take_the_max_weight_never_the_sum() -> None:

@@ -14,6 +14,7 @@ MEDIUM_RISK_PERCENT = 30.0
 MIN_BURN_SPAN_HOURS = 1.0
 ENGINE_VALIDITY_SECONDS = 900.0  # engine streams and the Codex app-server
 CONFLICT_PERCENT = 10.0  # two fresh readings of one pool window further apart than this conflict
+CONFLICT_RESET_SECONDS = 60.0  # ... or with resets further apart than this
 
 Risk = Literal["high", "medium", "low", "unknown"]
 
@@ -183,8 +184,8 @@ def _group(readings: Iterable[Reading]) -> dict[tuple[str, str], dict[str, list[
 
 
 def _conflicting(history: Sequence[Reading], now: float) -> bool:
-    """Fresh latest readings of one window from different runtimes/sources that disagree: a
-    different reset, or remaining further apart than CONFLICT_PERCENT."""
+    """Fresh latest readings of one window from different runtimes/sources that disagree: resets
+    more than CONFLICT_RESET_SECONDS apart, or remaining further apart than CONFLICT_PERCENT."""
     latest: dict[tuple[str, str], Reading] = {}
     for reading in history:
         if reading.fresh(now) and reading.remaining_percent is not None:
@@ -193,7 +194,10 @@ def _conflicting(history: Sequence[Reading], now: float) -> bool:
     for other in values[1:]:
         first = values[0]
         assert first.remaining_percent is not None and other.remaining_percent is not None
-        if other.reset_at != first.reset_at:
+        if (other.reset_at is None) != (first.reset_at is None):
+            return True
+        if other.reset_at is not None and first.reset_at is not None and \
+                abs(other.reset_at - first.reset_at) > CONFLICT_RESET_SECONDS:
             return True
         if abs(other.remaining_percent - first.remaining_percent) > CONFLICT_PERCENT:
             return True
