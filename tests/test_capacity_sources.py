@@ -86,8 +86,8 @@ def test_samples_are_trimmed_to_the_retention_newest_first(tmp_path: Path) -> No
     conn.close()
 
 
-def _collector_config(mode: str, *, deadline: float = 30.0, extra: str = "") -> str:
-    argv = json.dumps([sys.executable, str(FAKES), "collector", mode])
+def _collector_config(mode: str, runs: Path, *, deadline: float = 30.0, extra: str = "") -> str:
+    argv = json.dumps([sys.executable, str(FAKES), "collector", mode, str(runs)])
     return f"""schema_version = 1
 default_runtime = "alpha"
 [daemon]
@@ -117,7 +117,7 @@ def daemon_for() -> Iterator:
 
     def start(config: str) -> tuple[Home, DaemonProcess]:
         home = make_home(config)
-        daemon = DaemonProcess(home, env={"FAKE_RUNS": str(home.root / "runs.txt")}).start()
+        daemon = DaemonProcess(home, env={"SECRET_OF_THE_DAEMON": "x"}).start()
         started.append((home, daemon))
         return home, daemon
 
@@ -127,8 +127,8 @@ def daemon_for() -> Iterator:
         remove_home(home)
 
 
-def test_command_collector_feeds_limits_and_capacity_order(daemon_for) -> None:
-    home, daemon = daemon_for(_collector_config("ok"))
+def test_command_collector_feeds_limits_and_capacity_order(daemon_for, tmp_path: Path) -> None:
+    home, daemon = daemon_for(_collector_config("ok", tmp_path / "runs.txt"))
     collected = daemon.call("capacity_collect", {})
     assert [(s["runtime"], s["windows"], s["error"]) for s in collected["sources"]] == [
         ("alpha", 2, None), ("beta", 2, None)]
@@ -148,8 +148,9 @@ def test_command_collector_feeds_limits_and_capacity_order(daemon_for) -> None:
 @pytest.mark.parametrize("mode,reason", [("slow", "no answer within 1 s"), ("huge", "output over"),
                                          ("garbage", "invalid collector output"),
                                          ("wrong", "windows.0.remaining_percent")])
-def test_failing_collector_is_no_evidence_and_backs_off(daemon_for, mode: str, reason: str) -> None:
-    home, daemon = daemon_for(_collector_config(mode, deadline=1.0))
+def test_failing_collector_is_no_evidence_and_backs_off(daemon_for, tmp_path: Path, mode: str, reason: str) -> None:
+    runs = tmp_path / "runs.txt"
+    home, daemon = daemon_for(_collector_config(mode, runs, deadline=1.0))
     started = time.monotonic()
     first = daemon.call("capacity_collect", {})
     assert time.monotonic() - started < 20  # the deadline, not the collector's 60 s sleep
@@ -158,7 +159,7 @@ def test_failing_collector_is_no_evidence_and_backs_off(daemon_for, mode: str, r
         assert source["next_attempt_at"] == pytest.approx(first["observed_at"] + 60, abs=1)
     again = daemon.call("capacity_collect", {})
     assert {s["error"] for s in again["sources"]} == {"backing off after a failure"}
-    assert (home.root / "runs.txt").read_text().count("collector") == 2  # not run while backing off
+    assert len(runs.read_text().splitlines()) == 2  # not run while backing off
     order = daemon.call("capacity_order", {})
     assert order["routes"] == [] and order["unavailable_runtimes"] == ["alpha", "beta"]
 
@@ -198,11 +199,11 @@ auth = {{ login = "native", dir = "{tmp / 'codex-home'}" }}
     assert ("cx1", "codex", "7d") not in lanes  # the bad window was skipped
 
 
-def test_the_daemon_collects_every_interval(daemon_for) -> None:
-    config = _collector_config("ok").replace("collect_interval_seconds = 3600", "collect_interval_seconds = 1")
+def test_the_daemon_collects_every_interval(daemon_for, tmp_path: Path) -> None:
+    runs = tmp_path / "runs.txt"
+    config = _collector_config("ok", runs).replace("collect_interval_seconds = 3600", "collect_interval_seconds = 1")
     home, daemon = daemon_for(config)
-    runs = home.root / "runs.txt"
-    wait_for(lambda: runs.exists() and runs.read_text().count("collector") >= 4, timeout=60,
+    wait_for(lambda: runs.exists() and len(runs.read_text().splitlines()) >= 4, timeout=60,
              what="two collection passes of two runtimes")
     assert len(db_rows(home, "SELECT id FROM capacity_samples WHERE source = 'command'")) >= 4
 
@@ -216,11 +217,11 @@ def test_unified_headers_parse_and_bad_ones_are_skipped() -> None:
     assert header_windows(headers) == (QuotaWindow("default", "5h", 75.0, 100.0), QuotaWindow("opus", "7d", 0.0, None))
 
 
-def test_capacity_text_renderers_match_their_snapshots(daemon_for) -> None:
+def test_capacity_text_renderers_match_their_snapshots(daemon_for, tmp_path: Path) -> None:
     from agent_run.rpc.client import Client
     from tests.test_cli_snapshots import check, cli_text, same_as_the_model
 
-    home, daemon = daemon_for(_collector_config("ok"))
+    home, daemon = daemon_for(_collector_config("ok", tmp_path / "runs.txt"))
     collected = cli_text(home, "capacity", "collect")
     check("capacity_collect", collected)
     for name, args, tool in (("limits", ("limits",), "limits"),

@@ -1,6 +1,7 @@
 """Stand-ins for the capacity sources' external programs, run as real processes by the tests:
 `collector MODE` (an external `command` collector) and `appserver MODE` (a `codex app-server`
-that answers `account/rateLimits/read`). Each run appends a line to $FAKE_RUNS when set."""
+that answers `account/rateLimits/read`). A collector given a file after its mode appends a line
+to it per run."""
 
 import json
 import os
@@ -9,7 +10,7 @@ import time
 
 
 def _count_run() -> None:
-    runs = os.environ.get("FAKE_RUNS")
+    runs = sys.argv[3] if sys.argv[1] == "collector" and len(sys.argv) > 3 else None
     if runs:
         with open(runs, "a") as f:
             f.write(f"{sys.argv[1:]}\n")
@@ -18,6 +19,7 @@ def _count_run() -> None:
 def collector(mode: str) -> None:
     request = json.loads(sys.stdin.read())
     now = request["now"]
+    assert "SECRET_OF_THE_DAEMON" not in os.environ  # the collector gets an allowlisted environment
     if mode == "ok":
         remaining = 80.0 if request["runtime"] == "alpha" else 30.0
         windows = [{"lane": "default", "window": "5h", "remaining_percent": remaining,

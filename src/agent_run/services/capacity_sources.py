@@ -54,6 +54,13 @@ class Backoff:
 # (home, runtime, account, source) -> backoff; lives as long as the daemon.
 _BACKOFF: dict[tuple[str, str, str | None, str], Backoff] = {}
 
+# A collector gets these of the daemon's variables and no others (no provider key reaches it).
+_COLLECTOR_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "TZ", "XDG_CONFIG_HOME", "XDG_CACHE_HOME")
+
+
+def collector_environment() -> dict[str, str]:
+    return {name: os.environ[name] for name in _COLLECTOR_ENV if name in os.environ}
+
 
 def backoff_delay(failures: int) -> float:
     """60 s after the first failure, doubling, at most 900 s."""
@@ -108,7 +115,7 @@ async def command_samples(collector: CommandCollectorConfig, runtime: str, optio
                           account: str | None, now: float) -> list[Sample]:
     """Run the external collector once: stdin one JSON request, stdout `{version: 1, windows}`."""
     request = {"version": 1, "runtime": runtime, "account": account, "models": options.models, "now": now}
-    out = await _run_bounded(collector.argv, json.dumps(request).encode(), None,
+    out = await _run_bounded(collector.argv, json.dumps(request).encode(), collector_environment(),
                              collector.deadline_seconds, collector.output_cap_bytes)
     try:
         parsed = _CollectorOutput.model_validate_json(out)
@@ -150,7 +157,7 @@ async def appserver_samples(runtime: str, options: RuntimeOptions, now: float) -
     lines = [{"id": 1, "method": "initialize", "params": {"clientInfo": {"name": "agent-run", "version": "1"}}},
              {"method": "initialized"}, {"id": 2, "method": "account/rateLimits/read"}]
     stdin = b"".join(json.dumps(line).encode() + b"\n" for line in lines)
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(Path.home()), "CODEX_HOME": str(home)}
+    env = {**collector_environment(), "CODEX_HOME": str(home)}
     out = await _run_bounded([options.binary or "codex", "app-server"], stdin, env,
                              APPSERVER_DEADLINE_SECONDS, APPSERVER_OUTPUT_CAP)
     for raw in out.splitlines():
