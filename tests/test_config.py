@@ -42,6 +42,21 @@ INVALID: list[tuple[str, str, str | None]] = [
      "runtimes.demo.auth.env"),
     ("auth-with-env-and-file", VALID + '[runtimes.demo.auth]\nenv = "KEY"\nfile = "/k"\n', "runtimes.demo.auth"),
     ("invalid-toml", VALID + "[runtimes.demo\n", None),
+    # capacity (docs/capacity.md)
+    ("limits-source-unknown", VALID + 'limits_source = "psychic"\n', "runtimes.demo.limits_source"),
+    ("limits-source-appserver-not-codex", VALID + 'limits_source = "codex_appserver"\n',
+     "runtimes.demo.limits_source"),
+    ("limits-source-command-without-collector", VALID + 'limits_source = "command"\n',
+     "runtimes.demo.limits_source"),
+    ("weight-bool", VALID + "priority_multiplier = true\n", "runtimes.demo.priority_multiplier"),
+    ("weight-zero", VALID + "priority_multiplier = 0\n", "runtimes.demo.priority_multiplier"),
+    ("weight-infinite", VALID + "priority_multiplier = inf\n", "runtimes.demo.priority_multiplier"),
+    ("lane-weight-negative", VALID + "priority_lane_multipliers = { opus = -1.0 }\n",
+     "runtimes.demo.priority_lane_multipliers.opus"),
+    ("capacity-unknown-key", VALID + "[capacity]\ninterval = 5\n", "capacity.interval"),
+    ("capacity-deadline-too-long", VALID + '[capacity.command]\nargv = ["x"]\ndeadline_seconds = 301\n',
+     "capacity.command.deadline_seconds"),
+    ("capacity-command-empty-argv", VALID + "[capacity.command]\nargv = []\n", "capacity.command.argv"),
 ]
 
 

@@ -1,6 +1,7 @@
 """The real Claude Code CLI (and GLM through it) under agent-run, against the mock provider."""
 
 import json
+import time
 
 import pytest
 
@@ -228,3 +229,21 @@ def test_planted_key_appears_nowhere_in_the_home_nor_in_argv(provider, rig, work
     assert files_containing(home.root, PLANTED_KEY) == []
     raw = next(home.agents_dir.rglob("runtime.jsonl")).read_text()
     assert json.loads(raw.splitlines()[0])["type"] == "system"
+
+
+def test_unified_quota_headers_seen_by_the_broker_become_samples(engine, provider, rig, workdir):
+    """The provider's anthropic-ratelimit-unified-* headers, through the credential broker."""
+    home, daemon = rig
+    reset = int(time.time()) + 7200
+    provider.response_headers = {
+        "anthropic-ratelimit-unified-5h-utilization": "0.3", "anthropic-ratelimit-unified-5h-reset": str(reset),
+        "anthropic-ratelimit-unified-7d-utilization": "0.9",
+        "anthropic-ratelimit-unified-7d-reset": str(reset + 86400)}
+    provider.add(Text("done"))
+    view = run_agent(daemon, "r", "Say done.", workdir)
+    assert view["state"] == "succeeded", view
+    shown = {w["window"]: w for w in daemon.call("limits", {"runtime": "r"})["windows"]}
+    assert shown["5h"]["remaining_percent"] == pytest.approx(70.0) and shown["5h"]["reset_at"] == reset
+    assert shown["7d"]["remaining_percent"] == pytest.approx(10.0) and shown["7d"]["risk"] == "high"
+    (route,) = daemon.call("capacity_order", {})["routes"]
+    assert route["runtime"] == "r" and route["limiting_window"] == "7d"

@@ -238,3 +238,25 @@ def test_planted_key_appears_nowhere_in_the_home_nor_argv_nor_the_shell(provider
     assert "PWD=" in shell_env and PLANTED_KEY not in shell_env
     assert files_containing(home.root, PLANTED_KEY) == []
     assert engine_group_gone(home, agent["id"])
+
+
+def test_quota_headers_become_capacity_samples_shown_by_limits(provider, rig, workdir):
+    """Codex turns the provider's x-codex-* headers into `account/rateLimits/updated`: samples."""
+    home, daemon = rig
+    reset = int(time.time()) + 3 * 3600
+    provider.response_headers = {
+        "x-codex-primary-used-percent": "25", "x-codex-primary-window-minutes": "300",
+        "x-codex-primary-reset-at": str(reset),
+        "x-codex-secondary-used-percent": "60", "x-codex-secondary-window-minutes": "10080",
+        "x-codex-secondary-reset-at": str(reset + 86400)}
+    provider.add(Text("done"))
+    view = run_agent(daemon, "r", "Say done.", workdir)
+    assert view["state"] == "succeeded", view
+    rows = db_rows(home, "SELECT window, remaining_percent, reset_at, source, execution_id"
+                   " FROM capacity_samples WHERE runtime = 'r' ORDER BY id")
+    windows = {r["window"]: (r["remaining_percent"], r["reset_at"], r["source"]) for r in rows}
+    assert windows["5h"] == (75.0, reset, "native") and windows["7d"] == (40.0, reset + 86400, "native")
+    limits = daemon.call("limits", {})
+    shown = {(w["runtime"], w["window"]): w for w in limits["windows"]}
+    assert shown[("r", "5h")]["remaining_percent"] == 75.0 and shown[("r", "5h")]["known"] is True
+    assert shown[("r", "7d")]["risk"] in ("low", "medium")

@@ -152,6 +152,34 @@ def daemon_status(s: Any) -> str:
         lines.append(f"REFUSED config revision {s.config_refused.revision}: {s.config_refused.message} "
                      f"(running with revision {s.config_revision})")
     return "\n".join(lines)
+# --- capacity (docs/capacity.md)
+def _pct(value: Any) -> str:
+    return "    ?" if value is None else f"{value:4.0f}%"
+
+
+def limits(result: Any) -> str:
+    rows = [f"{w.runtime}{'/' + w.account if w.account else ''}  {w.lane}  {w.window:<4} {_pct(w.remaining_percent)}"
+            f"  {w.risk:<7} {w.advice}" for w in result.windows]
+    return "\n".join(rows or ["no readings yet: `agent-run capacity collect`, or run an agent"])
+
+
+def capacity_order(result: Any) -> str:
+    rows = [f"{n}. {r.runtime}{'/' + r.account if r.account else ''}  {r.lane}  priority {r.priority:.2f}"
+            f"  (score {r.score:.2f} x weight {r.weight:g}; {r.limiting_window} {_pct(r.remaining_percent).strip()})"
+            for n, r in enumerate(result.routes, 1)]
+    rows += [f"omitted  {a.runtime}  {a.lane}: {a.reason}" for a in result.omitted]
+    rows += [f"deferred {a.runtime}  {a.lane}: {a.reason}" for a in result.deferred]
+    rows += [f"unavailable {name}: no reading" for name in result.unavailable_runtimes]
+    if result.insufficient_diversity:
+        rows.append("insufficient diversity: fewer than two pools can take new work")
+    return "\n".join(rows)
+
+
+def collect_result(result: Any) -> str:
+    return "\n".join(f"{s.runtime}  {s.source}: " + (f"{s.windows} window(s)" if s.error is None else
+                                                     f"no evidence ({s.error})") for s in result.sources) \
+        or "no runtime has a command or codex_appserver source"
+# --- end capacity
 
 
 RENDERERS: dict[str, Callable[[Any], str]] = {  # result model class name -> renderer
@@ -161,6 +189,7 @@ RENDERERS: dict[str, Callable[[Any], str]] = {  # result model class name -> ren
     "BatchView": render_batch, "BatchList": batch_list, "RunActionResult": run_action,
     "BatchReview": batch_review, "BatchCleanResult": batch_clean, "DirListing": dir_listing,
     "DaemonStatus": daemon_status,
+    "LimitsResult": limits, "CapacityOrderResult": capacity_order, "CollectResult": collect_result,
 }
 
 

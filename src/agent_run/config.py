@@ -14,6 +14,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
 from agent_run.domain.errors import ConfigInvalid
 from agent_run.engines.options import FIELD_ERROR as _FIELD_ERROR
@@ -61,6 +62,24 @@ class WebConfig(StrictModel):
         return value
 
 
+class CommandCollectorConfig(StrictModel):
+    """`[capacity.command]`: the external collector of `limits_source = "command"` (docs/capacity.md)."""
+
+    argv: list[str] = Field(min_length=1, description="the collector's argv (no shell)")
+    deadline_seconds: float = Field(default=30.0, ge=1, le=300, allow_inf_nan=False)
+    output_cap_bytes: int = Field(default=2 * 1024 * 1024, ge=1024, le=2 * 1024 * 1024)
+    valid_seconds: float = Field(default=900.0, gt=0, le=86_400, allow_inf_nan=False,
+                                 description="a window without valid_until is fresh this long")
+
+
+class CapacityConfig(StrictModel):
+    """`[capacity]`: how often the daemon collects quota readings and how many it keeps."""
+
+    collect_interval_seconds: float = Field(default=300.0, ge=1, allow_inf_nan=False)
+    sample_retention: int = Field(default=1000, ge=1, le=1_000_000)
+    command: CommandCollectorConfig | None = None
+
+
 def _default_runtimes() -> dict[str, RuntimeOptions]:
     return {"demo": runtime_options({"engine": "demo", "models": ["demo-1"], "default_model": "demo-1"})}
 
@@ -71,6 +90,7 @@ class Config(StrictModel):
     supervisor: SupervisorConfig = Field(default_factory=SupervisorConfig)
     daemon: DaemonConfig = Field(default_factory=DaemonConfig)
     web: WebConfig = Field(default_factory=WebConfig)
+    capacity: CapacityConfig = Field(default_factory=CapacityConfig)
     runtimes: dict[str, RuntimeConfig] = Field(default_factory=_default_runtimes)
 
     @model_validator(mode="after")
@@ -80,6 +100,14 @@ class Config(StrictModel):
             raise ValueError(f"default_runtime {self.default_runtime!r} is not a configured runtime")
         if not runtime.enabled:
             raise ValueError(f"default_runtime {self.default_runtime!r} is disabled")
+        return self
+
+    @model_validator(mode="after")
+    def _command_source_has_a_collector(self) -> "Config":
+        for name, runtime in self.runtimes.items():
+            if runtime.limits_source == "command" and self.capacity.command is None:
+                raise PydanticCustomError(f"{_FIELD_ERROR}runtimes.{name}.limits_source",
+                                          'limits_source = "command" needs [capacity.command] argv')
         return self
 
 

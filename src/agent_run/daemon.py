@@ -119,11 +119,13 @@ class Daemon:
             loop.add_signal_handler(sig, stop.set)
         loop.add_signal_handler(signal.SIGHUP, self.ctx.refresh_config)
         from agent_run.batches.service import scheduler
+        from agent_run.services.capacity import collect_forever
 
         background = [asyncio.create_task(self.ctx.watcher.run()),
                       asyncio.create_task(self._reconcile_loop()),
                       asyncio.create_task(self._scrub_loop()),
-                      asyncio.create_task(scheduler(self.ctx).run_forever(self.log))]
+                      asyncio.create_task(scheduler(self.ctx).run_forever(self.log)),
+                      asyncio.create_task(collect_forever(self.ctx, self.log))]  # capacity
         self.log.info("daemon.started", pid=os.getpid(), socket=str(self.home.socket_path), fd_limit=fd_limit,
                       config_revision=self.ctx.live.revision)
         async with server:

@@ -157,6 +157,27 @@ TOOLS: dict[str, Tool] = {t.name: t for t in (
          verb="batch clean", positional=("batch_id",)),
 )}
 
+# --- capacity (docs/capacity.md)
+_C = "agent_run.services.capacity"
+TOOLS.update({t.name: t for t in (
+    Tool("limits", rq.LimitsParams, vw.LimitsResult, f"{_C}:limits",
+         "Current quota readings per (runtime, account, lane, window): known (fresh), remaining %, "
+         "reset, age, burn, risk (high <= 10 %, medium <= 30 %, else by burn against the sustainable "
+         "rate; unknown when stale) and one line of advice. Reads stored samples: no provider call.",
+         read_only=True),
+    Tool("capacity_order", rq.EmptyParams, vw.CapacityOrderResult, f"{_C}:capacity_order",
+         "Routes (runtime, account, lane) ranked for new work from fresh readings: priority = "
+         "(1 + slack of the limiting window) x weight; omitted (a window at 0 %), deferred (stale or "
+         "conflicting), unavailable runtimes (no reading). Rules: docs/capacity.md.",
+         read_only=True, verb="capacity order"),
+    Tool("capacity_collect", rq.EmptyParams, vw.CollectResult, f"{_C}:capacity_collect",
+         "Ask every `command` and `codex_appserver` source once and store their readings; a "
+         "failing source is reported (with its backoff) and gives no evidence. The daemon also "
+         "does this every [capacity] collect_interval_seconds.",
+         read_only=False, verb="capacity collect"),
+)})
+# --- end capacity
+
 _F = "agent_run.batches.folders"
 TOOLS.update({t.name: t for t in (
     Tool("list_dir", bm.FolderParams, bm.DirListing, f"{_F}:list_dir",

@@ -347,6 +347,8 @@ class MockProvider:
         self.auxiliary_text = auxiliary_text
         self.model_name = model_name
         self.requests: list[RecordedRequest] = []
+        # Sent on every successful answer, e.g. Codex's x-codex-primary-used-percent quota headers.
+        self.response_headers: dict[str, str] = {}
         self.unscripted = 0
         self._changed = threading.Condition()
         self._stopping = threading.Event()
@@ -575,7 +577,7 @@ class _Handler(BaseHTTPRequestHandler):
         builder = {"responses": _ResponsesStream, "messages": _MessagesStream,
                    "chat": _ChatStream}[request.api](request, self.provider.model_name)
         if not self._wants_stream(request):
-            self._send_json(200, builder.whole(reply))
+            self._send_json(200, builder.whole(reply), self.provider.response_headers)
             return
         self._start_stream()
         events = list(builder.events(reply))
@@ -653,6 +655,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
         self.send_header("Transfer-Encoding", "chunked")
+        for key, value in self.provider.response_headers.items():
+            self.send_header(key, value)
         self.end_headers()
         self.wfile.flush()
 

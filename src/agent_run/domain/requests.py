@@ -108,3 +108,10 @@ class EventsParams(Params):
     limit: int = Field(default=200, ge=1, le=1000, description="at most this many events")
     kinds: list[Annotated[str, Field(min_length=1, max_length=64)]] | None = Field(
         default=None, max_length=32, description="only events of these kinds (e.g. state, command, tool_report)")
+
+
+# --- capacity (docs/capacity.md)
+class LimitsParams(Params):
+    runtime: str | None = Field(default=None, min_length=1, max_length=200,
+                                description="only this runtime; default every enabled one")
+# --- end capacity

@@ -166,3 +166,69 @@ class ChangesResult(View):
     agents: list[str] = Field(description="agents with an event after after_revision (batch runs' agents too)")
     batches: list[str] = Field(description="batches whose state or runs changed after after_revision")
     truncated: bool = Field(default=False, description="more ids changed than `limit`; re-read everything")
+
+
+# --- capacity (docs/capacity.md)
+class LimitWindow(View):
+    runtime: str
+    account: str | None = Field(default=None, description="null: the runtime's own auth")
+    lane: str
+    window: str
+    known: bool = Field(description="a fresh reading with a remaining value")
+    remaining_percent: float | None = None
+    reset_at: float | None = None
+    observed_at: float
+    age_seconds: float
+    source: str
+    burn_percent_per_hour: float | None = None
+    risk: Literal["high", "medium", "low", "unknown"]
+    advice: str
+
+
+class LimitsResult(View):
+    observed_at: float = Field(description="now, when the readings were judged")
+    windows: list[LimitWindow]
+
+
+class RankedRouteView(View):
+    runtime: str
+    account: str | None = None
+    lane: str
+    limiting_window: str
+    remaining_percent: float
+    reset_at: float | None = None
+    slack: float
+    score: float
+    weight: float
+    priority: float
+
+
+class SetAsideRoute(View):
+    runtime: str
+    account: str | None = None
+    lane: str
+    reason: str
+
+
+class CapacityOrderResult(View):
+    observed_at: float
+    routes: list[RankedRouteView] = Field(description="best first")
+    omitted: list[SetAsideRoute] = Field(description="a window reads 0 %")
+    deferred: list[SetAsideRoute] = Field(description="a pool lacks a fresh reading, or readings conflict")
+    unavailable_runtimes: list[str] = Field(description="no reading at all")
+    insufficient_diversity: bool = Field(description="fewer than two pools can take new work")
+
+
+class CollectedSource(View):
+    runtime: str
+    account: str | None = None
+    source: str
+    windows: int = Field(description="samples written")
+    error: str | None = Field(default=None, description="why there is no evidence from this source")
+    next_attempt_at: float | None = Field(default=None, description="backing off after a failure until then")
+
+
+class CollectResult(View):
+    observed_at: float
+    sources: list[CollectedSource]
+# --- end capacity

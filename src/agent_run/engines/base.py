@@ -6,6 +6,7 @@ from typing import Any, Protocol
 
 from agent_run.domain.failures import FailureKind
 from agent_run.engines.plan import ExecutionPlan
+from agent_run.engines.quota import QuotaEvent
 
 
 @dataclass(frozen=True)
@@ -95,7 +96,7 @@ class EngineNote:
 
 
 EngineEvent = (SessionStarted | MessageEvent | RetryEvent | Completion | ControlAck | Unparsed
-               | SendInput | SteerJoined | EngineNote)
+               | SendInput | SteerJoined | EngineNote | QuotaEvent)
 
 
 class Engine(Protocol):

@@ -44,6 +44,7 @@ from agent_run.engines.classify import TextKinds, kind_for_http_status, kind_fro
 from agent_run.engines.environment import base_environment, single_secret
 from agent_run.engines.options import HttpRuntimeOptions
 from agent_run.engines.plan import ExecutionPlan
+from agent_run.engines.quota import QuotaEvent, codex_windows
 from agent_run.engines.registry import EngineSpec
 from agent_run.engines.signin import is_native
 from agent_run.home import write_private_file
@@ -261,6 +262,9 @@ class CodexEngine:
                 if isinstance(value, int):
                     self.usage[_snake(key)] = self.usage.get(_snake(key), 0) + value
             return []
+        if method == "account/rateLimits/updated":  # quota windows (docs/capacity.md)
+            windows = codex_windows(params.get("rateLimits"))
+            return [QuotaEvent(windows)] if windows else []
         if method == "error":
             error = params.get("error") or {}
             variant, status = error_info(error)

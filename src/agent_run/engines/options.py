@@ -7,7 +7,7 @@ unknown key. Loading is fail-closed: extra keys are refused, values are strict.
 """
 
 import os
-from typing import Literal
+from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -56,6 +56,12 @@ def auth_file_too_open(file: str) -> str | None:
         return f"{path} is readable by group or others (mode {mode:o}): chmod 600 {path}"
     return None
 
+# --- capacity (docs/capacity.md): where a runtime's quota readings come from, and its weights
+LimitsSource = Literal["native", "codex_appserver", "command", "none"]
+Weight = Annotated[float, Field(gt=0, allow_inf_nan=False)]  # strict: a bool is refused
+AccountLabel = Annotated[str, Field(pattern=r"^[a-z0-9_-]{1,32}$")]
+LaneName = Annotated[str, Field(min_length=1, max_length=200)]
+# --- end capacity
 
 _LOOPBACK_HOSTS = ("localhost", "::1")
 # Variables a runtime's `env` may not set: agent-run owns them (homes, endpoints, credentials).
@@ -82,6 +88,19 @@ class RuntimeOptions(StrictModel):
     wall_seconds: float | None = Field(default=None, gt=0)
     retry_give_up_seconds: float = Field(default=120.0, gt=0,
                                          description="stop an engine that only retries for this long")
+    # --- capacity (docs/capacity.md)
+    limits_source: LimitsSource = "native"
+    priority_multiplier: Weight = 1.0
+    priority_account_multipliers: dict[AccountLabel, Weight] = Field(default_factory=dict)
+    priority_lane_multipliers: dict[LaneName, Weight] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _appserver_is_codex(self) -> "RuntimeOptions":
+        if self.limits_source == "codex_appserver" and self.engine != "codex":
+            raise PydanticCustomError(f"{FIELD_ERROR}limits_source",
+                                      "codex_appserver reads Codex's own limits: only for engine codex")
+        return self
+    # --- end capacity
 
     @model_validator(mode="after")
     def _default_model_is_offered(self) -> "RuntimeOptions":

@@ -13,6 +13,7 @@ from agent_run.engines.base import (
     Unparsed,
 )
 from agent_run.engines.plan import ExecutionPlan
+from agent_run.engines.quota import QuotaEvent, claude_windows
 
 
 def user_message(text: str) -> bytes:
@@ -82,6 +83,9 @@ def events_of(obj: dict[str, Any]) -> list[EngineEvent]:
             usage=obj.get("usage"),
             cost_usd=obj.get("total_cost_usd"),
         )]
+    if kind == "rate_limit_event":  # Claude Code's quota windows (docs/capacity.md)
+        windows = claude_windows(obj.get("rate_limit_info"))
+        return [QuotaEvent(windows)] if windows else []
     if kind == "control_response":
         response = obj.get("response") or {}
         return [ControlAck(str(response.get("request_id", "")), str(response.get("subtype", "")))]

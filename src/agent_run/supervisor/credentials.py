@@ -6,6 +6,7 @@ and launches the engine with `base_url` = the broker and the token as the value 
 variable. The real key stays in the supervisor. Engines without one (the demo) get the secret.
 """
 
+import json
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -13,6 +14,7 @@ from agent_run.domain.failures import FailureKind
 from agent_run.engines.environment import single_secret
 from agent_run.engines.options import HttpRuntimeOptions
 from agent_run.engines.plan import ExecutionPlan
+from agent_run.engines.quota import header_windows
 from agent_run.supervisor.eventlog import ExecutionLog
 from agent_run.supervisor.outcome import Outcome
 
@@ -38,6 +40,9 @@ class EngineCredentials:
             status, retry_after, detail = self.broker.signals.get_nowait()
             # A 429 is rate-limit evidence; other responses' rate-limit headers are usage.
             log.signal("rate_limited" if status == 429 else "usage", status, retry_after, detail)
+            windows = header_windows(json.loads(detail))  # capacity samples (docs/capacity.md)
+            if windows:
+                log.quota(windows)
         while not self.broker.upstream_failures.empty():
             log.event("upstream_unreachable", {"error": self.broker.upstream_failures.get_nowait()[:500]})
 

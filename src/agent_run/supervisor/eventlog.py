@@ -8,13 +8,16 @@ import time
 from pathlib import Path
 from typing import Any
 
+from agent_run.domain.capacity import ENGINE_VALIDITY_SECONDS
 from agent_run.domain.errors import StorageFull
 from agent_run.domain.states import ExecutionState
+from agent_run.engines.quota import QuotaWindow
 from agent_run.store import agents as agents_q
 from agent_run.store import commands as commands_q
 from agent_run.store.db import is_storage_full, storage_full, write
 from agent_run.store.events import append_event, append_message
 from agent_run.store.reports import append_signal
+from agent_run.store.samples import Sample, append_samples
 from agent_run.supervisor.storage import note
 
 FLUSH_INTERVAL_SECONDS = 0.05
@@ -68,6 +71,10 @@ class ExecutionLog:
     def signal(self, kind: str, status: int | None, retry_after: float | None, detail: str) -> None:
         """Rate-limit / quota evidence, kept as rows a capacity feature can read."""
         self._add("signal", (kind, status, retry_after, detail), len(detail))
+
+    def quota(self, windows: tuple[QuotaWindow, ...]) -> None:
+        """Quota windows the engine reported: capacity samples (and one `quota` event)."""
+        self._add("samples", (windows, time.time()), 64 * len(windows))
 
     def update(self, **fields: Any) -> None:
         """Set fields of the execution row, in order with the events around it."""
@@ -174,6 +181,15 @@ class ExecutionLog:
             os.close(self._raw_fd)
             self._raw_fd = None
 
+    def _write_samples(self, windows: tuple[QuotaWindow, ...], observed_at: float) -> None:
+        valid_until = observed_at + ENGINE_VALIDITY_SECONDS
+        append_samples(self.conn, [
+            Sample(self.runtime, None, w.lane, w.window, w.remaining_percent, w.reset_at, observed_at,
+                   valid_until, "native", self.execution_id) for w in windows], retention=None)
+        append_event(self.conn, agent_id=self.agent_id, execution_id=self.execution_id, kind="quota",
+                     data={"windows": [[w.lane, w.window, w.remaining_percent] for w in windows]},
+                     ts=observed_at)
+
     def write_rows(self, rows: list[tuple[str, Any]]) -> None:
         ids = {"agent_id": self.agent_id, "execution_id": self.execution_id}
         for what, fields in rows:
@@ -184,6 +200,8 @@ class ExecutionLog:
                 kind, status, retry_after, detail = fields
                 append_signal(self.conn, **ids, runtime=self.runtime, kind=kind, status=status,
                               retry_after=retry_after, detail=detail)
+            elif what == "samples":
+                self._write_samples(*fields)
             elif what == "message":
                 role, name, content, ts, is_error = fields
                 append_message(self.conn, **ids, role=role, name=name, content=content, ts=ts,

@@ -30,6 +30,7 @@ from agent_run.engines.base import (
     WorkerMcp,
 )
 from agent_run.engines.plan import load_plan
+from agent_run.engines.quota import QuotaEvent
 from agent_run.engines.registry import engine_spec
 from agent_run.home import Home
 from agent_run.store import agents as agents_q
@@ -274,6 +275,8 @@ class Supervisor:
             self.log.event("steer_joined", {"turns_outstanding": self.turns_outstanding})
         elif isinstance(event, EngineNote):
             self.log.event(event.kind, event.data)
+        elif isinstance(event, QuotaEvent):  # capacity samples (docs/capacity.md, "native")
+            self.log.quota(event.windows)
 
     def _on_completion(self, completion: Completion) -> None:
         self.completion = completion
