@@ -17,6 +17,8 @@ from agent_run.home import Home
 from agent_run.supervisor.secrets import resolve_secrets
 from tests.harness import TEST_CONFIG, DaemonProcess, cli, make_home, remove_home, short_tmpdir
 
+pytestmark = pytest.mark.engines  # runs the real engine CLIs (`--version`) from node_modules
+
 ENGINE_BIN = str(Path(__file__).resolve().parent.parent / "node_modules" / ".bin")
 BARE_PATH = os.pathsep.join([str(Path(sys.executable).parent), "/usr/bin", "/bin"])
 SECRET = "sk-doctor-never-printed-7f3a"

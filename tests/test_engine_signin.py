@@ -12,19 +12,21 @@ from pathlib import Path
 
 import pytest
 
-from tests.engine_harness import NODE_BIN, run_agent, wait_done
+from tests.engine_harness import node_bin, run_agent, wait_done
 from tests.harness import TEST_CONFIG, DaemonProcess, cli, db_rows, make_home, remove_home
 from tests.support.mock_provider import MockProvider, Text
 from tests.support.oauth_mitm import OAuthMitm
 
 # Token shapes no built-in key pattern redacts: only the sign-in's own list can.
+pytestmark = pytest.mark.engines  # the real engine CLIs from node_modules
+
 CODEX_KEY = "native-codex-key-7f3a9c21d04b"
 CLAUDE_ACCESS = "native-claude-access-5e8b2d71c9"
 CLAUDE_REFRESH = "native-claude-refresh-a41f06e2b3"
 
 
 def native_block(engine: str, base_url: str, folder: Path, model: str) -> str:
-    return (f'[runtimes.mine]\nengine = "{engine}"\nbinary = "{NODE_BIN / engine}"\n'
+    return (f'[runtimes.mine]\nengine = "{engine}"\nbinary = "{node_bin() / engine}"\n'
             f'models = ["{model}"]\ndefault_model = "{model}"\nallow_plain_http_loopback = true\n'
             f'base_url = "{base_url}"\nauth = {{ login = "native", dir = "{folder}" }}\n'
             'max_retries = 0\nrequest_timeout_seconds = 4.0\nstall_seconds = 30.0\n')
@@ -78,7 +80,7 @@ def test_codex_runs_on_the_auth_json_that_agent_run_login_wrote(provider, workdi
         # A write by the real CLI through the generated home (a refresh would go the same way:
         # temp file + rename) lands in the user's file, and the link stays a link.
         env = {"PATH": os.environ["PATH"], "HOME": str(link.parent.parent), "CODEX_HOME": str(link.parent)}
-        subprocess.run([str(NODE_BIN / "codex"), "login", "--with-api-key"], input="rotated-key-0042\n",
+        subprocess.run([str(node_bin() / "codex"), "login", "--with-api-key"], input="rotated-key-0042\n",
                        env=env, text=True, capture_output=True, check=True, timeout=60)
         assert link.is_symlink() and json.loads(real.read_text())["OPENAI_API_KEY"] == "rotated-key-0042"
     finally:
