@@ -280,7 +280,7 @@ class BatchScheduler:
         workflow, cfg = workflow_named(batch["workflow"]), json.loads(batch["config_json"])
         runs = await self.ctx.db(batches_q.runs, batch["id"])
         params = StartParams(task=run["prompt"], workdir=run["workdir"], runtime=cfg.get("runtime"),
-                             model=cfg.get("model"), profile=run["profile"],
+                             model=cfg.get("model"), account=cfg.get("account"), profile=run["profile"],
                              request_id=f"{run['id']}-a{action.attempt}", read_roots=workflow.read_roots(run, runs),
                              stall_seconds=cfg.get("stall_seconds"), wall_seconds=cfg.get("wall_seconds"))
         try:

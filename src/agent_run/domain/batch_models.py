@@ -29,6 +29,8 @@ class BatchStartParams(Params):
                                       description="where worktrees go (default: the repository's parent)")
     runtime: str | None = Field(default=None, min_length=1, max_length=200)
     model: str | None = Field(default=None, min_length=1, max_length=200)
+    account: str | None = Field(default=None, pattern=r"^[a-z0-9_-]{1,32}$",
+                                description="the runtime account every run uses (default: its default_account)")
     profile: Literal["read_only", "write"] = Field(default="write", description="of the workers / candidates")
     reviewers: int = Field(default=2, ge=1, le=10, description="ranked: reviewers per candidate")
     review_prompt: str | None = Field(default=None, min_length=1, max_length=100_000,

@@ -27,6 +27,9 @@ class StartParams(Params):
                                 description="a configured runtime; default from config")
     model: str | None = Field(default=None, min_length=1, max_length=200,
                               description="a model of the runtime; default: its default_model")
+    account: str | None = Field(default=None, pattern=r"^[a-z0-9_-]{1,32}$",
+                                description="an account of the runtime; default: its default_account, "
+                                            "else the runtime's own auth")
     profile: Literal["read_only", "write"] = Field(default="write", description="may the agent write files")
     request_id: str | None = Field(default=None, min_length=1, max_length=200,
                                    description="idempotency key: the same request returns the same agent")
