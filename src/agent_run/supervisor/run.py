@@ -97,7 +97,7 @@ class Supervisor:
         self.engine: Engine = self.engine_spec.factory()
         self.spec: LaunchSpec | None = None
         self.usage: dict[str, float] = {}
-        self.cost_usd = 0.0
+        self.cost_usd: float | None = None  # None until an engine reports a cost: never invented
 
     # -- start-up ---------------------------------------------------------------------------
 
@@ -282,7 +282,8 @@ class Supervisor:
         for key, value in (completion.usage or {}).items():
             if isinstance(value, (int, float)):
                 self.usage[key] = self.usage.get(key, 0) + value
-        self.cost_usd += completion.cost_usd or 0.0
+        if completion.cost_usd is not None:
+            self.cost_usd = (self.cost_usd or 0.0) + completion.cost_usd
         self.log.event("completion", {"is_error": completion.is_error, "subtype": completion.subtype,
                                       "error_status": completion.error_status,
                                       "chars": len(completion.text)})
@@ -423,7 +424,7 @@ class Supervisor:
         fields: dict[str, object] = {"verdict": outcome.verdict}
         if self.usage:
             fields["usage_json"] = json.dumps(self.usage)
-        if self.completions:
+        if self.cost_usd is not None:
             fields["cost_usd"] = self.cost_usd
         if outcome.state is not ExecutionState.SUCCEEDED:
             fields.update(failure_kind=outcome.failure.value if outcome.failure else None,
