@@ -43,6 +43,10 @@ class BatchStartParams(Params):
     request_id: str | None = Field(default=None, min_length=1, max_length=200)
     stall_seconds: float | None = Field(default=None, gt=0, le=86_400)
     wall_seconds: float | None = Field(default=None, gt=0, le=7 * 86_400)
+    max_tokens: int | None = Field(default=None, ge=1, le=10**12, description="the batch's cap on its runs' "
+                                   "reported tokens: at it no new run starts; no one agent may pass it")
+    max_cost_usd: float | None = Field(default=None, gt=0, le=1_000_000,
+                                       description="the same, on the cost its engines report")
 
 
 class BatchParams(Params):

@@ -39,6 +39,11 @@ class StartParams(Params):
                                         description="fail if the engine is silent this long")
     wall_seconds: float | None = Field(default=None, gt=0, le=7 * 86_400,
                                        description="fail if one execution runs longer than this")
+    max_tokens: int | None = Field(default=None, ge=1, le=10**12, description="stop the run (failed / "
+                                   "budget_exceeded) once its reported input + output tokens pass this")
+    max_cost_usd: float | None = Field(default=None, gt=0, le=1_000_000,
+                                       description="stop the run once the cost its engine reports passes "
+                                                   "this (an engine that reports none: no effect)")
 
 
 class AgentParams(Params):

@@ -36,7 +36,9 @@ class ExecutionView(View):
     answer_verified: bool | None = Field(default=None, description=ANSWER_VERIFIED)
     answer_checked_at: float | None = Field(default=None, description="when the sealed answer was last re-hashed")
     usage: dict[str, float] | None = None
-    cost_usd: float | None = None
+    cost_usd: float | None = Field(default=None, description="as the engine reported it; null when it reported none")
+    max_tokens: int | None = Field(default=None, description="its spend cap in tokens, if any")
+    max_cost_usd: float | None = Field(default=None, description="its spend cap in USD, if any")
 
 
 class AgentView(View):

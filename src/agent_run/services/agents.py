@@ -66,6 +66,7 @@ def execution_view(row: sqlite3.Row) -> ExecutionView:
         answer_sha256=row["answer_sha256"], answer_bytes=row["answer_bytes"],
         answer_verified=answer_verified(row), answer_checked_at=row["answer_checked_at"],
         usage=json.loads(row["usage_json"]) if row["usage_json"] else None, cost_usd=row["cost_usd"],
+        max_tokens=row["max_tokens"], max_cost_usd=row["max_cost_usd"],
     )
 
 
@@ -225,6 +226,7 @@ def admission_rows(ctx: ServiceContext, p: StartParams,
                  "runtime": runtime_name, "engine": runtime.engine, "model": model, "task": p.task,
                  "workdir": str(workdir), "profile": p.profile}
     return agent_row, {"id": execution_id, "kind": "start", "prompt": p.task, "account": account,
+                       "max_tokens": p.max_tokens, "max_cost_usd": p.max_cost_usd,
                        "plan": plan.model_dump(mode="json")}
 
 
@@ -337,6 +339,7 @@ async def resume(ctx: ServiceContext, p: ResumeParams) -> AgentView:
             plan = previous.model_copy(update={"execution_id": execution_id, "resume_session_id": session})
             agents_q.insert_execution(conn, agent_id=p.agent_id, execution={
                 "id": execution_id, "kind": "resume", "prompt": p.prompt, "account": latest["account"],
+                "max_tokens": latest["max_tokens"], "max_cost_usd": latest["max_cost_usd"],
                 "plan": plan.model_dump(mode="json")})
 
     ctx.starting.add(execution_id)

@@ -32,9 +32,10 @@ def insert_execution(conn: sqlite3.Connection, *, agent_id: str, execution: dict
     ).fetchone()[0]
     conn.execute(
         "INSERT INTO executions (id, agent_id, number, kind, prompt, state, plan_json, created_at,"
-        " updated_at, account) VALUES (?, ?, ?, ?, ?, 'created', ?, ?, ?, ?)",
+        " updated_at, account, max_tokens, max_cost_usd) VALUES (?, ?, ?, ?, ?, 'created', ?, ?, ?, ?, ?, ?)",
         (execution["id"], agent_id, number, execution["kind"], execution["prompt"],
-         json.dumps(execution["plan"]), now, now, execution.get("account")),
+         json.dumps(execution["plan"]), now, now, execution.get("account"), execution.get("max_tokens"),
+         execution.get("max_cost_usd")),
     )
     append_event(conn, agent_id=agent_id, execution_id=execution["id"], kind="state",
                  data={"state": "created", "number": number})

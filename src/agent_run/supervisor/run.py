@@ -36,6 +36,7 @@ from agent_run.store import agents as agents_q
 from agent_run.store import commands as commands_q
 from agent_run.store import reports as reports_q
 from agent_run.store.db import connect, is_storage_full, write
+from agent_run.supervisor.budget import Budget
 from agent_run.supervisor.credentials import EngineCredentials, engine_credentials
 from agent_run.supervisor.ending import Ending, EndWriter
 from agent_run.supervisor.engine_process import EngineProcess, Escalation
@@ -74,6 +75,7 @@ class Supervisor:
         self.execution_id = execution_id
         self.plan = load_plan(row["plan_json"])
         self.prompt: str = row["prompt"]  # the task, or a resume's prompt: stored once, on the row
+        self.budget = Budget.of_execution(row)  # spend caps, checked at each completion
         self.engine_spec = engine_spec(self.plan.engine)
         self.dir = home.execution_dir(self.plan.agent_id, execution_id)
         self.log = ExecutionLog(self.conn, self.plan.agent_id, execution_id, self.plan.runtime,
@@ -284,6 +286,9 @@ class Supervisor:
                 self.usage[key] = self.usage.get(key, 0) + value
         if completion.cost_usd is not None:
             self.cost_usd = (self.cost_usd or 0.0) + completion.cost_usd
+        over = self.budget.exceeded(self.usage, self.cost_usd)
+        if over is not None:
+            self._request_stop(self.engine, over, FailureKind.BUDGET_EXCEEDED)
         self.log.event("completion", {"is_error": completion.is_error, "subtype": completion.subtype,
                                       "error_status": completion.error_status,
                                       "chars": len(completion.text)})
