@@ -236,3 +236,17 @@ def test_usage_per_batch_totals_its_runs(keyed):
     assert (result["total"]["executions"], result["total"]["total_tokens"], result["total"]["cost_usd"]) == (
         2, 40, 0.25)
     assert os.environ.get("ART_WORK_KEY") is None  # the keys lived in the daemon only
+
+
+def test_the_web_ui_shows_each_runs_account(keyed, workdir):
+    from tests.web_harness import WebProcess
+
+    home, daemon = keyed
+    view = run(daemon, workdir, "answer: hi", account="personal")
+    web = WebProcess(home).start()
+    try:
+        client = web.client()
+        assert "account personal" in client.get(f"/agents/{view['id']}").text
+        assert "demo-1 · personal" in client.get("/").text
+    finally:
+        web.stop()
