@@ -78,7 +78,7 @@ def test_codex_account_signed_in_by_login_account_runs_on_its_own_folder(provide
 
         spare = run_agent(daemon, "cx", "Say hi.", workdir, account="spare")  # never signed in
         assert (spare["state"], spare["failure_kind"]) == ("failed", "auth_failed"), spare
-        assert "agent-run login cx" in spare["execution"]["failure_message"]
+        assert "agent-run login cx --account spare" in spare["execution"]["failure_message"]
     finally:
         daemon.stop()
         remove_home(home)
