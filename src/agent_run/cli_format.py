@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from agent_run.cli_accounts_format import RENDERERS as ACCOUNT_RENDERERS
 from agent_run.cli_batch import render_batch
 
 if TYPE_CHECKING:
@@ -58,10 +59,16 @@ def _s(value: Any) -> str:
     return str(getattr(value, "value", value))
 
 
+def _get(result: Any, name: str) -> Any:
+    """A field a result from an older daemon may lack."""
+    return getattr(result, name, None)
+
+
 def agent(a: "vw.AgentView") -> str:
     ex = a.execution
     lines = [f"{a.id}  {_s(a.state)}" + (f" ({_s(a.failure_kind)})" if a.failure_kind else ""),
-             f"  runtime {a.runtime} / {a.model}  profile {_s(a.profile)}  created {_ago(a.created_at)}",
+             f"  runtime {a.runtime} / {a.model}" + (f"  account {a.account}" if _get(a, "account") else "")
+             + f"  profile {_s(a.profile)}  created {_ago(a.created_at)}",
              f"  workdir {a.workdir}",
              f"  task    {a.task.splitlines()[0][:100] if a.task else ''}",
              f"  execution #{ex.number} {ex.id}  events {a.event_count}"]
@@ -190,6 +197,7 @@ RENDERERS: dict[str, Callable[[Any], str]] = {  # result model class name -> ren
     "BatchReview": batch_review, "BatchCleanResult": batch_clean, "DirListing": dir_listing,
     "DaemonStatus": daemon_status,
     "LimitsResult": limits, "CapacityOrderResult": capacity_order, "CollectResult": collect_result,
+    **ACCOUNT_RENDERERS,
 }
 
 

@@ -13,6 +13,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from agent_run import __version__
+from agent_run.domain import account_models as am
 from agent_run.domain import batch_models as bm
 from agent_run.domain import daemon_views as dv
 from agent_run.domain import requests as rq
@@ -201,6 +202,20 @@ TOOLS.update({t.name: t for t in (
          "permissions), each runtime's binary and --version, auth variables set (never values), "
          "native sign-in, base_url reachable, engine home writable; engine CLIs installed but "
          "not configured, with the block to enable them.", read_only=True),
+)})
+
+_U = "agent_run.services"
+TOOLS.update({t.name: t for t in (
+    Tool("accounts", am.AccountsParams, am.AccountsResult, f"{_U}.accounts:accounts",
+         "Each enabled runtime's accounts (its own auth, then `[runtimes.X.accounts.LABEL]`): which is "
+         "the default, whether it is signed in, and the display email the engine's sign-in file holds; "
+         "never a token. Sign in with `agent-run login RUNTIME --account LABEL`.", read_only=True),
+    Tool("models", am.ModelsParams, am.ModelsResult, f"{_U}.accounts:models",
+         "Each enabled runtime's configured models, default model and accounts. `start` refuses a "
+         "model not listed here.", read_only=True),
+    Tool("usage", am.UsageParams, am.UsageResult, f"{_U}.usage:usage",
+         "Tokens and cost grouped by runtime, account, model, day and/or batch, from what the engines "
+         "reported; cost is null where no engine reported one (never an invented price).", read_only=True),
 )})
 
 # Served on the socket only: protocol plumbing, not operations.

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from agent_run import git
+from agent_run.batches.budget import batch_caps
 from agent_run.batches.workflows import Evidence, RunSpec, Workflow, check_stage, workflow_named
 from agent_run.config import Config
 from agent_run.domain.batch_states import RUN_ACTIVE, BatchState, RunState
@@ -31,6 +32,7 @@ from agent_run.store import agents as agents_q
 from agent_run.store import batches as batches_q
 from agent_run.store import reports as reports_q
 from agent_run.store.db import write
+from agent_run.store.usage import batch_spend
 
 SETTINGS_KEY = "settings"  # in a batch's config_json: the daemon config it was created with
 
@@ -282,10 +284,15 @@ class BatchScheduler:
         batch = await self.ctx.db(batches_q.get_batch, run["batch_id"])
         workflow, cfg = workflow_named(batch["workflow"]), json.loads(batch["config_json"])
         runs = await self.ctx.db(batches_q.runs, batch["id"])
+        at_cap, caps = batch_caps(cfg, *await self.ctx.db(batch_spend, batch["id"]))
+        if at_cap is not None:  # the batch's spend cap: no new run
+            await self.ctx.db(write_run_if, run["id"], RunState.RUNNING, action.attempt, state=RunState.FAILED,
+                              failure=at_cap)
+            return
         params = StartParams(task=run["prompt"], workdir=run["workdir"], runtime=cfg.get("runtime"),
-                             model=cfg.get("model"), profile=run["profile"],
+                             model=cfg.get("model"), account=cfg.get("account"), profile=run["profile"],
                              request_id=f"{run['id']}-a{action.attempt}", read_roots=workflow.read_roots(run, runs),
-                             stall_seconds=cfg.get("stall_seconds"), wall_seconds=cfg.get("wall_seconds"))
+                             stall_seconds=cfg.get("stall_seconds"), wall_seconds=cfg.get("wall_seconds"), **caps)
         settings = Config.model_validate(cfg[SETTINGS_KEY]) if SETTINGS_KEY in cfg else None
         try:
             agent = await agent_service.start(self.ctx, params, worker_tools=workflow.worker_tools(run["stage"]),

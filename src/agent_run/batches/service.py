@@ -30,6 +30,7 @@ from agent_run.domain.errors import (
 )
 from agent_run.domain.ids import new_id
 from agent_run.domain.requests import CancelParams, ResumeParams
+from agent_run.engines.accounts import choose_account
 from agent_run.services import agents as agent_service
 from agent_run.services.context import ServiceContext
 from agent_run.store import batches as batches_q
@@ -59,7 +60,8 @@ def _locate(p: bm.BatchStartParams) -> tuple[git.Project, str, Path]:
 async def batch_start(ctx: ServiceContext, p: bm.BatchStartParams) -> bm.BatchView:
     # Everything that can be wrong is checked before a row, a branch or a folder exists.
     ctx.refresh_config()
-    agent_service.resolve_runtime(ctx, p)
+    runtime_name, runtime, _model = agent_service.resolve_runtime(ctx, p)
+    choose_account(runtime, runtime_name, p.account)
     project, base_sha, worktree_root = await asyncio.to_thread(_locate, p)
     config = p.model_dump(exclude={"request_id"})
     request_hash = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()

@@ -29,6 +29,8 @@ class BatchStartParams(Params):
                                       description="where worktrees go (default: the repository's parent)")
     runtime: str | None = Field(default=None, min_length=1, max_length=200)
     model: str | None = Field(default=None, min_length=1, max_length=200)
+    account: str | None = Field(default=None, pattern=r"^[a-z0-9_-]{1,32}$",
+                                description="the runtime account every run uses (default: its default_account)")
     profile: Literal["read_only", "write"] = Field(default="write", description="of the workers / candidates")
     reviewers: int = Field(default=2, ge=1, le=10, description="ranked: reviewers per candidate")
     review_prompt: str | None = Field(default=None, min_length=1, max_length=100_000,
@@ -41,6 +43,10 @@ class BatchStartParams(Params):
     request_id: str | None = Field(default=None, min_length=1, max_length=200)
     stall_seconds: float | None = Field(default=None, gt=0, le=86_400)
     wall_seconds: float | None = Field(default=None, gt=0, le=7 * 86_400)
+    max_tokens: int | None = Field(default=None, ge=1, le=10**12, description="the batch's cap on its runs' "
+                                   "reported tokens: at it no new run starts; no one agent may pass it")
+    max_cost_usd: float | None = Field(default=None, gt=0, le=1_000_000,
+                                       description="the same, on the cost its engines report")
 
 
 class BatchParams(Params):

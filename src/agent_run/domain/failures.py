@@ -23,6 +23,7 @@ class FailureKind(StrEnum):
     SUPERVISOR_FAILED = "supervisor_failed"
     SUPERVISOR_LOST = "supervisor_lost"
     STORAGE_FULL = "storage_full"
+    BUDGET_EXCEEDED = "budget_exceeded"
 
     @property
     def advice(self) -> str:
@@ -60,4 +61,6 @@ FAILURE_ADVICE: dict[FailureKind, str] = {
     FailureKind.STORAGE_FULL: "The disk holding the home stayed full longer than the supervisor could hold the "
                               "run's events in memory: free space (df on the home), then resume or start the "
                               "agent again.",
+    FailureKind.BUDGET_EXCEEDED: "The run's reported usage passed its max_tokens or max_cost_usd: raise the cap "
+                                 "or split the task (see `agent-run usage`).",
 }

@@ -27,6 +27,9 @@ class StartParams(Params):
                                 description="a configured runtime; default from config")
     model: str | None = Field(default=None, min_length=1, max_length=200,
                               description="a model of the runtime; default: its default_model")
+    account: str | None = Field(default=None, pattern=r"^[a-z0-9_-]{1,32}$",
+                                description="an account of the runtime; default: its default_account, "
+                                            "else the runtime's own auth")
     profile: Literal["read_only", "write"] = Field(default="write", description="may the agent write files")
     request_id: str | None = Field(default=None, min_length=1, max_length=200,
                                    description="idempotency key: the same request returns the same agent")
@@ -36,6 +39,11 @@ class StartParams(Params):
                                         description="fail if the engine is silent this long")
     wall_seconds: float | None = Field(default=None, gt=0, le=7 * 86_400,
                                        description="fail if one execution runs longer than this")
+    max_tokens: int | None = Field(default=None, ge=1, le=10**12, description="stop the run (failed / "
+                                   "budget_exceeded) once its reported input + output tokens pass this")
+    max_cost_usd: float | None = Field(default=None, gt=0, le=1_000_000,
+                                       description="stop the run once the cost its engine reports passes "
+                                                   "this (an engine that reports none: no effect)")
 
 
 class AgentParams(Params):

@@ -19,6 +19,8 @@ class ExecutionView(View):
     id: str
     number: int = Field(description="1 for the first run, then one more per resume / follow-up")
     kind: Literal["start", "resume", "followup"]
+    account: str | None = Field(default=None,
+                                description="the runtime account it runs on; null: the runtime's own auth")
     state: ExecutionState
     failure_kind: FailureKind | None = None
     failure_advice: str | None = None
@@ -34,7 +36,9 @@ class ExecutionView(View):
     answer_verified: bool | None = Field(default=None, description=ANSWER_VERIFIED)
     answer_checked_at: float | None = Field(default=None, description="when the sealed answer was last re-hashed")
     usage: dict[str, float] | None = None
-    cost_usd: float | None = None
+    cost_usd: float | None = Field(default=None, description="as the engine reported it; null when it reported none")
+    max_tokens: int | None = Field(default=None, description="its spend cap in tokens, if any")
+    max_cost_usd: float | None = Field(default=None, description="its spend cap in USD, if any")
 
 
 class AgentView(View):
@@ -43,6 +47,7 @@ class AgentView(View):
     runtime: str
     engine: str
     model: str
+    account: str | None = Field(default=None, description="the latest execution's account")
     task: str
     workdir: str
     profile: Literal["read_only", "write"]
@@ -62,6 +67,7 @@ class AgentSummary(View):
     request_id: str | None = Field(default=None, description="a batch run's agent has `<run id>-a<attempt>`")
     runtime: str
     model: str
+    account: str | None = None
     state: ExecutionState
     failure_kind: FailureKind | None = None
     task_preview: str

@@ -26,6 +26,8 @@ order, and exits at end of input. The task text chooses the behaviour, one direc
     tasks: auto | broken    answer with the JSON tasks a generator must return ("exactly N tasks")
     verdict: auto           finish with a validator verdict over the "- worker N: PATH" lines
     require: PATH           fail (an error reply) unless PATH exists in the working folder
+    cost: USD | none        the turn's reported cost (default 0.0); none: report no cost
+    tokens: N               the turn's reported input and output tokens (N each)
 
 Sessions are kept in $HOME/.demo-sessions/ID.jsonl: `--session-id ID` starts one,
 `--resume ID` continues one with its history. `--profile read_only|write` (default write) is the
@@ -76,6 +78,8 @@ class Directives:
     tasks: str | None = None
     verdict: bool = False
     require: str | None = None
+    cost: float | None = 0.0
+    tokens: int | None = None
 
 
 def parse_directives(task: str) -> Directives:
@@ -122,6 +126,10 @@ def parse_directives(task: str) -> Directives:
             d.verdict = True
         elif key == "require":
             d.require = value
+        elif key == "cost":
+            d.cost = None if value.lower() == "none" else float(value)
+        elif key == "tokens":
+            d.tokens = int(value)
     return d
 
 
@@ -188,6 +196,7 @@ class DemoEngine:
         self.interrupt = threading.Event()
         self.turns = 0
         self.write_lock = threading.Lock()
+        self.reported = Directives()  # this turn's cost and tokens (its `result` line)
 
     def emit(self, obj: dict[str, Any]) -> None:
         with self.write_lock:
@@ -220,15 +229,21 @@ class DemoEngine:
 
     def result(self, text: str, *, is_error: bool = False, subtype: str = "success",
                status: int | None = None, started: float) -> None:
-        self.emit({"type": "result", "subtype": subtype, "is_error": is_error, "result": text,
-                   "api_error_status": status, "num_turns": self.turns, "session_id": self.session_id,
-                   "duration_ms": int((time.time() - started) * 1000), "total_cost_usd": 0.0,
-                   "usage": {"input_tokens": len(text.split()) + 10, "output_tokens": len(text.split())}})
+        tokens = self.reported.tokens
+        line: dict[str, Any] = {
+            "type": "result", "subtype": subtype, "is_error": is_error, "result": text,
+            "api_error_status": status, "num_turns": self.turns, "session_id": self.session_id,
+            "duration_ms": int((time.time() - started) * 1000),
+            "usage": {"input_tokens": len(text.split()) + 10 if tokens is None else tokens,
+                      "output_tokens": len(text.split()) if tokens is None else tokens}}
+        if self.reported.cost is not None:
+            line["total_cost_usd"] = self.reported.cost
+        self.emit(line)
 
     def run_turn(self, task: str) -> None:
         started = time.time()
         self.turns += 1
-        d = parse_directives(task)
+        d = self.reported = parse_directives(task)
         try:
             self.wait(d.sleep)
             if d.require is not None and not os.path.exists(d.require):

@@ -7,6 +7,7 @@ unknown key. Loading is fail-closed: extra keys are refused, values are strict.
 """
 
 import os
+import re
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
@@ -62,6 +63,15 @@ Weight = Annotated[float, Field(gt=0, allow_inf_nan=False)]  # strict: a bool is
 AccountLabel = Annotated[str, Field(pattern=r"^[a-z0-9_-]{1,32}$")]
 LaneName = Annotated[str, Field(min_length=1, max_length=200)]
 # --- end capacity
+ACCOUNT_LABEL = r"^[a-z0-9_-]{1,32}$"
+
+
+class AccountConfig(StrictModel):
+    """One account of a runtime (`[runtimes.NAME.accounts.LABEL]`): its own credential. A native
+    sign-in without `dir` lives in `<home>/accounts/<runtime>/<label>/` (engines/accounts.py)."""
+
+    auth: AuthConfig
+
 
 _LOOPBACK_HOSTS = ("localhost", "::1")
 # Variables a runtime's `env` may not set: agent-run owns them (homes, endpoints, credentials).
@@ -83,6 +93,9 @@ class RuntimeOptions(StrictModel):
     models: list[str] = Field(default_factory=list)
     default_model: str | None = None
     auth: AuthConfig | None = None
+    accounts: dict[str, AccountConfig] = Field(default_factory=dict,
+                                               description="named accounts, each with its own `auth`")
+    default_account: str | None = Field(default=None, description="the account a run uses when it names none")
     env: dict[str, str] = Field(default_factory=dict)
     stall_seconds: float | None = Field(default=None, gt=0)
     wall_seconds: float | None = Field(default=None, gt=0)
@@ -115,6 +128,22 @@ class RuntimeOptions(StrictModel):
             refusal = native_login_refusal(self.engine)
             if refusal is not None:
                 raise PydanticCustomError(f"{FIELD_ERROR}auth.login", refusal)
+        return self
+
+    @model_validator(mode="after")
+    def _accounts_are_labelled(self) -> "RuntimeOptions":
+        for label, account in self.accounts.items():
+            if not re.match(ACCOUNT_LABEL, label):
+                raise PydanticCustomError(f"{FIELD_ERROR}accounts.{label}",
+                                          "an account label is 1-32 of a-z, 0-9, `_` and `-`")
+            if account.auth.login is not None:
+                refusal = native_login_refusal(self.engine)
+                if refusal is not None:
+                    raise PydanticCustomError(f"{FIELD_ERROR}accounts.{label}.auth.login", refusal)
+        if self.default_account is not None and self.default_account not in self.accounts:
+            raise PydanticCustomError(f"{FIELD_ERROR}default_account",
+                                      "default_account must be one of `accounts`: "
+                                      + (", ".join(sorted(self.accounts)) or "none is configured"))
         return self
 
     @field_validator("env")

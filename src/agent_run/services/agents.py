@@ -34,6 +34,7 @@ from agent_run.domain.views import (
     TranscriptPage,
     WaitResult,
 )
+from agent_run.engines.accounts import choose_account, options_for_account
 from agent_run.engines.plan import ExecutionPlan, PlanInvalid, load_plan
 from agent_run.services.context import ServiceContext
 from agent_run.services.integrity import answer_verified, verified_answer
@@ -57,13 +58,15 @@ def latest_execution_or_raise(conn: sqlite3.Connection, agent_id: str) -> sqlite
 def execution_view(row: sqlite3.Row) -> ExecutionView:
     kind = FailureKind(row["failure_kind"]) if row["failure_kind"] else None
     return ExecutionView(
-        id=row["id"], number=row["number"], kind=row["kind"], state=row["state"], failure_kind=kind,
+        id=row["id"], number=row["number"], kind=row["kind"], account=row["account"], state=row["state"],
+        failure_kind=kind,
         failure_advice=kind.advice if kind else None, failure_message=row["failure_message"],
         created_at=row["created_at"], started_at=row["started_at"], ended_at=row["ended_at"],
         exit_code=row["exit_code"], verdict=row["verdict"], engine_session_id=row["engine_session_id"],
         answer_sha256=row["answer_sha256"], answer_bytes=row["answer_bytes"],
         answer_verified=answer_verified(row), answer_checked_at=row["answer_checked_at"],
         usage=json.loads(row["usage_json"]) if row["usage_json"] else None, cost_usd=row["cost_usd"],
+        max_tokens=row["max_tokens"], max_cost_usd=row["max_cost_usd"],
     )
 
 
@@ -86,7 +89,8 @@ def agent_view_in(conn: sqlite3.Connection, agent_id: str) -> AgentView:
     last = events_q.last_message(conn, agent_id)
     return AgentView(
         id=agent["id"], request_id=agent["request_id"], runtime=agent["runtime"],
-        engine=agent["engine"], model=agent["model"], task=agent["task"], workdir=agent["workdir"],
+        engine=agent["engine"], model=agent["model"], account=execution["account"], task=agent["task"],
+        workdir=agent["workdir"],
         profile=agent["profile"], created_at=agent["created_at"], state=execution["state"],
         failure_kind=execution["failure_kind"], verdict=execution["verdict"],
         answer_verified=answer_verified(execution), execution=execution_view(execution),
@@ -112,7 +116,7 @@ async def list_agents(ctx: ServiceContext, p: ListAgentsParams) -> AgentList:
                                            runtime=p.runtime, after_revision=p.after_revision,
                                            limit=p.limit, offset=p.offset)
         items = [AgentSummary(id=r["id"], request_id=r["request_id"], runtime=r["runtime"], model=r["model"],
-                              state=r["state"], failure_kind=r["failure_kind"],
+                              account=r["account"], state=r["state"], failure_kind=r["failure_kind"],
                               task_preview=r["task"].strip().splitlines()[0][:120] if r["task"].strip() else "",
                               created_at=r["created_at"], updated_at=r["updated_at"],
                               answer_sha256=r["answer_sha256"], answer_verified=answer_verified(r),
@@ -197,6 +201,7 @@ def admission_rows(ctx: ServiceContext, p: StartParams, worker_tools: list[str] 
     """The agent row and its first execution (with its plan) for a validated start request."""
     config = config or ctx.config
     runtime_name, runtime, model = resolve_runtime(ctx, p, config)
+    account = choose_account(runtime, runtime_name, p.account)
     workdir = Path(p.workdir).expanduser()
     if not workdir.is_absolute():
         raise errors.InvalidRequest("workdir must be an absolute path", field="workdir")
@@ -207,7 +212,8 @@ def admission_rows(ctx: ServiceContext, p: StartParams, worker_tools: list[str] 
     supervisor = config.supervisor
     plan = ExecutionPlan(
         agent_id=agent_id, execution_id=execution_id, runtime=runtime_name, engine=runtime.engine,
-        model=model, workdir=str(workdir), profile=p.profile, runtime_config=runtime,
+        model=model, workdir=str(workdir), profile=p.profile,
+        runtime_config=options_for_account(runtime, runtime_name, account, ctx.home.root),
         stall_seconds=p.stall_seconds or runtime.stall_seconds or supervisor.stall_seconds,
         wall_seconds=p.wall_seconds or runtime.wall_seconds or supervisor.wall_seconds,
         cancel_grace_seconds=supervisor.cancel_grace_seconds,
@@ -223,7 +229,9 @@ def admission_rows(ctx: ServiceContext, p: StartParams, worker_tools: list[str] 
                  "request_hash": _request_hash(p, runtime_name, model, str(workdir)),
                  "runtime": runtime_name, "engine": runtime.engine, "model": model, "task": p.task,
                  "workdir": str(workdir), "profile": p.profile}
-    return agent_row, {"id": execution_id, "kind": "start", "prompt": p.task, "plan": plan.model_dump(mode="json")}
+    return agent_row, {"id": execution_id, "kind": "start", "prompt": p.task, "account": account,
+                       "max_tokens": p.max_tokens, "max_cost_usd": p.max_cost_usd,
+                       "plan": plan.model_dump(mode="json")}
 
 
 async def start(ctx: ServiceContext, p: StartParams, *, worker_tools: list[str] | None = None,
@@ -338,7 +346,9 @@ async def resume(ctx: ServiceContext, p: ResumeParams) -> AgentView:
                                           field="agent_id") from None
             plan = previous.model_copy(update={"execution_id": execution_id, "resume_session_id": session})
             agents_q.insert_execution(conn, agent_id=p.agent_id, execution={
-                "id": execution_id, "kind": "resume", "prompt": p.prompt, "plan": plan.model_dump(mode="json")})
+                "id": execution_id, "kind": "resume", "prompt": p.prompt, "account": latest["account"],
+                "max_tokens": latest["max_tokens"], "max_cost_usd": latest["max_cost_usd"],
+                "plan": plan.model_dump(mode="json")})
 
     ctx.starting.add(execution_id)
     try:

@@ -32,9 +32,10 @@ def insert_execution(conn: sqlite3.Connection, *, agent_id: str, execution: dict
     ).fetchone()[0]
     conn.execute(
         "INSERT INTO executions (id, agent_id, number, kind, prompt, state, plan_json, created_at,"
-        " updated_at) VALUES (?, ?, ?, ?, ?, 'created', ?, ?, ?)",
+        " updated_at, account, max_tokens, max_cost_usd) VALUES (?, ?, ?, ?, ?, 'created', ?, ?, ?, ?, ?, ?)",
         (execution["id"], agent_id, number, execution["kind"], execution["prompt"],
-         json.dumps(execution["plan"]), now, now),
+         json.dumps(execution["plan"]), now, now, execution.get("account"), execution.get("max_tokens"),
+         execution.get("max_cost_usd")),
     )
     append_event(conn, agent_id=agent_id, execution_id=execution["id"], kind="state",
                  data={"state": "created", "number": number})
@@ -87,7 +88,7 @@ def list_agents(conn: sqlite3.Connection, *, states: list[str] | None, runtime: 
     total = conn.execute(f"SELECT count(*) {_LIST_BASE}{clause}", params).fetchone()[0]
     rows = conn.execute(
         f"SELECT a.*, e.id AS execution_id, e.state, e.failure_kind, e.number, e.updated_at,"
-        f" e.answer_sha256, e.integrity_failed_at, e.ended_at, e.verdict {_LIST_BASE}{clause}"
+        f" e.answer_sha256, e.integrity_failed_at, e.ended_at, e.verdict, e.account {_LIST_BASE}{clause}"
         f" ORDER BY a.created_at DESC, a.id DESC LIMIT ? OFFSET ?",
         [*params, limit, offset],
     ).fetchall()

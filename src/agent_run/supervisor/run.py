@@ -37,6 +37,7 @@ from agent_run.store import agents as agents_q
 from agent_run.store import commands as commands_q
 from agent_run.store import reports as reports_q
 from agent_run.store.db import connect, is_storage_full, write
+from agent_run.supervisor.budget import Budget
 from agent_run.supervisor.credentials import EngineCredentials, engine_credentials
 from agent_run.supervisor.ending import Ending, EndWriter
 from agent_run.supervisor.engine_process import EngineProcess, Escalation
@@ -75,6 +76,7 @@ class Supervisor:
         self.execution_id = execution_id
         self.plan = load_plan(row["plan_json"])
         self.prompt: str = row["prompt"]  # the task, or a resume's prompt: stored once, on the row
+        self.budget = Budget.of_execution(row)  # spend caps, checked at each completion
         self.engine_spec = engine_spec(self.plan.engine)
         self.dir = home.execution_dir(self.plan.agent_id, execution_id)
         self.log = ExecutionLog(self.conn, self.plan.agent_id, execution_id, self.plan.runtime,
@@ -98,7 +100,7 @@ class Supervisor:
         self.engine: Engine = self.engine_spec.factory()
         self.spec: LaunchSpec | None = None
         self.usage: dict[str, float] = {}
-        self.cost_usd = 0.0
+        self.cost_usd: float | None = None  # None until an engine reports a cost: never invented
 
     # -- start-up ---------------------------------------------------------------------------
 
@@ -285,7 +287,11 @@ class Supervisor:
         for key, value in (completion.usage or {}).items():
             if isinstance(value, (int, float)):
                 self.usage[key] = self.usage.get(key, 0) + value
-        self.cost_usd += completion.cost_usd or 0.0
+        if completion.cost_usd is not None:
+            self.cost_usd = (self.cost_usd or 0.0) + completion.cost_usd
+        over = self.budget.exceeded(self.usage, self.cost_usd)
+        if over is not None:
+            self._request_stop(self.engine, over, FailureKind.BUDGET_EXCEEDED)
         self.log.event("completion", {"is_error": completion.is_error, "subtype": completion.subtype,
                                       "error_status": completion.error_status,
                                       "chars": len(completion.text)})
@@ -426,7 +432,7 @@ class Supervisor:
         fields: dict[str, object] = {"verdict": outcome.verdict}
         if self.usage:
             fields["usage_json"] = json.dumps(self.usage)
-        if self.completions:
+        if self.cost_usd is not None:
             fields["cost_usd"] = self.cost_usd
         if outcome.state is not ExecutionState.SUCCEEDED:
             fields.update(failure_kind=outcome.failure.value if outcome.failure else None,

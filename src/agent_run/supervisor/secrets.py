@@ -55,8 +55,9 @@ def secret_payload(conn: sqlite3.Connection, execution_id: str) -> bytes:
     row = agents_q.get_execution(conn, execution_id)
     plan = json.loads(row["plan_json"]) if row else {}
     auth = plan.get("runtime_config", {}).get("auth") if row else None
-    if is_native(auth):
-        return json.dumps(native_login_payload(plan["engine"], auth, plan["runtime"])).encode() + b"\n"
+    if is_native(auth):  # the advice names the account's sign-in: `login RUNTIME --account LABEL`
+        target = plan["runtime"] + (f" --account {row['account']}" if row["account"] else "")
+        return json.dumps(native_login_payload(plan["engine"], auth, target)).encode() + b"\n"
     try:
         payload: dict[str, Any] = {"secrets": resolve_secrets(auth)}
     except ValueError as exc:
