@@ -51,6 +51,7 @@ TERMINAL = {"succeeded", "failed", "cancelled", "lost"}
 
 # -- statistics ---------------------------------------------------------------------------------
 
+
 def percentile(values: Sequence[float], q: float) -> float:
     """Linear-interpolated percentile (q in 0..100), like numpy's default."""
     if not values:
@@ -64,9 +65,14 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 
 def summary(values: Sequence[float]) -> dict[str, float]:
-    return {"n": len(values), "p50": percentile(values, 50), "p95": percentile(values, 95),
-            "min": min(values) if values else math.nan, "max": max(values) if values else math.nan,
-            "mean": sum(values) / len(values) if values else math.nan}
+    return {
+        "n": len(values),
+        "p50": percentile(values, 50),
+        "p95": percentile(values, 95),
+        "min": min(values) if values else math.nan,
+        "max": max(values) if values else math.nan,
+        "mean": sum(values) / len(values) if values else math.nan,
+    }
 
 
 def ratio(a: float, b: float) -> float:
@@ -74,6 +80,7 @@ def ratio(a: float, b: float) -> float:
 
 
 # -- output ---------------------------------------------------------------------------------------
+
 
 def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
     def fmt(v: Any) -> str:
@@ -95,20 +102,29 @@ def source_state() -> dict[str, Any]:
 
     def git(*args: str) -> str:
         try:
-            return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True,
-                                  timeout=10).stdout.strip()
+            return subprocess.run(
+                ["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=10
+            ).stdout.strip()
         except (OSError, subprocess.SubprocessError):
             return ""
 
-    return {"commit": git("rev-parse", "HEAD"),
-            "src_changes": git("status", "--short", "--", "src").splitlines()}
+    return {
+        "commit": git("rev-parse", "HEAD"),
+        "src_changes": git("status", "--short", "--", "src").splitlines(),
+    }
 
 
 def machine_info() -> dict[str, Any]:
     load = os.getloadavg()
-    return {"source": source_state(), "python": sys.version.split()[0], "executable": sys.executable,
-            "platform": platform.platform(), "cpus": os.cpu_count(), "loadavg_at_start": load,
-            "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    return {
+        "source": source_state(),
+        "python": sys.version.split()[0],
+        "executable": sys.executable,
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "loadavg_at_start": load,
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
 
 
 def write_results(name: str, data: dict[str, Any]) -> Path:
@@ -120,6 +136,7 @@ def write_results(name: str, data: dict[str, Any]) -> Path:
 
 # -- environment ------------------------------------------------------------------------------------
 
+
 class _Terminated(Exception):
     pass
 
@@ -129,8 +146,10 @@ def _raise_terminated(signum: int, _frame: object) -> None:
 
 
 @contextlib.contextmanager
-def daemon_env(config: str = BENCH_CONFIG, env: dict[str, str] | None = None,
-               ) -> Iterator[tuple[Any, DaemonProcess, Path]]:
+def daemon_env(
+    config: str = BENCH_CONFIG,
+    env: dict[str, str] | None = None,
+) -> Iterator[tuple[Any, DaemonProcess, Path]]:
     """(home, daemon, workdir): a real daemon in a fresh temp home; everything torn down after.
 
     Cleanup runs on normal exit, on exceptions, on Ctrl-C and on SIGTERM: every supervisor and
@@ -179,7 +198,9 @@ def ref_tree(commit: str | None) -> Iterator[dict[str, str] | None]:
         return
     tmp = tempfile.mkdtemp(prefix="arref-")
     try:
-        archive = subprocess.run(["git", "archive", commit, "src"], cwd=ROOT, capture_output=True, check=True)
+        archive = subprocess.run(
+            ["git", "archive", commit, "src"], cwd=ROOT, capture_output=True, check=True
+        )
         subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, check=True)
         yield {"PYTHONPATH": os.path.join(tmp, "src")}
     finally:
@@ -198,7 +219,9 @@ def memory_mib(pid: int) -> tuple[float, float] | None:
     return rss / 1024, pss / 1024
 
 
-def wait_all_terminal(home: Any, agent_ids: Sequence[str], timeout: float = 120.0) -> dict[str, str]:
+def wait_all_terminal(
+    home: Any, agent_ids: Sequence[str], timeout: float = 120.0
+) -> dict[str, str]:
     """Poll the database (not the daemon) until every agent's latest execution is terminal."""
     wanted = set(agent_ids)
 
@@ -213,8 +236,24 @@ def wait_all_terminal(home: Any, agent_ids: Sequence[str], timeout: float = 120.
 
 
 __all__ = [
-    "BENCH_CONFIG", "DaemonProcess", "ROOT", "TERMINAL", "daemon_env", "db_rows", "kill_leftovers",
-    "machine_info", "make_home", "memory_mib", "pycache_env", "ref_tree", "print_table", "ratio", "remove_home",
+    "BENCH_CONFIG",
+    "DaemonProcess",
+    "ROOT",
+    "TERMINAL",
+    "daemon_env",
+    "db_rows",
+    "kill_leftovers",
+    "machine_info",
+    "make_home",
+    "memory_mib",
+    "pycache_env",
+    "ref_tree",
+    "print_table",
+    "ratio",
+    "remove_home",
     "summary",
-    "wait_all_terminal", "wait_for", "write_results", "percentile",
+    "wait_all_terminal",
+    "wait_for",
+    "write_results",
+    "percentile",
 ]

@@ -17,13 +17,22 @@ from agent_run.supervisor.broker import CredentialBroker
 from tests.support.mock_provider import MockProvider, Text
 
 ROUNDS = 100
-BODY = json.dumps({"model": "m", "max_tokens": 100, "stream": True, "tools": [{"name": "Bash"}],
-                   "messages": [{"role": "user", "content": "x" * 90_000}]})
+BODY = json.dumps(
+    {
+        "model": "m",
+        "max_tokens": 100,
+        "stream": True,
+        "tools": [{"name": "Bash"}],
+        "messages": [{"role": "user", "content": "x" * 90_000}],
+    }
+)
 
 
 def one(conn: http.client.HTTPConnection, headers: dict[str, str]) -> tuple[float, float]:
     started = time.perf_counter()
-    conn.request("POST", "/v1/messages", body=BODY, headers={"Content-Type": "application/json", **headers})
+    conn.request(
+        "POST", "/v1/messages", body=BODY, headers={"Content-Type": "application/json", **headers}
+    )
     response = conn.getresponse()
     response.read1(65536)
     first = time.perf_counter() - started
@@ -32,8 +41,12 @@ def one(conn: http.client.HTTPConnection, headers: dict[str, str]) -> tuple[floa
 
 
 def main() -> int:
-    samples: dict[str, list[float]] = {"direct_first": [], "direct_end": [], "broker_first": [],
-                                       "broker_end": []}
+    samples: dict[str, list[float]] = {
+        "direct_first": [],
+        "direct_end": [],
+        "broker_first": [],
+        "broker_end": [],
+    }
     info = machine_info()
     with MockProvider() as provider:
         provider.add(Text("hello world " * 40, times=None))
@@ -44,18 +57,32 @@ def main() -> int:
             conn.connect()
             conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         for _ in range(ROUNDS):
-            for name, conn, headers in (("direct", direct, {"x-api-key": "bench-key"}),
-                                        ("broker", brokered, {"x-api-key": broker.token})):
+            for name, conn, headers in (
+                ("direct", direct, {"x-api-key": "bench-key"}),
+                ("broker", brokered, {"x-api-key": broker.token}),
+            ):
                 first, end = one(conn, headers)
                 samples[f"{name}_first"].append(first * 1000)
                 samples[f"{name}_end"].append(end * 1000)
         broker.close()
     stats = {name: summary(values) for name, values in samples.items()}
-    rows = [[what, stats[f"direct_{what}"]["p50"], stats[f"broker_{what}"]["p50"],
-             ratio(stats[f"broker_{what}"]["p50"], stats[f"direct_{what}"]["p50"]),
-             stats[f"direct_{what}"]["p95"], stats[f"broker_{what}"]["p95"]] for what in ("first", "end")]
-    print_table(["ms to", "direct p50", "broker p50", "ratio p50", "direct p95", "broker p95"], rows)
-    path = write_results("broker", {"machine": info, "rounds": ROUNDS, "summary": stats, "samples": samples})
+    rows = [
+        [
+            what,
+            stats[f"direct_{what}"]["p50"],
+            stats[f"broker_{what}"]["p50"],
+            ratio(stats[f"broker_{what}"]["p50"], stats[f"direct_{what}"]["p50"]),
+            stats[f"direct_{what}"]["p95"],
+            stats[f"broker_{what}"]["p95"],
+        ]
+        for what in ("first", "end")
+    ]
+    print_table(
+        ["ms to", "direct p50", "broker p50", "ratio p50", "direct p95", "broker p95"], rows
+    )
+    path = write_results(
+        "broker", {"machine": info, "rounds": ROUNDS, "summary": stats, "samples": samples}
+    )
     print(f"wrote {path}")
     return 0
 

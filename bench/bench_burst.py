@@ -87,7 +87,9 @@ def by_method(samples: list[tuple[float, str, float]]) -> dict[str, list[float]]
 
 async def burst(socket_path: str, n: int, connections: int, workdir: str) -> dict[str, Any]:
     """Send n starts at once over `connections` connections; latency of each reply."""
-    conns = [await asyncio.open_unix_connection(socket_path, limit=1 << 24) for _ in range(connections)]
+    conns = [
+        await asyncio.open_unix_connection(socket_path, limit=1 << 24) for _ in range(connections)
+    ]
     sent: dict[int, float] = {}
     replies: dict[int, tuple[float, dict[str, Any]]] = {}
 
@@ -100,12 +102,23 @@ async def burst(socket_path: str, n: int, connections: int, workdir: str) -> dic
             replies[reply["id"]] = (time.perf_counter(), reply)
 
     shares = [list(range(k, n, connections)) for k in range(connections)]
-    readers = [asyncio.create_task(read_replies(r, len(share))) for (r, _w), share in zip(conns, shares, strict=True)]
+    readers = [
+        asyncio.create_task(read_replies(r, len(share)))
+        for (r, _w), share in zip(conns, shares, strict=True)
+    ]
     began = time.time()
     for (_r, writer), share in zip(conns, shares, strict=True):
         for i in share:
-            line = {"jsonrpc": "2.0", "id": i, "method": "start",
-                    "params": {"task": f"answer: burst {i}", "workdir": workdir, "request_id": f"burst-{i}"}}
+            line = {
+                "jsonrpc": "2.0",
+                "id": i,
+                "method": "start",
+                "params": {
+                    "task": f"answer: burst {i}",
+                    "workdir": workdir,
+                    "request_id": f"burst-{i}",
+                },
+            }
             sent[i] = time.perf_counter()
             writer.write(json.dumps(line).encode() + b"\n")
     await asyncio.gather(*(w.drain() for _r, w in conns))
@@ -116,31 +129,48 @@ async def burst(socket_path: str, n: int, connections: int, workdir: str) -> dic
     errors = [r["error"] for _t, r in replies.values() if "error" in r]
     ids = {i: r["result"]["id"] for i, (_t, r) in replies.items() if "result" in r}
     states = Counter(r["result"]["state"] for _t, r in replies.values() if "result" in r)
-    return {"began": began, "all_replied": max(t for t, _r in replies.values()) - min(sent.values()),
-            "latency_ms": latency, "errors": errors[:5], "error_count": len(errors), "ids": ids,
-            "reply_states": dict(states)}
+    return {
+        "began": began,
+        "all_replied": max(t for t, _r in replies.values()) - min(sent.values()),
+        "latency_ms": latency,
+        "errors": errors[:5],
+        "error_count": len(errors),
+        "ids": ids,
+        "reply_states": dict(states),
+    }
 
 
 def verify(home: Any, socket_path: str, ids: dict[int, str]) -> dict[str, Any]:
     rows = db_rows(home, "SELECT agent_id, state, failure_kind FROM executions")
     state = {r["agent_id"]: r["state"] for r in rows}
-    kinds = Counter(r["failure_kind"] for r in rows if r["failure_kind"] and r["agent_id"] in ids.values())
+    kinds = Counter(
+        r["failure_kind"] for r in rows if r["failure_kind"] and r["agent_id"] in ids.values()
+    )
     verified = 0
     with RpcClient(socket_path, timeout=60) as client:
         for i, agent_id in ids.items():
-            if (state.get(agent_id) == "succeeded"
-                    and client.call("answer", {"agent_id": agent_id})["text"] == f"burst {i}"):
+            if (
+                state.get(agent_id) == "succeeded"
+                and client.call("answer", {"agent_id": agent_id})["text"] == f"burst {i}"
+            ):
                 verified += 1
-    return {"verified": verified, "states": dict(Counter(state[a] for a in ids.values())),
-            "failure_kinds": dict(kinds)}
+    return {
+        "verified": verified,
+        "states": dict(Counter(state[a] for a in ids.values())),
+        "failure_kinds": dict(kinds),
+    }
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--agents", type=int, default=500)
     ap.add_argument("--connections", type=int, default=50)
-    ap.add_argument("--end-timeout", type=float, default=300.0,
-                    help="seconds to wait for every agent to end (the run is CPU-bound: ~2 min idle)")
+    ap.add_argument(
+        "--end-timeout",
+        type=float,
+        default=300.0,
+        help="seconds to wait for every agent to end (the run is CPU-bound: ~2 min idle)",
+    )
     args = ap.parse_args()
     info = machine_info()
     t0 = time.perf_counter()
@@ -159,30 +189,53 @@ def main() -> None:
         during = by_method(finish_probe(handle))
         checked = verify(home, socket_path, result["ids"])
     total = time.perf_counter() - t0
-    s = {"start_ms": summary(result["latency_ms"]),
-         **{f"idle_{m}_ms": summary(v) for m, v in idle.items()},
-         **{f"burst_{m}_ms": summary(v) for m, v in during.items()}}
-    print(f"\nbench_burst: {args.agents} starts over {args.connections} connections, {total:.1f}s total, "
-          f"loadavg at start {tuple(round(x, 2) for x in info['loadavg_at_start'])}")
-    print_table(["measurement", "n", "p50 ms", "p95 ms", "max ms"],
-                [(k, v["n"], v["p50"], v["p95"], v["max"]) for k, v in s.items()])
-    ratios = {f"{m} p95 burst / idle": ratio(s[f"burst_{m}_ms"]["p95"], s[f"idle_{m}_ms"]["p95"]) for m in PROBES}
+    s = {
+        "start_ms": summary(result["latency_ms"]),
+        **{f"idle_{m}_ms": summary(v) for m, v in idle.items()},
+        **{f"burst_{m}_ms": summary(v) for m, v in during.items()},
+    }
+    print(
+        f"\nbench_burst: {args.agents} starts over {args.connections} connections, {total:.1f}s total, "
+        f"loadavg at start {tuple(round(x, 2) for x in info['loadavg_at_start'])}"
+    )
+    print_table(
+        ["measurement", "n", "p50 ms", "p95 ms", "max ms"],
+        [(k, v["n"], v["p50"], v["p95"], v["max"]) for k, v in s.items()],
+    )
+    ratios = {
+        f"{m} p95 burst / idle": ratio(s[f"burst_{m}_ms"]["p95"], s[f"idle_{m}_ms"]["p95"])
+        for m in PROBES
+    }
     ratios["start p95 / idle ping p95"] = ratio(s["start_ms"]["p95"], s["idle_ping_ms"]["p95"])
     print()
     print_table(["ratio", "value"], list(ratios.items()))
     ended_after = all_ended - replied
-    print(f"\nall {args.agents} starts replied {result['all_replied']:.2f}s after the first was sent; "
-          f"every agent terminal {ended_after:.1f}s after that. Replies' states: {result['reply_states']}; "
-          f"start errors: {result['error_count']} {result['errors']}")
-    print(f"verified succeeded with the right answer: {checked['verified']}/{args.agents}; "
-          f"states {checked['states']}; failure kinds {checked['failure_kinds']}")
-    path = write_results("bench_burst", {
-        "benchmark": "bench_burst", "machine": info, "args": vars(args), "total_seconds": total,
-        "ms": s, "ratios": ratios, "all_replied_seconds": result["all_replied"],
-        "terminal_after_replies_seconds": ended_after, "verify": checked,
-        "start_errors": result["error_count"], "reply_states": result["reply_states"],
-        "samples": {"start_ms": result["latency_ms"], "idle": idle, "burst": during},
-    })
+    print(
+        f"\nall {args.agents} starts replied {result['all_replied']:.2f}s after the first was sent; "
+        f"every agent terminal {ended_after:.1f}s after that. Replies' states: {result['reply_states']}; "
+        f"start errors: {result['error_count']} {result['errors']}"
+    )
+    print(
+        f"verified succeeded with the right answer: {checked['verified']}/{args.agents}; "
+        f"states {checked['states']}; failure kinds {checked['failure_kinds']}"
+    )
+    path = write_results(
+        "bench_burst",
+        {
+            "benchmark": "bench_burst",
+            "machine": info,
+            "args": vars(args),
+            "total_seconds": total,
+            "ms": s,
+            "ratios": ratios,
+            "all_replied_seconds": result["all_replied"],
+            "terminal_after_replies_seconds": ended_after,
+            "verify": checked,
+            "start_errors": result["error_count"],
+            "reply_states": result["reply_states"],
+            "samples": {"start_ms": result["latency_ms"], "idle": idle, "burst": during},
+        },
+    )
     print(f"results: {path}")
 
 

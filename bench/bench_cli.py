@@ -43,18 +43,27 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--samples", type=int, default=20)
     ap.add_argument("--ref", default=BEFORE_COMMIT)
-    ap.add_argument("--pycache", action="store_true", help="children reuse bytecode from a private cache")
+    ap.add_argument(
+        "--pycache", action="store_true", help="children reuse bytecode from a private cache"
+    )
     args = ap.parse_args()
     info = machine_info()
     extra, _prefix = pycache_env(args.pycache)
     base = {**os.environ, **extra, "AGENT_RUN_NO_AUTOSTART": "1"}
     samples: dict[str, list[float]] = {}
     with daemon_env() as (home, _daemon, _workdir), ref_tree(args.ref) as ref:
-        runs = {"import click": ([sys.executable, "-c", "import click"], base),
-                "python -c pass": ([sys.executable, "-c", "pass"], base),
-                "agents [current]": ([sys.executable, "-m", "agent_run", "--home", str(home.root), "agents"], base),
-                f"agents [ref {args.ref}]": ([sys.executable, "-m", "agent_run", "--home", str(home.root), "agents"],
-                                             {**base, **(ref or {})})}
+        runs = {
+            "import click": ([sys.executable, "-c", "import click"], base),
+            "python -c pass": ([sys.executable, "-c", "pass"], base),
+            "agents [current]": (
+                [sys.executable, "-m", "agent_run", "--home", str(home.root), "agents"],
+                base,
+            ),
+            f"agents [ref {args.ref}]": (
+                [sys.executable, "-m", "agent_run", "--home", str(home.root), "agents"],
+                {**base, **(ref or {})},
+            ),
+        }
         samples = {k: [] for k in runs}
         for i in range(args.samples + 1):  # the first pass is a warm-up, discarded
             for key, (argv, env) in runs.items():
@@ -69,18 +78,35 @@ def main() -> None:
 def report(info: dict, args: argparse.Namespace, samples: dict[str, list[float]]) -> None:
     stats = {k: summary(v) for k, v in samples.items()}
     click_p50 = stats["import click"]["p50"]
-    rows = [(k, s["p50"] * 1e3, s["p95"] * 1e3, ratio(s["p50"], click_p50)) for k, s in stats.items()]
+    rows = [
+        (k, s["p50"] * 1e3, s["p95"] * 1e3, ratio(s["p50"], click_p50)) for k, s in stats.items()
+    ]
     cur, ref = stats["agents [current]"]["p50"], stats[f"agents [ref {args.ref}]"]["p50"]
-    ratios = {"current_over_click_p50": ratio(cur, click_p50), "ref_over_click_p50": ratio(ref, click_p50),
-              "ref_over_current_p50": ratio(ref, cur)}
-    print(f"\nbench_cli: {args.samples} samples, pycache={args.pycache}, loadavg at start "
-          f"{tuple(round(x, 2) for x in info['loadavg_at_start'])}")
+    ratios = {
+        "current_over_click_p50": ratio(cur, click_p50),
+        "ref_over_click_p50": ratio(ref, click_p50),
+        "ref_over_current_p50": ratio(ref, cur),
+    }
+    print(
+        f"\nbench_cli: {args.samples} samples, pycache={args.pycache}, loadavg at start "
+        f"{tuple(round(x, 2) for x in info['loadavg_at_start'])}"
+    )
     print_table(["command", "p50 ms", "p95 ms", "/import click"], rows)
-    print(f"\nbefore -> after: {ratios['ref_over_click_p50']:.2f}x -> {ratios['current_over_click_p50']:.2f}x "
-          f"`import click` ({ratios['ref_over_current_p50']:.2f}x faster)")
-    path = write_results("bench_cli_pycache" if args.pycache else "bench_cli", {
-        "benchmark": "bench_cli", "machine": info, "args": vars(args), "results": stats, "ratios": ratios,
-        "raw": samples})
+    print(
+        f"\nbefore -> after: {ratios['ref_over_click_p50']:.2f}x -> {ratios['current_over_click_p50']:.2f}x "
+        f"`import click` ({ratios['ref_over_current_p50']:.2f}x faster)"
+    )
+    path = write_results(
+        "bench_cli_pycache" if args.pycache else "bench_cli",
+        {
+            "benchmark": "bench_cli",
+            "machine": info,
+            "args": vars(args),
+            "results": stats,
+            "ratios": ratios,
+            "raw": samples,
+        },
+    )
     print(f"results: {path}")
 
 

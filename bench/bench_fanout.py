@@ -86,7 +86,9 @@ def engine_env(engine_home: str) -> dict[str, str]:
 
 
 def user_message(text: str) -> bytes:
-    return (json.dumps({"type": "user", "message": {"role": "user", "content": text}}) + "\n").encode()
+    return (
+        json.dumps({"type": "user", "message": {"role": "user", "content": text}}) + "\n"
+    ).encode()
 
 
 def run_direct(n_agents: int, base: int, workdir: str, engine_home: str) -> dict:
@@ -97,8 +99,15 @@ def run_direct(n_agents: int, base: int, workdir: str, engine_home: str) -> dict
     t0 = time.perf_counter()
     procs = []
     for i in range(n_agents):
-        proc = subprocess.Popen(argv, env=env, cwd=workdir, start_new_session=True,
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            argv,
+            env=env,
+            cwd=workdir,
+            start_new_session=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
         proc.stdin.write(user_message(f"answer: {base + i}"))
         proc.stdin.close()
         procs.append(proc)
@@ -113,12 +122,20 @@ def run_direct(n_agents: int, base: int, workdir: str, engine_home: str) -> dict
                 obj = json.loads(line)
             except json.JSONDecodeError:
                 continue
-            if obj.get("type") == "result" and not obj.get("is_error") and obj.get("result") == str(base + i):
+            if (
+                obj.get("type") == "result"
+                and not obj.get("is_error")
+                and obj.get("result") == str(base + i)
+            ):
                 ok += 1
                 break
     wall = time.perf_counter() - t0
-    return {"wall": wall, "all_spawned": spawned, "verified": ok,
-            "children_cpu_seconds": own_children_cpu() - cpu0}
+    return {
+        "wall": wall,
+        "all_spawned": spawned,
+        "verified": ok,
+        "children_cpu_seconds": own_children_cpu() - cpu0,
+    }
 
 
 def run_daemon(home, daemon_pid: int, n_agents: int, base: int, workdir: str, clients: int) -> dict:
@@ -184,20 +201,33 @@ def run_daemon(home, daemon_pid: int, n_agents: int, base: int, workdir: str, cl
     wait_for(lambda: not children_of(daemon_pid), timeout=60, what="supervisors to exit")
     time.sleep(0.2)
     own1, kids1 = proc_cpu(daemon_pid)
-    rows = db_rows(home, "SELECT agent_id, state, failure_kind, failure_message, started_at, ended_at,"
-                         " created_at FROM executions")
+    rows = db_rows(
+        home,
+        "SELECT agent_id, state, failure_kind, failure_message, started_at, ended_at,"
+        " created_at FROM executions",
+    )
     mine = set(agent_ids)
     rows = [r for r in rows if r["agent_id"] in mine]
     states = Counter(r["state"] for r in rows)
     kinds = Counter(r["failure_kind"] for r in rows if r["failure_kind"])
-    return {"wall": wall, "all_started": marks.get("all_started", float("nan")) - t0,
-            "daemon_cpu_seconds": own1 - own0, "children_cpu_seconds": kids1 - kids0,
-            "verified": verified["ok"], "verify_counts": dict(verified), "states": dict(states),
-            "failure_kinds": dict(kinds), "errors": errors,
-            "failure_messages": sorted({(r["failure_message"] or "")[:300] for r in rows if r["failure_kind"]}),
-            "start_latency": start_lat,
-            "admitted_to_ended_max": max((r["ended_at"] - r["created_at"] for r in rows if r["ended_at"]),
-                                         default=float("nan"))}
+    return {
+        "wall": wall,
+        "all_started": marks.get("all_started", float("nan")) - t0,
+        "daemon_cpu_seconds": own1 - own0,
+        "children_cpu_seconds": kids1 - kids0,
+        "verified": verified["ok"],
+        "verify_counts": dict(verified),
+        "states": dict(states),
+        "failure_kinds": dict(kinds),
+        "errors": errors,
+        "failure_messages": sorted(
+            {(r["failure_message"] or "")[:300] for r in rows if r["failure_kind"]}
+        ),
+        "start_latency": start_lat,
+        "admitted_to_ended_max": max(
+            (r["ended_at"] - r["created_at"] for r in rows if r["ended_at"]), default=float("nan")
+        ),
+    }
 
 
 @contextlib.contextmanager
@@ -214,10 +244,17 @@ def main() -> None:
     ap.add_argument("--agents", type=int, default=100)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--clients", type=int, default=8)
-    ap.add_argument("--budget", type=float, default=60.0,
-                    help="start no new round after this many seconds (keeps the run under 3 min)")
-    ap.add_argument("--pycache", action="store_true",
-                    help="private bytecode cache for the daemon and its supervisors")
+    ap.add_argument(
+        "--budget",
+        type=float,
+        default=60.0,
+        help="start no new round after this many seconds (keeps the run under 3 min)",
+    )
+    ap.add_argument(
+        "--pycache",
+        action="store_true",
+        help="private bytecode cache for the daemon and its supervisors",
+    )
     args = ap.parse_args()
     name = "bench_fanout_pycache" if args.pycache else "bench_fanout"
     overrides, prefix = pycache_env(args.pycache)
@@ -225,15 +262,28 @@ def main() -> None:
     t_begin = time.perf_counter()
     direct_runs, daemon_runs = [], []
 
-    with daemon_env(env=overrides) as (home, daemon, workdir), \
-            tempfile.TemporaryDirectory(prefix="arbe-") as ehome, cleanup_dir(prefix):
+    with (
+        daemon_env(env=overrides) as (home, daemon, workdir),
+        tempfile.TemporaryDirectory(prefix="arbe-") as ehome,
+        cleanup_dir(prefix),
+    ):
         # Warm-up: one agent through the daemon, one engine directly.
-        daemon.call("wait", {"agent_id": daemon.call("start", {"task": "answer: w", "workdir": str(workdir)})["id"],
-                             "timeout_seconds": 60})
+        daemon.call(
+            "wait",
+            {
+                "agent_id": daemon.call("start", {"task": "answer: w", "workdir": str(workdir)})[
+                    "id"
+                ],
+                "timeout_seconds": 60,
+            },
+        )
         run_direct(1, 0, str(workdir), ehome)
         for r in range(args.rounds):
             if r > 0 and time.perf_counter() - t_begin > args.budget:
-                print(f"time budget of {args.budget:.0f}s spent: stopping after {r} rounds", flush=True)
+                print(
+                    f"time budget of {args.budget:.0f}s spent: stopping after {r} rounds",
+                    flush=True,
+                )
                 break
             base = (r + 1) * 10_000
             order = ("direct", "daemon") if r % 2 == 0 else ("daemon", "direct")
@@ -242,12 +292,17 @@ def main() -> None:
                     res = run_direct(args.agents, base, str(workdir), ehome)
                     direct_runs.append(res)
                 else:
-                    res = run_daemon(home, daemon.proc.pid, args.agents, base + 5000, str(workdir), args.clients)
+                    res = run_daemon(
+                        home, daemon.proc.pid, args.agents, base + 5000, str(workdir), args.clients
+                    )
                     daemon_runs.append(res)
-                print(f"round {r + 1} {which:6s}: wall {res['wall']:.2f}s verified {res['verified']}/"
-                      f"{args.agents}" + (f" states {res['states']}" if which == "daemon" else "")
-                      + f" cpu {res.get('children_cpu_seconds', 0) + res.get('daemon_cpu_seconds', 0):.1f}s",
-                      flush=True)
+                print(
+                    f"round {r + 1} {which:6s}: wall {res['wall']:.2f}s verified {res['verified']}/"
+                    f"{args.agents}"
+                    + (f" states {res['states']}" if which == "daemon" else "")
+                    + f" cpu {res.get('children_cpu_seconds', 0) + res.get('daemon_cpu_seconds', 0):.1f}s",
+                    flush=True,
+                )
                 # Let the machine settle (reap, WAL checkpoint) between measurements.
                 time.sleep(1.0)
 
@@ -257,44 +312,78 @@ def main() -> None:
     per_round = [ratio(d, b) for d, b in zip(d_wall, b_wall, strict=True)]
     start_lat = [v for x in daemon_runs for v in x["start_latency"]]
     succeeded = [x["states"].get("succeeded", 0) for x in daemon_runs]
-    d_cpu = [(x["daemon_cpu_seconds"] + x["children_cpu_seconds"]) / args.agents for x in daemon_runs]
+    d_cpu = [
+        (x["daemon_cpu_seconds"] + x["children_cpu_seconds"]) / args.agents for x in daemon_runs
+    ]
     b_cpu = [x["children_cpu_seconds"] / args.agents for x in direct_runs]
-    s = {"daemon_wall": summary(d_wall), "direct_wall": summary(b_wall),
-         "daemon_cpu_per_agent": summary(d_cpu),
-         "daemon_process_cpu_per_agent": summary([x["daemon_cpu_seconds"] / args.agents for x in daemon_runs]),
-         "direct_cpu_per_agent": summary(b_cpu),
-         "daemon_all_started": summary([x["all_started"] for x in daemon_runs]),
-         "direct_all_spawned": summary([x["all_spawned"] for x in direct_runs]),
-         "daemon_start_latency_under_load": summary(start_lat),
-         "ratio_per_round": summary(per_round)}
+    s = {
+        "daemon_wall": summary(d_wall),
+        "direct_wall": summary(b_wall),
+        "daemon_cpu_per_agent": summary(d_cpu),
+        "daemon_process_cpu_per_agent": summary(
+            [x["daemon_cpu_seconds"] / args.agents for x in daemon_runs]
+        ),
+        "direct_cpu_per_agent": summary(b_cpu),
+        "daemon_all_started": summary([x["all_started"] for x in daemon_runs]),
+        "direct_all_spawned": summary([x["all_spawned"] for x in direct_runs]),
+        "daemon_start_latency_under_load": summary(start_lat),
+        "ratio_per_round": summary(per_round),
+    }
 
-    print(f"\n{name}: {args.agents} agents x {len(daemon_runs)} rounds, {args.clients} client "
-          f"connections, {total:.1f}s total, loadavg at start "
-          f"{tuple(round(x, 2) for x in info['loadavg_at_start'])}")
-    print_table(["measurement", "n", "p50 s", "p95 s", "min s", "max s"],
-                [(k, v["n"], v["p50"], v["p95"], v["min"], v["max"]) for k, v in s.items()
-                 if k != "ratio_per_round"])
+    print(
+        f"\n{name}: {args.agents} agents x {len(daemon_runs)} rounds, {args.clients} client "
+        f"connections, {total:.1f}s total, loadavg at start "
+        f"{tuple(round(x, 2) for x in info['loadavg_at_start'])}"
+    )
+    print_table(
+        ["measurement", "n", "p50 s", "p95 s", "min s", "max s"],
+        [
+            (k, v["n"], v["p50"], v["p95"], v["min"], v["max"])
+            for k, v in s.items()
+            if k != "ratio_per_round"
+        ],
+    )
     print()
-    print_table(["ratio", "value"], [
-        ("daemon/direct wall, p50 of per-round ratios", s["ratio_per_round"]["p50"]),
-        ("daemon/direct wall, max of per-round ratios", s["ratio_per_round"]["max"]),
-        ("daemon p50 wall / direct p50 wall", ratio(s["daemon_wall"]["p50"], s["direct_wall"]["p50"])),
-        ("CPU per agent, daemon path / direct (p50)",
-         ratio(s["daemon_cpu_per_agent"]["p50"], s["direct_cpu_per_agent"]["p50"])),
-    ])
-    print(f"\nsucceeded per daemon round: {succeeded} of {args.agents}; "
-          f"answers verified per round: {[x['verified'] for x in daemon_runs]}; "
-          f"failure kinds: {[x['failure_kinds'] for x in daemon_runs]}; "
-          f"client errors: {sum(len(x['errors']) for x in daemon_runs)}")
+    print_table(
+        ["ratio", "value"],
+        [
+            ("daemon/direct wall, p50 of per-round ratios", s["ratio_per_round"]["p50"]),
+            ("daemon/direct wall, max of per-round ratios", s["ratio_per_round"]["max"]),
+            (
+                "daemon p50 wall / direct p50 wall",
+                ratio(s["daemon_wall"]["p50"], s["direct_wall"]["p50"]),
+            ),
+            (
+                "CPU per agent, daemon path / direct (p50)",
+                ratio(s["daemon_cpu_per_agent"]["p50"], s["direct_cpu_per_agent"]["p50"]),
+            ),
+        ],
+    )
+    print(
+        f"\nsucceeded per daemon round: {succeeded} of {args.agents}; "
+        f"answers verified per round: {[x['verified'] for x in daemon_runs]}; "
+        f"failure kinds: {[x['failure_kinds'] for x in daemon_runs]}; "
+        f"client errors: {sum(len(x['errors']) for x in daemon_runs)}"
+    )
     for msg in sorted({m for x in daemon_runs for m in x["failure_messages"]}):
         print(f"  failure message: {msg}")
     print(f"direct answers verified per round: {[x['verified'] for x in direct_runs]}")
 
-    path = write_results(name, {
-        "benchmark": name, "bytecode_cache": args.pycache, "machine": info, "args": vars(args), "total_seconds": total,
-        "seconds": s, "per_round_ratio": per_round, "succeeded_per_round": succeeded,
-        "daemon_runs": daemon_runs, "direct_runs": direct_runs,
-    })
+    path = write_results(
+        name,
+        {
+            "benchmark": name,
+            "bytecode_cache": args.pycache,
+            "machine": info,
+            "args": vars(args),
+            "total_seconds": total,
+            "seconds": s,
+            "per_round_ratio": per_round,
+            "succeeded_per_round": succeeded,
+            "daemon_runs": daemon_runs,
+            "direct_runs": direct_runs,
+        },
+    )
     print(f"results: {path}")
 
 

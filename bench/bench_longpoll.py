@@ -37,7 +37,9 @@ def main() -> int:
             thread.start()
             time.sleep(0.05)  # let the poll park in the daemon before the change it waits for
             with write(conn):
-                append_event(conn, agent_id="ag_bench", execution_id="ex_bench", kind="bench", data={})
+                append_event(
+                    conn, agent_id="ag_bench", execution_id="ex_bench", kind="bench", data={}
+                )
             committed = time.perf_counter()
             thread.join()
             wakes.append((returned["at"] - committed) * 1000)
@@ -48,14 +50,34 @@ def main() -> int:
             pings.append((time.perf_counter() - begun) * 1000)
         conn.close()
     wake, ping = summary(wakes), summary(pings)
-    print_table(["measure", "p50 ms", "p95 ms", "max ms"],
-                [["long-poll wake after commit", f"{wake['p50']:.1f}", f"{wake['p95']:.1f}", f"{wake['max']:.1f}"],
-                 ["ping round trip (fresh connection)", f"{ping['p50']:.2f}", f"{ping['p95']:.2f}",
-                  f"{ping['max']:.2f}"]])
+    print_table(
+        ["measure", "p50 ms", "p95 ms", "max ms"],
+        [
+            [
+                "long-poll wake after commit",
+                f"{wake['p50']:.1f}",
+                f"{wake['p95']:.1f}",
+                f"{wake['max']:.1f}",
+            ],
+            [
+                "ping round trip (fresh connection)",
+                f"{ping['p50']:.2f}",
+                f"{ping['p95']:.2f}",
+                f"{ping['max']:.2f}",
+            ],
+        ],
+    )
     print(f"wake / ping (p50): {ratio(wake['p50'], ping['p50']):.1f}")
-    write_results("bench_longpoll", {"rounds": ROUNDS, "wake_ms": wake, "ping_ms": ping,
-                                     "wake_over_ping_p50": ratio(wake["p50"], ping["p50"]),
-                                     "samples": {"wake_ms": wakes, "ping_ms": pings}})
+    write_results(
+        "bench_longpoll",
+        {
+            "rounds": ROUNDS,
+            "wake_ms": wake,
+            "ping_ms": ping,
+            "wake_over_ping_p50": ratio(wake["p50"], ping["p50"]),
+            "samples": {"wake_ms": wakes, "ping_ms": pings},
+        },
+    )
     return 0
 
 

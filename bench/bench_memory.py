@@ -79,7 +79,9 @@ def reference_process(code: str, samples: int) -> dict[str, object]:
         proc.wait()
 
 
-def run_agents(home, daemon, workdir, n_agents: int) -> tuple[dict[str, list[float]], dict[str, list[float]], list]:
+def run_agents(
+    home, daemon, workdir, n_agents: int
+) -> tuple[dict[str, list[float]], dict[str, list[float]], list]:
     sup = {"rss": [], "pss": []}
     eng = {"rss": [], "pss": []}
     per_agent = []
@@ -87,21 +89,37 @@ def run_agents(home, daemon, workdir, n_agents: int) -> tuple[dict[str, list[flo
         for _ in range(n_agents):
             view = client.call("start", {"task": TASK, "workdir": str(workdir)})
             agent_id = view["id"]
-            row = db_rows(home, "SELECT supervisor_pid FROM executions WHERE agent_id = ?", (agent_id,))[0]
+            row = db_rows(
+                home, "SELECT supervisor_pid FROM executions WHERE agent_id = ?", (agent_id,)
+            )[0]
             sup_pid = row["supervisor_pid"]
             sup_cpu_ready = cpu_seconds(sup_pid)
-            engine_pid = wait_for(lambda a=agent_id: db_rows(
-                home, "SELECT engine_pid FROM executions WHERE agent_id = ?", (a,))[0]["engine_pid"],
-                timeout=30, what="engine pid")
-            wait_for(lambda a=agent_id: db_rows(home, "SELECT state FROM executions WHERE agent_id = ?",
-                                                (a,))[0]["state"] != "starting", timeout=30, what="running")
+            engine_pid = wait_for(
+                lambda a=agent_id: db_rows(
+                    home, "SELECT engine_pid FROM executions WHERE agent_id = ?", (a,)
+                )[0]["engine_pid"],
+                timeout=30,
+                what="engine pid",
+            )
+            wait_for(
+                lambda a=agent_id: (
+                    db_rows(home, "SELECT state FROM executions WHERE agent_id = ?", (a,))[0][
+                        "state"
+                    ]
+                    != "starting"
+                ),
+                timeout=30,
+                what="running",
+            )
             c0, t0 = cpu_seconds(sup_pid), time.monotonic()
             e0 = cpu_seconds(engine_pid)
             a_sup = {"rss": [], "pss": []}
             c1 = e1 = None
             t1 = t0
             while True:
-                state = db_rows(home, "SELECT state FROM executions WHERE agent_id = ?", (agent_id,))[0]["state"]
+                state = db_rows(
+                    home, "SELECT state FROM executions WHERE agent_id = ?", (agent_id,)
+                )[0]["state"]
                 if state != "running":
                     break
                 ms, me = memory_mib(sup_pid), memory_mib(engine_pid)
@@ -119,14 +137,19 @@ def run_agents(home, daemon, workdir, n_agents: int) -> tuple[dict[str, list[flo
             sup["rss"] += a_sup["rss"]
             sup["pss"] += a_sup["pss"]
             span = max(t1 - t0, 1e-9)
-            per_agent.append({
-                "agent_id": agent_id, "supervisor_pid": sup_pid, "engine_pid": engine_pid,
-                "state": result["agent"]["state"], "samples": len(a_sup["rss"]),
-                "supervisor_cpu_at_ready": sup_cpu_ready,
-                "supervisor_cpu_share_running": ((c1 or c0) - c0) / span,
-                "engine_cpu_share_running": ((e1 or e0) - e0) / span,
-                "supervisor_rss_max": max(a_sup["rss"], default=float("nan")),
-            })
+            per_agent.append(
+                {
+                    "agent_id": agent_id,
+                    "supervisor_pid": sup_pid,
+                    "engine_pid": engine_pid,
+                    "state": result["agent"]["state"],
+                    "samples": len(a_sup["rss"]),
+                    "supervisor_cpu_at_ready": sup_cpu_ready,
+                    "supervisor_cpu_share_running": ((c1 or c0) - c0) / span,
+                    "engine_cpu_share_running": ((e1 or e0) - e0) / span,
+                    "supervisor_rss_max": max(a_sup["rss"], default=float("nan")),
+                }
+            )
     return sup, eng, per_agent
 
 
@@ -150,7 +173,9 @@ def main() -> None:
     t_begin = time.perf_counter()
 
     bare = reference_process("import time; time.sleep(30)", args.baseline_samples)
-    floor = reference_process("import agent_run.supervisor.run, time; time.sleep(30)", args.baseline_samples)
+    floor = reference_process(
+        "import agent_run.supervisor.run, time; time.sleep(30)", args.baseline_samples
+    )
     with daemon_env() as (home, daemon, workdir):
         dpid = daemon.proc.pid
         time.sleep(2.5)  # one reconcile pass and the watcher running, nothing else
@@ -172,36 +197,77 @@ def main() -> None:
         "demo_engine_running": (eng["rss"], eng["pss"]),
     }
     s = {k: {"rss_mib": summary(r), "pss_mib": summary(p)} for k, (r, p) in series.items()}
-    b_rss, b_pss = s["bare_python_sleep"]["rss_mib"]["p50"], s["bare_python_sleep"]["pss_mib"]["p50"]
+    b_rss, b_pss = (
+        s["bare_python_sleep"]["rss_mib"]["p50"],
+        s["bare_python_sleep"]["pss_mib"]["p50"],
+    )
     rows = []
     for k, v in s.items():
-        rows.append((k, v["rss_mib"]["n"], v["rss_mib"]["p50"], v["rss_mib"]["p95"], v["pss_mib"]["p50"],
-                     v["pss_mib"]["p95"], ratio(v["rss_mib"]["p50"], b_rss), ratio(v["pss_mib"]["p50"], b_pss)))
+        rows.append(
+            (
+                k,
+                v["rss_mib"]["n"],
+                v["rss_mib"]["p50"],
+                v["rss_mib"]["p95"],
+                v["pss_mib"]["p50"],
+                v["pss_mib"]["p95"],
+                ratio(v["rss_mib"]["p50"], b_rss),
+                ratio(v["pss_mib"]["p50"], b_pss),
+            )
+        )
     cpu = {
         "bare_python_sleep_cpu_share": bare["cpu_share"],
         "daemon_idle_fresh_cpu_share": idle_fresh["cpu_share"],
         "daemon_idle_after_cpu_share": idle_after["cpu_share"],
-        "supervisor_cpu_share_running_p50": summary([a["supervisor_cpu_share_running"] for a in per_agent])["p50"],
-        "engine_cpu_share_running_p50": summary([a["engine_cpu_share_running"] for a in per_agent])["p50"],
-        "supervisor_cpu_seconds_at_ready_p50": summary([a["supervisor_cpu_at_ready"] for a in per_agent])["p50"],
+        "supervisor_cpu_share_running_p50": summary(
+            [a["supervisor_cpu_share_running"] for a in per_agent]
+        )["p50"],
+        "engine_cpu_share_running_p50": summary([a["engine_cpu_share_running"] for a in per_agent])[
+            "p50"
+        ],
+        "supervisor_cpu_seconds_at_ready_p50": summary(
+            [a["supervisor_cpu_at_ready"] for a in per_agent]
+        )["p50"],
         "import_floor_cpu_seconds": floor["cpu_total"],
         "bare_python_cpu_seconds": bare["cpu_total"],
         "daemon_threads_fresh": idle_fresh["threads"],
         "daemon_threads_after": idle_after["threads"],
     }
 
-    print(f"\nbench_memory: {args.agents} agents, {total:.1f}s total, loadavg at start "
-          f"{tuple(round(x, 2) for x in info['loadavg_at_start'])}")
-    print_table(["process", "n", "RSS p50 MiB", "RSS p95", "PSS p50 MiB", "PSS p95", "RSS/bare", "PSS/bare"], rows)
+    print(
+        f"\nbench_memory: {args.agents} agents, {total:.1f}s total, loadavg at start "
+        f"{tuple(round(x, 2) for x in info['loadavg_at_start'])}"
+    )
+    print_table(
+        [
+            "process",
+            "n",
+            "RSS p50 MiB",
+            "RSS p95",
+            "PSS p50 MiB",
+            "PSS p95",
+            "RSS/bare",
+            "PSS/bare",
+        ],
+        rows,
+    )
     print()
     print_table(["cpu / threads", "value"], [(k, v) for k, v in cpu.items()])
     print(f"\nagent end states: {[a['state'] for a in per_agent]}")
 
-    path = write_results("bench_memory", {
-        "benchmark": "bench_memory", "machine": info, "args": vars(args), "total_seconds": total,
-        "mib": s, "cpu": cpu, "per_agent": per_agent,
-        "raw_mib": {k: {"rss": r, "pss": p} for k, (r, p) in series.items()},
-    })
+    path = write_results(
+        "bench_memory",
+        {
+            "benchmark": "bench_memory",
+            "machine": info,
+            "args": vars(args),
+            "total_seconds": total,
+            "mib": s,
+            "cpu": cpu,
+            "per_agent": per_agent,
+            "raw_mib": {k: {"rss": r, "pss": p} for k, (r, p) in series.items()},
+        },
+    )
     print(f"results: {path}")
 
 

@@ -51,8 +51,14 @@ from _common import (
 
 from agent_run.rpc.client import RpcClient
 
-SERIES = ("start", "ping", "ping_fresh_connection", "bare_spawn", "import_supervisor_spawn",
-          "start_to_terminal")
+SERIES = (
+    "start",
+    "ping",
+    "ping_fresh_connection",
+    "bare_spawn",
+    "import_supervisor_spawn",
+    "start_to_terminal",
+)
 
 
 def timed(fn) -> float:
@@ -74,8 +80,12 @@ def boot_wall_time() -> float:
 def phases(home, stamps: list[tuple[str, float, float]], m: dict[str, list[float]]) -> None:
     ticks = os.sysconf("SC_CLK_TCK")
     boot = boot_wall_time()
-    rows = {r["agent_id"]: r for r in db_rows(
-        home, "SELECT agent_id, created_at, started_at, supervisor_start_ticks FROM executions")}
+    rows = {
+        r["agent_id"]: r
+        for r in db_rows(
+            home, "SELECT agent_id, created_at, started_at, supervisor_start_ticks FROM executions"
+        )
+    }
     for agent_id, sent, received in stamps:
         row = rows.get(agent_id)
         if row is None or row["started_at"] is None or row["supervisor_start_ticks"] is None:
@@ -87,8 +97,13 @@ def phases(home, stamps: list[tuple[str, float, float]], m: dict[str, list[float
         m["ready_to_reply"].append(received - row["started_at"])
 
 
-def run(args: argparse.Namespace, overrides: dict[str, str], m: dict[str, list[float]],
-        start_states: Counter, end_states: Counter) -> None:
+def run(
+    args: argparse.Namespace,
+    overrides: dict[str, str],
+    m: dict[str, list[float]],
+    start_states: Counter,
+    end_states: Counter,
+) -> None:
     child_env = {**os.environ, **overrides}
     bare_argv = [sys.executable, "-c", "pass"]
     import_argv = [sys.executable, "-c", "import agent_run.supervisor.run"]
@@ -110,9 +125,12 @@ def run(args: argparse.Namespace, overrides: dict[str, str], m: dict[str, list[f
 
             stamps: list[tuple[str, float, float]] = []
             for _ in range(args.rounds):
-                m["bare_spawn"].append(timed(lambda: subprocess.run(bare_argv, check=True, env=child_env)))
+                m["bare_spawn"].append(
+                    timed(lambda: subprocess.run(bare_argv, check=True, env=child_env))
+                )
                 m["import_supervisor_spawn"].append(
-                    timed(lambda: subprocess.run(import_argv, check=True, env=child_env)))
+                    timed(lambda: subprocess.run(import_argv, check=True, env=child_env))
+                )
 
                 sent, t0 = time.time(), time.perf_counter()
                 view = client.call("start", params)
@@ -135,7 +153,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=40)
     ap.add_argument("--pings-per-round", type=int, default=13)
     ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--pycache", action="store_true", help="private bytecode cache for all children")
+    ap.add_argument(
+        "--pycache", action="store_true", help="private bytecode cache for all children"
+    )
     args = ap.parse_args()
     name = "bench_rpc_pycache" if args.pycache else "bench_rpc"
 
@@ -158,29 +178,50 @@ def main() -> None:
         "start_over_ping_p95": ratio(s["start"]["p95"], s["ping"]["p95"]),
         "start_over_bare_spawn_p50": ratio(s["start"]["p50"], s["bare_spawn"]["p50"]),
         "start_over_bare_spawn_p95": ratio(s["start"]["p95"], s["bare_spawn"]["p95"]),
-        "start_over_import_spawn_p50": ratio(s["start"]["p50"], s["import_supervisor_spawn"]["p50"]),
-        "import_spawn_over_bare_spawn_p50": ratio(s["import_supervisor_spawn"]["p50"],
-                                                  s["bare_spawn"]["p50"]),
+        "start_over_import_spawn_p50": ratio(
+            s["start"]["p50"], s["import_supervisor_spawn"]["p50"]
+        ),
+        "import_spawn_over_bare_spawn_p50": ratio(
+            s["import_supervisor_spawn"]["p50"], s["bare_spawn"]["p50"]
+        ),
     }
 
-    print(f"\n{name}: {args.rounds} rounds, {total:.1f}s total, loadavg at start "
-          f"{tuple(round(x, 2) for x in info['loadavg_at_start'])}, bytecode cache: {args.pycache}")
-    print_table(["measurement", "n", "p50 ms", "p95 ms", "min ms", "max ms"],
-                [(k, v["n"], v["p50"] * 1e3, v["p95"] * 1e3, v["min"] * 1e3, v["max"] * 1e3)
-                 for k, v in s.items() if k in SERIES])
+    print(
+        f"\n{name}: {args.rounds} rounds, {total:.1f}s total, loadavg at start "
+        f"{tuple(round(x, 2) for x in info['loadavg_at_start'])}, bytecode cache: {args.pycache}"
+    )
+    print_table(
+        ["measurement", "n", "p50 ms", "p95 ms", "min ms", "max ms"],
+        [
+            (k, v["n"], v["p50"] * 1e3, v["p95"] * 1e3, v["min"] * 1e3, v["max"] * 1e3)
+            for k, v in s.items()
+            if k in SERIES
+        ],
+    )
     print("\nphases of start (wall-clock stamps; to_fork / fork_to_ready have 10 ms resolution)")
-    print_table(["phase", "n", "p50 ms", "p95 ms"],
-                [(k, s[k]["n"], s[k]["p50"] * 1e3, s[k]["p95"] * 1e3) for k in PHASES if k in s])
+    print_table(
+        ["phase", "n", "p50 ms", "p95 ms"],
+        [(k, s[k]["n"], s[k]["p50"] * 1e3, s[k]["p95"] * 1e3) for k in PHASES if k in s],
+    )
     print()
     print_table(["ratio", "value"], list(ratios.items()))
     print(f"\nstate returned by start: {dict(start_states)}; state at end: {dict(end_states)}")
 
-    path = write_results(name, {
-        "benchmark": name, "bytecode_cache": args.pycache, "machine": info, "args": vars(args),
-        "total_seconds": total, "seconds": s, "ratios": ratios,
-        "start_returned_states": dict(start_states), "end_states": dict(end_states),
-        "raw_seconds": m,
-    })
+    path = write_results(
+        name,
+        {
+            "benchmark": name,
+            "bytecode_cache": args.pycache,
+            "machine": info,
+            "args": vars(args),
+            "total_seconds": total,
+            "seconds": s,
+            "ratios": ratios,
+            "start_returned_states": dict(start_states),
+            "end_states": dict(end_states),
+            "raw_seconds": m,
+        },
+    )
     print(f"results: {path}")
 
 

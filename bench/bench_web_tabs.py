@@ -61,7 +61,9 @@ def tab(base: str, token: str, path: str, counts: dict[str, int], lock: threadin
                     last = line[3:].strip()
                 if line.startswith("event: change"):
                     pending = True
-                elif line == "" and pending and time.monotonic() - fetched_at >= MIN_REFRESH_SECONDS:
+                elif (
+                    line == "" and pending and time.monotonic() - fetched_at >= MIN_REFRESH_SECONDS
+                ):
                     pending, fetched_at = False, time.monotonic()
                     page = client.get(path, headers={"x-live": "1", "x-revision": last})
                     with lock:
@@ -91,9 +93,21 @@ def tab_worker(base: str, token: str, paths: list[str]) -> int:
 def run_batches(daemon, runs: int, prefix: str) -> float:
     repo = make_repo()
     begun = time.monotonic()
-    ids = [daemon.call("batch_start", {"workflow": "repeated", "project": str(repo), "runs": runs,
-                                       "concurrency": 8, "runtime": "demo", "prompt": f"answer: {prefix} {n}",
-                                       "profile": "read_only"})["id"] for n in range(2)]
+    ids = [
+        daemon.call(
+            "batch_start",
+            {
+                "workflow": "repeated",
+                "project": str(repo),
+                "runs": runs,
+                "concurrency": 8,
+                "runtime": "demo",
+                "prompt": f"answer: {prefix} {n}",
+                "profile": "read_only",
+            },
+        )["id"]
+        for n in range(2)
+    ]
     for batch_id in ids:
         batch = wait_batch(daemon, batch_id, timeout=600)
         assert batch["state"] == "completed", batch
@@ -113,8 +127,12 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--tabs", type=int, default=20)
     parser.add_argument("--tab-worker", nargs="+", help=argparse.SUPPRESS)
-    parser.add_argument("--runs", type=int, default=50,
-                        help="runs per batch, two batches (default 50: the issue's 100 agents, ~2 min)")
+    parser.add_argument(
+        "--runs",
+        type=int,
+        default=50,
+        help="runs per batch, two batches (default 50: the issue's 100 agents, ~2 min)",
+    )
     args = parser.parse_args()
     if args.tab_worker:
         return tab_worker(args.tab_worker[0], os.environ["BENCH_WEB_TOKEN"], args.tab_worker[1:])
@@ -127,32 +145,61 @@ def main() -> int:
             first = daemon.call("list_batches", {"limit": 1})["items"][0]["id"]
             paths = ["/" if n % 2 == 0 else f"/batches/{first}" for n in range(args.tabs)]
             # The token goes by environment: it may start with "-", which argparse takes for an option.
-            worker = subprocess.Popen([sys.executable, __file__, "--tab-worker", web.base, *paths],
-                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                      env={**os.environ, "BENCH_WEB_TOKEN": web.token})
+            worker = subprocess.Popen(
+                [sys.executable, __file__, "--tab-worker", web.base, *paths],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+                env={**os.environ, "BENCH_WEB_TOKEN": web.token},
+            )
             assert worker.stdout.readline().strip() == "ready"
             time.sleep(1.0)  # the tabs connect before the work starts
             tabs, tabs_wall = phase(home, lambda: run_batches(daemon, args.runs, "tabs"))
             counts = json.loads(worker.communicate("", timeout=60)[0].strip().splitlines()[-1])
         finally:
             web.stop()
-    for name, samples, wall in (("idle", idle, idle_wall), ("batch", alone, alone_wall),
-                                (f"batch+{args.tabs} tabs", tabs, tabs_wall)):
+    for name, samples, wall in (
+        ("idle", idle, idle_wall),
+        ("batch", alone, alone_wall),
+        (f"batch+{args.tabs} tabs", tabs, tabs_wall),
+    ):
         results[name] = {**summary(samples), "wall_s": wall}
-    rows = [[name, f"{r['p50']:.2f}", f"{r['p95']:.2f}", f"{r['max']:.1f}", r["n"], f"{r['wall_s']:.1f}"]
-            for name, r in results.items()]
+    rows = [
+        [
+            name,
+            f"{r['p50']:.2f}",
+            f"{r['p95']:.2f}",
+            f"{r['max']:.1f}",
+            r["n"],
+            f"{r['wall_s']:.1f}",
+        ]
+        for name, r in results.items()
+    ]
     print_table(["phase", "ping p50 ms", "p95 ms", "max ms", "pings", "wall s"], rows)
     with_tabs = results[f"batch+{args.tabs} tabs"]
-    summary_ratios = {"p95_tabs_over_batch": ratio(with_tabs["p95"], results["batch"]["p95"]),
-                      "p95_tabs_over_idle": ratio(with_tabs["p95"], results["idle"]["p95"]),
-                      "wall_tabs_over_batch": ratio(with_tabs["wall_s"], results["batch"]["wall_s"])}
-    print(f"ping p95 batch+tabs / batch: {summary_ratios['p95_tabs_over_batch']:.2f}; "
-          f"/ idle: {summary_ratios['p95_tabs_over_idle']:.2f}; batch wall with tabs / without: "
-          f"{summary_ratios['wall_tabs_over_batch']:.2f}; events {counts['events']}, page fetches {counts['fetches']}, "
-          f"of them rendered {counts.get('renders', 0)}")
-    write_results("bench_web_tabs", {"machine": machine_info(), "tabs": args.tabs, "agents": 2 * args.runs,
-                                     "phases": results, "ratios": summary_ratios, "served": counts,
-                                     "samples": {"idle": idle, "batch": alone, "tabs": tabs}})
+    summary_ratios = {
+        "p95_tabs_over_batch": ratio(with_tabs["p95"], results["batch"]["p95"]),
+        "p95_tabs_over_idle": ratio(with_tabs["p95"], results["idle"]["p95"]),
+        "wall_tabs_over_batch": ratio(with_tabs["wall_s"], results["batch"]["wall_s"]),
+    }
+    print(
+        f"ping p95 batch+tabs / batch: {summary_ratios['p95_tabs_over_batch']:.2f}; "
+        f"/ idle: {summary_ratios['p95_tabs_over_idle']:.2f}; batch wall with tabs / without: "
+        f"{summary_ratios['wall_tabs_over_batch']:.2f}; events {counts['events']}, page fetches {counts['fetches']}, "
+        f"of them rendered {counts.get('renders', 0)}"
+    )
+    write_results(
+        "bench_web_tabs",
+        {
+            "machine": machine_info(),
+            "tabs": args.tabs,
+            "agents": 2 * args.runs,
+            "phases": results,
+            "ratios": summary_ratios,
+            "served": counts,
+            "samples": {"idle": idle, "batch": alone, "tabs": tabs},
+        },
+    )
     return 0
 
 

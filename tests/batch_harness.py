@@ -10,7 +10,9 @@ GIT = ["git", "-c", "user.name=test", "-c", "user.email=test@example.invalid"]
 
 
 def git(cwd: Path, *args: str) -> str:
-    return subprocess.run([*GIT, *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
+    return subprocess.run(
+        [*GIT, *args], cwd=cwd, check=True, capture_output=True, text=True
+    ).stdout.strip()
 
 
 def make_repo(files: dict[str, str] | None = None) -> Path:
@@ -26,8 +28,12 @@ def make_repo(files: dict[str, str] | None = None) -> Path:
     return repo
 
 
-def wait_batch(daemon: DaemonProcess, batch_id: str, states: tuple[str, ...] = ("completed", "failed",
-               "cancelled", "blocked"), timeout: float = 120) -> dict[str, Any]:
+def wait_batch(
+    daemon: DaemonProcess,
+    batch_id: str,
+    states: tuple[str, ...] = ("completed", "failed", "cancelled", "blocked"),
+    timeout: float = 120,
+) -> dict[str, Any]:
     """Long-poll until the batch reaches one of `states`; fail after a generous bound."""
     import time
 
@@ -37,8 +43,12 @@ def wait_batch(daemon: DaemonProcess, batch_id: str, states: tuple[str, ...] = (
         if batch["state"] in states:
             return batch
         if time.monotonic() > deadline:
-            raise AssertionError(f"batch still {batch['state']} after {timeout}s: {batch['counts']}")
-        daemon.call("list_agents", {"after_revision": batch["revision"], "wait_seconds": 5, "limit": 1})
+            raise AssertionError(
+                f"batch still {batch['state']} after {timeout}s: {batch['counts']}"
+            )
+        daemon.call(
+            "list_agents", {"after_revision": batch["revision"], "wait_seconds": 5, "limit": 1}
+        )
 
 
 def runs_of(batch: dict[str, Any], stage: str) -> list[dict[str, Any]]:

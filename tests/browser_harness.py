@@ -13,17 +13,29 @@ from agent_run.home import Home
 from tests.harness import TEST_CONFIG, make_home, remove_home
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 SCREENSHOTS = Path(__file__).parent.parent / "docs" / "web"
 
 
 @contextmanager
-def browser_page(width: int = 1200, height: int = 900) -> Iterator[tuple[Page, dict[str, list[Any]]]]:
+def browser_page(
+    width: int = 1200, height: int = 900
+) -> Iterator[tuple[Page, dict[str, list[Any]]]]:
     """A fresh page, and what it reported: dialogs (each dismissed), console errors, page errors."""
     if not Path(CHROMIUM).exists():
-        raise AssertionError("chromium is not installed: run scripts/test (it installs it with apt), "
-                             "or deselect these tests with -m 'not browser'")
+        raise AssertionError(
+            "chromium is not installed: run scripts/test (it installs it with apt), "
+            "or deselect these tests with -m 'not browser'"
+        )
     seen: dict[str, list[Any]] = {"dialogs": [], "console_errors": [], "page_errors": []}
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
@@ -32,7 +44,10 @@ def browser_page(width: int = 1200, height: int = 900) -> Iterator[tuple[Page, d
             page = context.new_page()
             page.set_default_timeout(60_000)
             page.on("dialog", lambda d: (seen["dialogs"].append(d.message), d.dismiss()))
-            page.on("console", lambda m: seen["console_errors"].append(m.text) if m.type == "error" else None)
+            page.on(
+                "console",
+                lambda m: seen["console_errors"].append(m.text) if m.type == "error" else None,
+            )
             page.on("pageerror", lambda e: seen["page_errors"].append(str(e)))
             yield page, seen
         finally:

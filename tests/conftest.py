@@ -50,8 +50,11 @@ SLOW_SLICES = ("engines", "browser", "sshd")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--fast", action="store_true",
-                     help="skip tests that need the real engine CLIs, a browser or sshd")
+    parser.addoption(
+        "--fast",
+        action="store_true",
+        help="skip tests that need the real engine CLIs, a browser or sshd",
+    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -70,4 +73,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_runtest_setup(item: pytest.Item) -> None:
     from tests import engine_harness
 
-    engine_harness.running_test_is_marked["engines"] = item.get_closest_marker("engines") is not None
+    engine_harness.running_test_is_marked["engines"] = (
+        item.get_closest_marker("engines") is not None
+    )

@@ -21,8 +21,11 @@ def node_bin() -> Path:
     """node_modules/.bin, where the real engine CLIs are; only an `engines` test may use it, so
     `--fast` (which deselects those) never needs npm."""
     assert running_test_is_marked["engines"], (
-        "this test runs a real engine CLI from node_modules: mark it @pytest.mark.engines")
+        "this test runs a real engine CLI from node_modules: mark it @pytest.mark.engines"
+    )
     return _NODE_BIN
+
+
 PLANTED_KEY = "sk-planted-4d1c9e77a0b24f3c8e55aa17"
 KEY_VARIABLE = "ARUN_TEST_PROVIDER_KEY"
 
@@ -36,11 +39,22 @@ def free_port() -> int:
 
 def runtime_block(name: str, engine: str, base_url: str, model: str, **knobs: Any) -> str:
     binary = node_bin() / {"glm": "claude"}.get(engine, engine)
-    lines = [f"[runtimes.{name}]", f'engine = "{engine}"', f'binary = "{binary}"',
-             f'models = ["{model}"]', f'default_model = "{model}"', "allow_plain_http_loopback = true",
-             f'base_url = "{base_url}"', f'auth = {{ env = "{KEY_VARIABLE}" }}']
-    defaults = {"max_retries": 0, "request_timeout_seconds": 4.0, "stall_seconds": 20.0,
-                "retry_give_up_seconds": 20.0}
+    lines = [
+        f"[runtimes.{name}]",
+        f'engine = "{engine}"',
+        f'binary = "{binary}"',
+        f'models = ["{model}"]',
+        f'default_model = "{model}"',
+        "allow_plain_http_loopback = true",
+        f'base_url = "{base_url}"',
+        f'auth = {{ env = "{KEY_VARIABLE}" }}',
+    ]
+    defaults = {
+        "max_retries": 0,
+        "request_timeout_seconds": 4.0,
+        "stall_seconds": 20.0,
+        "retry_give_up_seconds": 20.0,
+    }
     for key, value in {**defaults, **knobs}.items():
         lines.append(f"{key} = {value!r}" if not isinstance(value, str) else f'{key} = "{value}"')
     return "\n".join(lines) + "\n"
@@ -57,9 +71,17 @@ def engine_daemon(block: str, key: str = PLANTED_KEY) -> Iterator[tuple[Home, Da
         remove_home(home)
 
 
-def run_agent(daemon: DaemonProcess, runtime: str, task: str, workdir: Path, timeout: float = 120,
-              **extra: Any) -> dict[str, Any]:
-    agent = daemon.call("start", {"task": task, "workdir": str(workdir), "runtime": runtime, **extra})
+def run_agent(
+    daemon: DaemonProcess,
+    runtime: str,
+    task: str,
+    workdir: Path,
+    timeout: float = 120,
+    **extra: Any,
+) -> dict[str, Any]:
+    agent = daemon.call(
+        "start", {"task": task, "workdir": str(workdir), "runtime": runtime, **extra}
+    )
     return wait_done(daemon, agent["id"], timeout)
 
 
@@ -93,7 +115,8 @@ def engine_argv_while_held(provider: MockProvider, home: Home, held: HeldReply) 
 
     try:
         assert provider.wait_for(lambda reqs: any(r.role == "main" for r in reqs), timeout=90), [
-            (r.path, r.role) for r in provider.requests]
+            (r.path, r.role) for r in provider.requests
+        ]
         pgid = wait_for(lambda: db_rows(home, "SELECT engine_pid FROM executions")[0]["engine_pid"])
         argv = [Path(f"/proc/{pgid}/cmdline").read_bytes()]  # the leader waits on us: it is alive
         for pid in set(group_members(pgid)) - {pgid}:

@@ -37,8 +37,12 @@ def short_tmpdir(prefix: str = "art-") -> Path:
     return Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float = 30.0, interval: float = 0.02,
-             what: str = "condition") -> Any:
+def wait_for(
+    predicate: Callable[[], Any],
+    timeout: float = 30.0,
+    interval: float = 0.02,
+    what: str = "condition",
+) -> Any:
     """Poll until `predicate()` is truthy; fail after a generous bound. Never a bare sleep."""
     deadline = time.monotonic() + timeout
     while True:
@@ -50,12 +54,23 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 30.0, interval: floa
         time.sleep(interval)
 
 
-def cli(home: Home, *args: str, env: dict[str, str] | None = None, timeout: float = 60.0,
-        input: str | None = None) -> subprocess.CompletedProcess[str]:
+def cli(
+    home: Home,
+    *args: str,
+    env: dict[str, str] | None = None,
+    timeout: float = 60.0,
+    input: str | None = None,
+) -> subprocess.CompletedProcess[str]:
     full_env = {**os.environ, **(env or {})}
     full_env.pop("AGENT_RUN_HOME", None)
-    return subprocess.run([sys.executable, "-m", "agent_run", "--home", str(home.root), *args],
-                          capture_output=True, text=True, env=full_env, timeout=timeout, input=input)
+    return subprocess.run(
+        [sys.executable, "-m", "agent_run", "--home", str(home.root), *args],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        timeout=timeout,
+        input=input,
+    )
 
 
 def cli_json(home: Home, *args: str, **kwargs: Any) -> Any:
@@ -67,7 +82,9 @@ def cli_json(home: Home, *args: str, **kwargs: Any) -> Any:
 class DaemonProcess:
     """`agent-run api serve` as a real child process of the test."""
 
-    def __init__(self, home: Home, env: dict[str, str] | None = None, nofile_soft: int | None = None) -> None:
+    def __init__(
+        self, home: Home, env: dict[str, str] | None = None, nofile_soft: int | None = None
+    ) -> None:
         self.home = home
         self.env = env or {}
         self.nofile_soft = nofile_soft  # start it with this soft RLIMIT_NOFILE (the hard one kept)
@@ -80,8 +97,12 @@ class DaemonProcess:
         env.pop("AGENT_RUN_HOME", None)
         # Forked from a zygote that has the daemon's imports loaded: the same `python -m
         # agent_run ... api serve`, a second of CPU cheaper per boot (tests/support/zygote.py).
-        self.proc = spawn(["--home", str(self.home.root), "api", "serve"], env,
-                          self.home.root / "daemon-test.out", self.nofile_soft)
+        self.proc = spawn(
+            ["--home", str(self.home.root), "api", "serve"],
+            env,
+            self.home.root / "daemon-test.out",
+            self.nofile_soft,
+        )
         wait_for(self._answers, timeout=30, what="the daemon to answer ping")
         return self
 
@@ -137,7 +158,9 @@ def kill_leftovers(home: Home) -> None:
         if row["engine_pid"]:
             kill_group(row["engine_pid"], signal.SIGKILL)
         if row["supervisor_pid"] and row["supervisor_start_ticks"]:
-            ident = ProcessIdentity(row["supervisor_pid"], row["supervisor_start_ticks"], row["boot_id"])
+            ident = ProcessIdentity(
+                row["supervisor_pid"], row["supervisor_start_ticks"], row["boot_id"]
+            )
             if liveness(ident) is Liveness.ALIVE:
                 os.kill(ident.pid, signal.SIGKILL)
 
@@ -146,7 +169,9 @@ def supervisors_gone(home: Home) -> bool:
     """Whether no supervisor of this home is alive (by recorded identity): none still writes."""
     for row in db_rows(home, "SELECT * FROM executions WHERE supervisor_pid IS NOT NULL"):
         if row["supervisor_start_ticks"]:
-            ident = ProcessIdentity(row["supervisor_pid"], row["supervisor_start_ticks"], row["boot_id"])
+            ident = ProcessIdentity(
+                row["supervisor_pid"], row["supervisor_start_ticks"], row["boot_id"]
+            )
             if liveness(ident) is Liveness.ALIVE:
                 return False
     return True

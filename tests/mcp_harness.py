@@ -12,12 +12,16 @@ from agent_run.home import Home
 
 
 @asynccontextmanager
-async def mcp_session(home: Home, env: dict[str, str] | None = None) -> AsyncIterator[ClientSession]:
+async def mcp_session(
+    home: Home, env: dict[str, str] | None = None
+) -> AsyncIterator[ClientSession]:
     full_env = {k: v for k, v in os.environ.items() if k != "AGENT_RUN_HOME"}
     full_env.update(env or {})
-    params = StdioServerParameters(command=sys.executable,
-                                   args=["-m", "agent_run", "--home", str(home.root), "mcp"],
-                                   env=full_env)
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "agent_run", "--home", str(home.root), "mcp"],
+        env=full_env,
+    )
     with open(home.root / "mcp-test.err", "a") as errlog:
         async with stdio_client(params, errlog=errlog) as (read, write):
             async with ClientSession(read, write) as session:

@@ -41,8 +41,14 @@ def admit_without_spawning(home: Home, task: str, workdir: Path) -> tuple[str, s
 
 
 def execution_states(home: Home, agent_id: str) -> list[str]:
-    return [json.loads(r["data"])["state"] for r in db_rows(
-        home, "SELECT data FROM events WHERE agent_id = ? AND kind = 'state' ORDER BY seq", (agent_id,))]
+    return [
+        json.loads(r["data"])["state"]
+        for r in db_rows(
+            home,
+            "SELECT data FROM events WHERE agent_id = ? AND kind = 'state' ORDER BY seq",
+            (agent_id,),
+        )
+    ]
 
 
 def test_admitted_but_never_spawned_execution_is_spawned_at_boot(home, workdir):
@@ -67,7 +73,9 @@ def test_orphan_found_by_periodic_reconciliation_is_spawned_not_lost(daemon, hom
 
 
 def test_two_supervisors_for_one_execution_only_one_runs_it(home, workdir):
-    agent_id, execution_id = admit_without_spawning(home, "steps: 3\nstep_seconds: 0.05\nanswer: once", workdir)
+    agent_id, execution_id = admit_without_spawning(
+        home, "steps: 3\nstep_seconds: 0.05\nanswer: once", workdir
+    )
     log = home.execution_dir(agent_id, execution_id) / "supervisor.log"
     outcomes: list[object] = []
     barrier = threading.Barrier(2)
@@ -84,25 +92,45 @@ def test_two_supervisors_for_one_execution_only_one_runs_it(home, workdir):
         t.start()
     for t in threads:
         t.join(timeout=60)
-    assert sorted(type(o).__name__ for o in outcomes) == ["ProcessIdentity", "SpawnFailed"], outcomes
-    wait_for(lambda: db_rows(home, "SELECT state FROM executions WHERE id = ?", (execution_id,))[0]["state"]
-             == "succeeded", timeout=60, what="the one supervisor to finish")
+    assert sorted(type(o).__name__ for o in outcomes) == ["ProcessIdentity", "SpawnFailed"], (
+        outcomes
+    )
+    wait_for(
+        lambda: (
+            db_rows(home, "SELECT state FROM executions WHERE id = ?", (execution_id,))[0]["state"]
+            == "succeeded"
+        ),
+        timeout=60,
+        what="the one supervisor to finish",
+    )
     assert execution_states(home, agent_id) == ["created", "starting", "running", "succeeded"]
 
 
 def test_supervisor_keeps_running_when_its_spawner_died_before_the_ready_line(home, workdir):
-    agent_id, execution_id = admit_without_spawning(home, "steps: 3\nstep_seconds: 0.05\nanswer: orphaned", workdir)
+    agent_id, execution_id = admit_without_spawning(
+        home, "steps: 3\nstep_seconds: 0.05\nanswer: orphaned", workdir
+    )
     read_fd, write_fd = os.pipe()
     os.close(read_fd)  # the spawner is gone: writing the ready line gets EPIPE
     log = open(home.execution_dir(agent_id, execution_id) / "supervisor.log", "ab")
     try:
-        proc = subprocess.Popen(supervisor_argv(home, execution_id, write_fd), pass_fds=(write_fd,),
-                                stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+        proc = subprocess.Popen(
+            supervisor_argv(home, execution_id, write_fd),
+            pass_fds=(write_fd,),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+        )
     finally:
         os.close(write_fd)
         log.close()
-    assert proc.wait(timeout=60) == 0, (home.execution_dir(agent_id, execution_id) / "supervisor.log").read_text()
-    row = db_rows(home, "SELECT state, answer_sha256 FROM executions WHERE id = ?", (execution_id,))[0]
+    assert proc.wait(timeout=60) == 0, (
+        home.execution_dir(agent_id, execution_id) / "supervisor.log"
+    ).read_text()
+    row = db_rows(
+        home, "SELECT state, answer_sha256 FROM executions WHERE id = ?", (execution_id,)
+    )[0]
     assert row["state"] == "succeeded" and row["answer_sha256"]
 
 
@@ -117,7 +145,14 @@ def test_starts_admitted_together_share_a_transaction_but_not_their_errors(daemo
             params = {"task": "answer: other", "request_id": "same"}
         else:
             params = {"task": f"answer: own {n}", "request_id": f"own-{n}"}
-        lines.append({"jsonrpc": "2.0", "id": n, "method": "start", "params": {**params, "workdir": str(workdir)}})
+        lines.append(
+            {
+                "jsonrpc": "2.0",
+                "id": n,
+                "method": "start",
+                "params": {**params, "workdir": str(workdir)},
+            }
+        )
     sock = raw_socket(home)
     sock.sendall(b"".join(json.dumps(line).encode() + b"\n" for line in lines))
     reader = sock.makefile("rb")
@@ -129,7 +164,10 @@ def test_starts_admitted_together_share_a_transaction_but_not_their_errors(daemo
     own = {n: replies[n]["result"]["id"] for n in range(40) if n % 4 and n != 39}
     assert len(set(own.values())) == len(own) == 29
     for n, agent_id in own.items():
-        assert daemon.call("wait", {"agent_id": agent_id, "timeout_seconds": 90})["agent"]["state"] == "succeeded"
+        assert (
+            daemon.call("wait", {"agent_id": agent_id, "timeout_seconds": 90})["agent"]["state"]
+            == "succeeded"
+        )
         assert daemon.call("answer", {"agent_id": agent_id})["text"] == f"own {n}"
     assert len(db_rows(home, "SELECT id FROM agents")) == 30
 
@@ -167,7 +205,11 @@ class Chaos:
     def start_with_retries(self, index: int, workdir: Path, ids: dict[int, str]) -> None:
         with self.changed:
             self.changed.wait_for(lambda: self.generation >= index % GENERATIONS, timeout=120)
-        params = {"task": f"answer: agent {index}", "workdir": str(workdir), "request_id": f"req-{index}"}
+        params = {
+            "task": f"answer: agent {index}",
+            "workdir": str(workdir),
+            "request_id": f"req-{index}",
+        }
 
         def attempt() -> str | None:
             try:
@@ -183,7 +225,10 @@ def test_kill9_of_the_daemon_during_concurrent_starts_loses_no_agent(home, workd
     seed = random.randrange(1 << 30)
     chaos = Chaos(home, seed)
     ids: dict[int, str] = {}
-    clients = [threading.Thread(target=chaos.start_with_retries, args=(i, workdir, ids)) for i in range(CLIENTS)]
+    clients = [
+        threading.Thread(target=chaos.start_with_retries, args=(i, workdir, ids))
+        for i in range(CLIENTS)
+    ]
     killer = threading.Thread(target=chaos.kill_and_restart, args=(MIN_KILLS + 2,))
     killer.start()
     for t in clients:
@@ -200,11 +245,16 @@ def test_kill9_of_the_daemon_during_concurrent_starts_loses_no_agent(home, workd
             assert chaos.daemon.call("answer", {"agent_id": agent_id})["text"] == f"agent {index}"
     finally:
         chaos.daemon.stop()
-    agents = db_rows(home, "SELECT a.request_id, count(e.id) AS n FROM agents a JOIN executions e "
-                           "ON e.agent_id = a.id GROUP BY a.id")
+    agents = db_rows(
+        home,
+        "SELECT a.request_id, count(e.id) AS n FROM agents a JOIN executions e "
+        "ON e.agent_id = a.id GROUP BY a.id",
+    )
     assert sorted(r["request_id"] for r in agents) == sorted(f"req-{i}" for i in range(CLIENTS))
     assert all(r["n"] == 1 for r in agents), f"seed {seed}: an agent with several executions"
-    lost = db_rows(home, "SELECT agent_id FROM events WHERE kind = 'state' AND data LIKE '%\"lost\"%'")
+    lost = db_rows(
+        home, "SELECT agent_id FROM events WHERE kind = 'state' AND data LIKE '%\"lost\"%'"
+    )
     assert not lost, f"seed {seed}: {lost}"
 
 
@@ -232,8 +282,16 @@ exec {shutil.which("git")} "$@"
     started: dict[str, object] = {}
 
     def start_batch() -> None:
-        started["batch"] = daemon.call("batch_start", {"runtime": "demo", "workflow": "repeated",
-                                                       "project": str(repo), "runs": 1, "prompt": "answer: ok"})
+        started["batch"] = daemon.call(
+            "batch_start",
+            {
+                "runtime": "demo",
+                "workflow": "repeated",
+                "project": str(repo),
+                "runs": 1,
+                "prompt": "answer: ok",
+            },
+        )
 
     thread = threading.Thread(target=start_batch)
     try:

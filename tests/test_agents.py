@@ -25,13 +25,19 @@ def test_start_returns_while_running_and_answer_matches_sealed_file(daemon, home
     started = cli_json(home, "start", "--task", SLOW, "--workdir", str(workdir))
     # The CLI process has exited; the agent still runs under its own supervisor.
     assert started["state"] in ("created", "starting", "running")
-    assert daemon.call("agent", {"agent_id": started["id"]})["state"] in ("created", "starting", "running")
+    assert daemon.call("agent", {"agent_id": started["id"]})["state"] in (
+        "created",
+        "starting",
+        "running",
+    )
     view = wait_terminal(daemon, started["id"])
     assert view["state"] == "succeeded"
     answer = daemon.call("answer", {"agent_id": started["id"]})
     assert answer["text"] == "slow done"
     data = Path(answer["path"]).read_bytes()
-    assert hashlib.sha256(data).hexdigest() == answer["sha256"] == view["execution"]["answer_sha256"]
+    assert (
+        hashlib.sha256(data).hexdigest() == answer["sha256"] == view["execution"]["answer_sha256"]
+    )
     assert len(data) == answer["bytes"]
 
 
@@ -67,10 +73,18 @@ def test_same_request_id_returns_same_agent_and_other_payload_conflicts(daemon, 
 
 def test_cancel_running_agent_ends_cancelled_with_engine_group_gone(daemon, home, workdir):
     agent = start(daemon, workdir, "steps: 1000\nstep_seconds: 0.05\nspawn: 300")
-    wait_for(lambda: db_rows(home, "SELECT engine_pid FROM executions WHERE agent_id = ?",
-                             (agent["id"],))[0]["engine_pid"], what="the engine to start")
-    wait_for(lambda: daemon.call("agent", {"agent_id": agent["id"]})["event_count"] > 6, what="progress")
-    pgid = db_rows(home, "SELECT engine_pid FROM executions WHERE agent_id = ?", (agent["id"],))[0]["engine_pid"]
+    wait_for(
+        lambda: db_rows(
+            home, "SELECT engine_pid FROM executions WHERE agent_id = ?", (agent["id"],)
+        )[0]["engine_pid"],
+        what="the engine to start",
+    )
+    wait_for(
+        lambda: daemon.call("agent", {"agent_id": agent["id"]})["event_count"] > 6, what="progress"
+    )
+    pgid = db_rows(home, "SELECT engine_pid FROM executions WHERE agent_id = ?", (agent["id"],))[0][
+        "engine_pid"
+    ]
     assert pgid_alive(pgid)
     result = daemon.call("cancel", {"agent_id": agent["id"]})
     assert result["accepted"] is True
@@ -85,8 +99,12 @@ def test_cancel_of_finished_agent_says_so_and_changes_nothing(daemon, workdir):
     agent = start(daemon, workdir, "answer: done")
     wait_terminal(daemon, agent["id"])
     result = daemon.call("cancel", {"agent_id": agent["id"]})
-    assert result == {"agent_id": agent["id"], "accepted": False, "state": "succeeded",
-                      "message": "agent already succeeded; nothing to cancel"}
+    assert result == {
+        "agent_id": agent["id"],
+        "accepted": False,
+        "state": "succeeded",
+        "message": "agent already succeeded; nothing to cancel",
+    }
     assert daemon.call("agent", {"agent_id": agent["id"]})["state"] == "succeeded"
 
 
@@ -111,17 +129,20 @@ def test_steer_of_a_finished_agent_is_refused_with_not_running(daemon, workdir):
     assert info.value.field == "agent_id"
 
 
-@pytest.mark.parametrize(("task", "kind"), [
-    ("fail: auth", "auth_failed"),
-    ("fail: rate_limit", "rate_limited"),
-    ("fail: quota", "quota_exhausted"),
-    ("fail: server", "provider_error"),
-    ("fail: overloaded", "provider_overloaded"),
-    ("fail: crash", "engine_crashed"),
-    ("fail: malformed", "protocol_error"),
-    ("fail: error_reply", "error_reply"),
-    ("fail: empty", "no_answer"),
-])
+@pytest.mark.parametrize(
+    ("task", "kind"),
+    [
+        ("fail: auth", "auth_failed"),
+        ("fail: rate_limit", "rate_limited"),
+        ("fail: quota", "quota_exhausted"),
+        ("fail: server", "provider_error"),
+        ("fail: overloaded", "provider_overloaded"),
+        ("fail: crash", "engine_crashed"),
+        ("fail: malformed", "protocol_error"),
+        ("fail: error_reply", "error_reply"),
+        ("fail: empty", "no_answer"),
+    ],
+)
 def test_engine_failures_end_failed_with_their_kind(daemon, workdir, task, kind):
     agent = start(daemon, workdir, task)
     view = wait_terminal(daemon, agent["id"])
@@ -135,7 +156,9 @@ def test_silent_engine_is_stopped_as_stalled(daemon, home, workdir):
     agent = start(daemon, workdir, "fail: hang", stall_seconds=1)
     view = wait_terminal(daemon, agent["id"])
     assert (view["state"], view["failure_kind"]) == ("failed", "stalled")
-    pgid = db_rows(home, "SELECT engine_pid FROM executions WHERE agent_id = ?", (agent["id"],))[0]["engine_pid"]
+    pgid = db_rows(home, "SELECT engine_pid FROM executions WHERE agent_id = ?", (agent["id"],))[0][
+        "engine_pid"
+    ]
     assert not pgid_alive(pgid)
 
 
@@ -188,12 +211,14 @@ def test_demo_writes_a_file_in_its_workdir(daemon, workdir):
 def test_bad_start_params_name_the_field_and_create_nothing(daemon, home, workdir):
     from agent_run.domain.errors import DomainError
 
-    cases = [({"task": "x", "workdir": "relative/dir"}, "workdir"),
-             ({"task": "x", "workdir": str(workdir / "missing")}, "workdir"),
-             ({"task": "x", "workdir": str(workdir), "runtime": "nope"}, "runtime"),
-             ({"task": "x", "workdir": str(workdir), "model": "gpt-9"}, "model"),
-             ({"task": "", "workdir": str(workdir)}, "task"),
-             ({"task": "x", "workdir": str(workdir), "profile": "root"}, "profile")]
+    cases = [
+        ({"task": "x", "workdir": "relative/dir"}, "workdir"),
+        ({"task": "x", "workdir": str(workdir / "missing")}, "workdir"),
+        ({"task": "x", "workdir": str(workdir), "runtime": "nope"}, "runtime"),
+        ({"task": "x", "workdir": str(workdir), "model": "gpt-9"}, "model"),
+        ({"task": "", "workdir": str(workdir)}, "task"),
+        ({"task": "x", "workdir": str(workdir), "profile": "root"}, "profile"),
+    ]
     for params, field in cases:
         with pytest.raises(DomainError) as info:
             with daemon.client() as c:
@@ -209,14 +234,23 @@ def test_secret_never_reaches_argv_db_logs_transcript_or_answer(home, workdir):
     from tests.harness import DaemonProcess
 
     config = (home.root / "config.toml").read_text() + (
-        '\n[runtimes.keyed]\nengine = "demo"\nmodels = ["demo-1"]\nauth = { env = "DEMO_TOKEN" }\n')
+        '\n[runtimes.keyed]\nengine = "demo"\nmodels = ["demo-1"]\nauth = { env = "DEMO_TOKEN" }\n'
+    )
     (home.root / "config.toml").write_text(config)
     daemon = DaemonProcess(home, env={"DEMO_TOKEN": SECRET}).start()
     try:
-        agent = daemon.call("start", {"task": "steps: 10\nstep_seconds: 0.05\necho_env: DEMO_TOKEN\n"
-                                               "answer: the engine will print its token",
-                                      "workdir": str(workdir), "runtime": "keyed"})
-        engine_pid = wait_for(lambda: db_rows(home, "SELECT engine_pid FROM executions")[0]["engine_pid"])
+        agent = daemon.call(
+            "start",
+            {
+                "task": "steps: 10\nstep_seconds: 0.05\necho_env: DEMO_TOKEN\n"
+                "answer: the engine will print its token",
+                "workdir": str(workdir),
+                "runtime": "keyed",
+            },
+        )
+        engine_pid = wait_for(
+            lambda: db_rows(home, "SELECT engine_pid FROM executions")[0]["engine_pid"]
+        )
         cmdline = Path(f"/proc/{engine_pid}/cmdline").read_bytes()
         assert SECRET.encode() not in cmdline
         # The engine did receive it, through its environment only.
@@ -227,15 +261,22 @@ def test_secret_never_reaches_argv_db_logs_transcript_or_answer(home, workdir):
         assert SECRET not in answer and "[REDACTED]" in answer
     finally:
         daemon.stop()
-    leaks = [str(p) for p in home.root.rglob("*") if p.is_file() and SECRET.encode() in p.read_bytes()]
+    leaks = [
+        str(p) for p in home.root.rglob("*") if p.is_file() and SECRET.encode() in p.read_bytes()
+    ]
     assert leaks == []
 
 
 def test_engine_that_only_retries_is_stopped_and_its_signals_recorded(home, workdir):
     from tests.harness import DaemonProcess
 
-    config = (home.root / "config.toml").read_text().replace(
-        'default_model = "demo-1"', 'default_model = "demo-1"\nretry_give_up_seconds = 1.0')
+    config = (
+        (home.root / "config.toml")
+        .read_text()
+        .replace(
+            'default_model = "demo-1"', 'default_model = "demo-1"\nretry_give_up_seconds = 1.0'
+        )
+    )
     (home.root / "config.toml").write_text(config)
     daemon = DaemonProcess(home).start()
     try:
@@ -244,10 +285,15 @@ def test_engine_that_only_retries_is_stopped_and_its_signals_recorded(home, work
     finally:
         daemon.stop()
     assert (view["state"], view["failure_kind"]) == ("failed", "rate_limited")
-    signals = db_rows(home, "SELECT kind, status, runtime FROM provider_signals WHERE agent_id = ?",
-                      (agent["id"],))
+    signals = db_rows(
+        home,
+        "SELECT kind, status, runtime FROM provider_signals WHERE agent_id = ?",
+        (agent["id"],),
+    )
     assert len(signals) >= 3
-    assert {(s["kind"], s["status"], s["runtime"]) for s in signals[:-1]} == {("rate_limited", 429, "demo")}
+    assert {(s["kind"], s["status"], s["runtime"]) for s in signals[:-1]} == {
+        ("rate_limited", 429, "demo")
+    }
 
 
 def test_resume_continues_the_engine_session_with_its_history(daemon, home, workdir):
@@ -257,9 +303,16 @@ def test_resume_continues_the_engine_session_with_its_history(daemon, home, work
     assert resumed["id"] == agent["id"] and resumed["execution"]["number"] == 2
     view = wait_terminal(daemon, agent["id"])
     assert view["state"] == "succeeded" and view["execution"]["kind"] == "resume"
-    assert daemon.call("answer", {"agent_id": agent["id"]})["text"] == "Earlier in this session: the first answer"
-    sessions = {r["engine_session_id"] for r in db_rows(
-        home, "SELECT engine_session_id FROM executions WHERE agent_id = ?", (agent["id"],))}
+    assert (
+        daemon.call("answer", {"agent_id": agent["id"]})["text"]
+        == "Earlier in this session: the first answer"
+    )
+    sessions = {
+        r["engine_session_id"]
+        for r in db_rows(
+            home, "SELECT engine_session_id FROM executions WHERE agent_id = ?", (agent["id"],)
+        )
+    }
     assert len(sessions) == 1, "both executions ran in one engine session"
 
 

@@ -26,8 +26,14 @@ def test_every_tool_and_domain_error_code_is_documented():
 def test_copy_paste_python_client_runs_against_a_real_daemon(daemon, home, workdir):
     block = re.search(r"```python\n(.*?)```", API_DOC.read_text(), re.S).group(1)
     env = {**os.environ, "AGENT_RUN_HOME": str(home.root)}
-    result = subprocess.run([sys.executable, "-c", block], cwd=workdir, env=env,
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", block],
+        cwd=workdir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "succeeded hello from the socket"
 

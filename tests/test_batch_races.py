@@ -22,25 +22,47 @@ def start_batch(daemon: DaemonProcess, **params: Any) -> dict[str, Any]:
 
 def _wait_for_file(path: Path, limit_tenths: int = 3000) -> str:
     """Shell that waits (bounded) until `path` exists: a condition, not a fixed sleep."""
-    return f'i=0; while [ ! -f "{path}" ] && [ $i -lt {limit_tenths} ]; do sleep 0.1; i=$((i+1)); done'
+    return (
+        f'i=0; while [ ! -f "{path}" ] && [ $i -lt {limit_tenths} ]; do sleep 0.1; i=$((i+1)); done'
+    )
 
 
-def test_a_slow_verify_command_does_not_freeze_starting_and_cancelling_other_batches(daemon: DaemonProcess) -> None:
+def test_a_slow_verify_command_does_not_freeze_starting_and_cancelling_other_batches(
+    daemon: DaemonProcess,
+) -> None:
     marks = short_tmpdir("arm-")
     started, release, finished = marks / "verify-started", marks / "release", marks / "verify-done"
-    slow = start_batch(daemon, workflow="ranked", project=str(make_repo()), runs=1, reviewers=1,
-                       prompt=CANDIDATE, review_prompt="score: 50",
-                       verify_command=f'touch "{started}"; {_wait_for_file(release)}; touch "{finished}"')
+    slow = start_batch(
+        daemon,
+        workflow="ranked",
+        project=str(make_repo()),
+        runs=1,
+        reviewers=1,
+        prompt=CANDIDATE,
+        review_prompt="score: 50",
+        verify_command=f'touch "{started}"; {_wait_for_file(release)}; touch "{finished}"',
+    )
     try:
         wait_for(started.exists, timeout=90, what="the verify_command to start")
-        other = start_batch(daemon, workflow="repeated", project=str(make_repo()), runs=1,
-                            prompt="steps: 400\nstep_seconds: 0.05\nanswer: x")
+        other = start_batch(
+            daemon,
+            workflow="repeated",
+            project=str(make_repo()),
+            runs=1,
+            prompt="steps: 400\nstep_seconds: 0.05\nanswer: x",
+        )
         assert other["state"] in ("queued", "running")
         daemon.call("batch_cancel", {"batch_id": other["id"]})
         assert wait_batch(daemon, other["id"], ("cancelled",), timeout=60)["state"] == "cancelled"
-        assert runs_of(daemon.call("batch", {"batch_id": other["id"]}), "worker")[0]["state"] == "cancelled"
+        assert (
+            runs_of(daemon.call("batch", {"batch_id": other["id"]}), "worker")[0]["state"]
+            == "cancelled"
+        )
         assert not finished.exists(), "the other batch waited for the verify_command"
-        assert runs_of(daemon.call("batch", {"batch_id": slow["id"]}), "candidate")[0]["state"] == "running"
+        assert (
+            runs_of(daemon.call("batch", {"batch_id": slow["id"]}), "candidate")[0]["state"]
+            == "running"
+        )
     finally:
         release.touch()
     done = wait_batch(daemon, slow["id"], timeout=120)
@@ -72,19 +94,32 @@ def _race(calls: list[Any]) -> list[Any]:
 
 def test_clean_and_rerun_of_the_same_run_never_both_happen(daemon: DaemonProcess) -> None:
     for _ in range(4):
-        batch = start_batch(daemon, workflow="repeated", project=str(make_repo()), runs=1,
-                            prompt="answer: nothing changed")
+        batch = start_batch(
+            daemon,
+            workflow="repeated",
+            project=str(make_repo()),
+            runs=1,
+            prompt="answer: nothing changed",
+        )
         run = runs_of(wait_batch(daemon, batch["id"]), "worker")[0]
-        rerun, clean = _race([lambda run=run: daemon.call("run_rerun", {"run_id": run["id"]}),
-                              lambda batch=batch: daemon.call("batch_clean", {"batch_id": batch["id"],
-                                                                              "confirm": True, "force": True})])
+        rerun, clean = _race(
+            [
+                lambda run=run: daemon.call("run_rerun", {"run_id": run["id"]}),
+                lambda batch=batch: daemon.call(
+                    "batch_clean", {"batch_id": batch["id"], "confirm": True, "force": True}
+                ),
+            ]
+        )
         assert not isinstance(clean, Exception), clean
         [item] = clean["items"]
         if item["action"] == "removed":
             assert isinstance(rerun, DomainError) and rerun.code == "Conflict", rerun
             assert not Path(run["worktree"]).exists()
         else:
-            assert item["action"] == "kept_running" and not isinstance(rerun, Exception), (item, rerun)
+            assert item["action"] == "kept_running" and not isinstance(rerun, Exception), (
+                item,
+                rerun,
+            )
             assert Path(run["worktree"]).is_dir()
             after = wait_batch(daemon, batch["id"])
             assert runs_of(after, "worker")[0]["state"] == "succeeded", after
@@ -98,14 +133,18 @@ def test_git_of_batch_start_runs_off_the_event_loop(home: Home) -> None:
     (wrappers / "git").write_text(
         "#!/bin/sh\n"
         f'case "$*" in *--show-toplevel*) touch "{marks}/git-started"; '
-        f'{_wait_for_file(marks / "release", 600)};; esac\n'
-        f'exec "{real_git}" "$@"\n')
+        f"{_wait_for_file(marks / 'release', 600)};; esac\n"
+        f'exec "{real_git}" "$@"\n'
+    )
     (wrappers / "git").chmod(0o755)
     daemon = DaemonProcess(home, env={"PATH": f"{wrappers}:{os.environ['PATH']}"}).start()
     repo = make_repo()
     result: list[Any] = []
-    starter = threading.Thread(target=lambda: result.append(start_batch(
-        daemon, workflow="repeated", project=str(repo), runs=1, prompt="answer: x")))
+    starter = threading.Thread(
+        target=lambda: result.append(
+            start_batch(daemon, workflow="repeated", project=str(repo), runs=1, prompt="answer: x")
+        )
+    )
     try:
         starter.start()
         wait_for((marks / "git-started").exists, timeout=30, what="git rev-parse to run")
@@ -120,7 +159,9 @@ def test_git_of_batch_start_runs_off_the_event_loop(home: Home) -> None:
     assert result and result[0]["state"] in ("queued", "running", "completed")
 
 
-def test_a_failed_executions_reply_is_a_private_file_written_atomically(daemon: DaemonProcess, workdir: Path) -> None:
+def test_a_failed_executions_reply_is_a_private_file_written_atomically(
+    daemon: DaemonProcess, workdir: Path
+) -> None:
     agent = daemon.call("start", {"task": "fail: server", "workdir": str(workdir)})
     done = daemon.call("wait", {"agent_id": agent["id"], "timeout_seconds": 60})["agent"]
     assert done["state"] == "failed"
@@ -131,7 +172,9 @@ def test_a_failed_executions_reply_is_a_private_file_written_atomically(daemon: 
     assert not [p.name for p in directory.iterdir() if ".tmp-" in p.name]
 
 
-def test_a_commit_whose_worker_server_dies_before_recording_it_still_counts(daemon: DaemonProcess) -> None:
+def test_a_commit_whose_worker_server_dies_before_recording_it_still_counts(
+    daemon: DaemonProcess,
+) -> None:
     """create_commit records its intent before it commits: kill -9 the worker-tools server right
     after the commit (a real post-commit hook) and the candidate is still judged by its commit."""
     repo = make_repo()
@@ -142,10 +185,18 @@ def test_a_commit_whose_worker_server_dies_before_recording_it_still_counts(daem
         f'[ -f "{marks}/killed" ] && exit 0\n'
         "server=$(awk '{print $4}' /proc/$PPID/stat)\n"
         'grep -q worker_tools "/proc/$server/cmdline" || exit 0\n'
-        f'touch "{marks}/killed"; kill -9 "$server"\n')
+        f'touch "{marks}/killed"; kill -9 "$server"\n'
+    )
     hook.chmod(0o755)
-    batch = start_batch(daemon, workflow="ranked", project=str(repo), runs=1, reviewers=1,
-                        prompt=CANDIDATE, review_prompt="score: 50")
+    batch = start_batch(
+        daemon,
+        workflow="ranked",
+        project=str(repo),
+        runs=1,
+        reviewers=1,
+        prompt=CANDIDATE,
+        review_prompt="score: 50",
+    )
     done = wait_batch(daemon, batch["id"])
     assert (marks / "killed").exists(), "the hook never killed the worker-tools server"
     candidate = runs_of(done, "candidate")[0]
@@ -165,16 +216,42 @@ def test_write_private_file_fsyncs_the_directory_after_the_rename(workdir: Path)
     if shutil.which("strace") is None:
         pytest.skip("strace is not installed")
     trace = workdir / "trace.txt"
-    code = ("from pathlib import Path; from agent_run.home import write_private_file; "
-            f"write_private_file(Path({str(workdir)!r}) / 'reply.md', b'x' * 100000)")
-    subprocess.run(["strace", "-f", "-s", "4096", "-o", str(trace),
-                    "-e", "trace=openat,fsync,rename,renameat,renameat2",
-                    sys.executable, "-c", code], check=True, capture_output=True, timeout=60)
+    code = (
+        "from pathlib import Path; from agent_run.home import write_private_file; "
+        f"write_private_file(Path({str(workdir)!r}) / 'reply.md', b'x' * 100000)"
+    )
+    subprocess.run(
+        [
+            "strace",
+            "-f",
+            "-s",
+            "4096",
+            "-o",
+            str(trace),
+            "-e",
+            "trace=openat,fsync,rename,renameat,renameat2",
+            sys.executable,
+            "-c",
+            code,
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
     lines = trace.read_text().splitlines()
     renamed = next(i for i, line in enumerate(lines) if "rename" in line and "reply.md" in line)
-    dir_fds = {m.group(1) for line in lines[renamed:]
-               if (m := re.search(rf'openat\(AT_FDCWD, "{re.escape(str(workdir))}", [^)]*O_DIRECTORY[^)]*\) += (\d+)',
-                                  line))}
+    dir_fds = {
+        m.group(1)
+        for line in lines[renamed:]
+        if (
+            m := re.search(
+                rf'openat\(AT_FDCWD, "{re.escape(str(workdir))}", [^)]*O_DIRECTORY[^)]*\) += (\d+)',
+                line,
+            )
+        )
+    }
     assert dir_fds, lines[renamed:]
-    assert any(re.search(rf"fsync\({fd}\) += 0", line) for fd in dir_fds for line in lines[renamed:])
+    assert any(
+        re.search(rf"fsync\({fd}\) += 0", line) for fd in dir_fds for line in lines[renamed:]
+    )
     assert (workdir / "reply.md").read_bytes() == b"x" * 100000

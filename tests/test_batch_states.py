@@ -28,17 +28,32 @@ B, R = BatchState, RunState
 
 # Written out by hand (not derived from the module's table), so a change to either shows.
 BATCH_ALLOWED = {
-    (B.QUEUED, B.RUNNING), (B.QUEUED, B.BLOCKED), (B.QUEUED, B.COMPLETED), (B.QUEUED, B.FAILED),
+    (B.QUEUED, B.RUNNING),
+    (B.QUEUED, B.BLOCKED),
+    (B.QUEUED, B.COMPLETED),
+    (B.QUEUED, B.FAILED),
     (B.QUEUED, B.CANCELLED),
-    (B.RUNNING, B.BLOCKED), (B.RUNNING, B.COMPLETED), (B.RUNNING, B.FAILED), (B.RUNNING, B.CANCELLED),
-    (B.BLOCKED, B.RUNNING), (B.BLOCKED, B.CANCELLED),
-    (B.COMPLETED, B.RUNNING), (B.FAILED, B.RUNNING),
+    (B.RUNNING, B.BLOCKED),
+    (B.RUNNING, B.COMPLETED),
+    (B.RUNNING, B.FAILED),
+    (B.RUNNING, B.CANCELLED),
+    (B.BLOCKED, B.RUNNING),
+    (B.BLOCKED, B.CANCELLED),
+    (B.COMPLETED, B.RUNNING),
+    (B.FAILED, B.RUNNING),
 }
 RUN_ALLOWED = {
-    (R.QUEUED, R.RUNNING), (R.QUEUED, R.CANCELLED),
-    (R.RUNNING, R.SUCCEEDED), (R.RUNNING, R.FAILED), (R.RUNNING, R.CANCELLED),
-    (R.SUCCEEDED, R.RUNNING), (R.SUCCEEDED, R.QUEUED), (R.FAILED, R.RUNNING), (R.FAILED, R.QUEUED),
-    (R.CANCELLED, R.RUNNING), (R.CANCELLED, R.QUEUED),
+    (R.QUEUED, R.RUNNING),
+    (R.QUEUED, R.CANCELLED),
+    (R.RUNNING, R.SUCCEEDED),
+    (R.RUNNING, R.FAILED),
+    (R.RUNNING, R.CANCELLED),
+    (R.SUCCEEDED, R.RUNNING),
+    (R.SUCCEEDED, R.QUEUED),
+    (R.FAILED, R.RUNNING),
+    (R.FAILED, R.QUEUED),
+    (R.CANCELLED, R.RUNNING),
+    (R.CANCELLED, R.QUEUED),
 }
 
 
@@ -81,14 +96,31 @@ def test_the_views_literals_name_exactly_the_enums_states():
 
 
 def _batch_row(batch_id: str, workflow: str = "repeated") -> dict:
-    return {"id": batch_id, "request_id": None, "request_hash": "h", "workflow": workflow, "config_json": "{}",
-            "project_root": "/p", "project_subdir": "", "base_ref": "HEAD", "base_sha": "0" * 40,
-            "worktree_root": "/w"}
+    return {
+        "id": batch_id,
+        "request_id": None,
+        "request_hash": "h",
+        "workflow": workflow,
+        "config_json": "{}",
+        "project_root": "/p",
+        "project_subdir": "",
+        "base_ref": "HEAD",
+        "base_sha": "0" * 40,
+        "worktree_root": "/w",
+    }
 
 
 def _run_row(run_id: str, batch_id: str, stage: str = "worker", idx: int = 1) -> dict:
-    return {"id": run_id, "batch_id": batch_id, "stage": stage, "idx": idx, "title": "t", "prompt": "p",
-            "profile": "write", "workdir": "/w"}
+    return {
+        "id": run_id,
+        "batch_id": batch_id,
+        "stage": stage,
+        "idx": idx,
+        "title": "t",
+        "prompt": "p",
+        "profile": "write",
+        "workdir": "/w",
+    }
 
 
 @pytest.fixture
@@ -108,9 +140,13 @@ def _state(conn, table, row_id):
 def test_move_batch_is_a_compare_and_set_on_its_state(conn):
     with write(conn):
         assert batches_q.move_batch(conn, "bt_1", expect=B.QUEUED, to=B.RUNNING)
-        assert not batches_q.move_batch(conn, "bt_1", expect=B.QUEUED, to=B.RUNNING)  # moved already
+        assert not batches_q.move_batch(
+            conn, "bt_1", expect=B.QUEUED, to=B.RUNNING
+        )  # moved already
     assert _state(conn, "batches", "bt_1") == "running"
-    event = conn.execute("SELECT data FROM events WHERE kind = 'batch' ORDER BY seq DESC LIMIT 1").fetchone()
+    event = conn.execute(
+        "SELECT data FROM events WHERE kind = 'batch' ORDER BY seq DESC LIMIT 1"
+    ).fetchone()
     assert '"running"' in event[0]
 
 
@@ -137,16 +173,24 @@ def test_state_changes_only_through_the_compare_and_set(conn):
 def test_update_run_if_checks_the_transition_from_every_expected_state(conn):
     run = batches_q.get_run(conn, "rn_1")
     with pytest.raises(IllegalTransition, match="queued -> succeeded"), write(conn):
-        batches_q.update_run_if(conn, run, expect_state=R.QUEUED, expect_attempt=0, state=R.SUCCEEDED)
+        batches_q.update_run_if(
+            conn, run, expect_state=R.QUEUED, expect_attempt=0, state=R.SUCCEEDED
+        )
     with pytest.raises(IllegalTransition), write(conn):  # allowed from running, refused from queued
-        batches_q.update_run_if(conn, run, expect_state=(R.RUNNING, R.QUEUED), expect_attempt=0, state=R.FAILED)
+        batches_q.update_run_if(
+            conn, run, expect_state=(R.RUNNING, R.QUEUED), expect_attempt=0, state=R.FAILED
+        )
     assert _state(conn, "batch_runs", "rn_1") == "queued"
     with write(conn):
-        assert batches_q.update_run_if(conn, run, expect_state=R.QUEUED, expect_attempt=0, state=R.RUNNING,
-                                       attempt=1)
-        assert not batches_q.update_run_if(conn, run, expect_state=R.RUNNING, expect_attempt=0,
-                                           state=R.FAILED)  # stale attempt
-        assert batches_q.update_run_if(conn, run, expect_state=R.RUNNING, expect_attempt=1, state=R.FAILED)
+        assert batches_q.update_run_if(
+            conn, run, expect_state=R.QUEUED, expect_attempt=0, state=R.RUNNING, attempt=1
+        )
+        assert not batches_q.update_run_if(
+            conn, run, expect_state=R.RUNNING, expect_attempt=0, state=R.FAILED
+        )  # stale attempt
+        assert batches_q.update_run_if(
+            conn, run, expect_state=R.RUNNING, expect_attempt=1, state=R.FAILED
+        )
     assert _state(conn, "batch_runs", "rn_1") == "failed"
 
 
@@ -173,8 +217,11 @@ def test_every_workflows_runs_are_of_its_own_stages():
 def test_the_retry_policy_is_the_workflows():
     assert WORKFLOWS["generated"].retries("generator") == 1
     assert WORKFLOWS["generated"].retries("worker") == 0
-    assert all(WORKFLOWS[name].retries(stage) == 0 for name in ("repeated", "ranked", "validated")
-               for stage in WORKFLOWS[name].stages)
+    assert all(
+        WORKFLOWS[name].retries(stage) == 0
+        for name in ("repeated", "ranked", "validated")
+        for stage in WORKFLOWS[name].stages
+    )
 
 
 # -- the migration ----------------------------------------------------------------------------------
@@ -187,8 +234,12 @@ def _database_at(path, version: int) -> sqlite3.Connection:
         if number > version:
             break
         with write(conn):
-            for statement in (s.strip() for s in "\n".join(
-                    line for line in sql.splitlines() if not line.strip().startswith("--")).split(";")):
+            for statement in (
+                s.strip()
+                for s in "\n".join(
+                    line for line in sql.splitlines() if not line.strip().startswith("--")
+                ).split(";")
+            ):
                 if statement:
                     conn.execute(statement)
             conn.execute(f"PRAGMA user_version = {number}")
@@ -201,29 +252,51 @@ def test_migration_drops_the_name_checks_and_keeps_every_row(tmp_path):
     now = time.time()
     with write(old):
         batches_q.insert_batch(old, _batch_row("bt_old", "ranked"))
-        old.execute("UPDATE batches SET state = 'blocked', state_reason = 'r', cancel_requested = 1,"
-                    " ended_at = ? WHERE id = 'bt_old'", (now,))
-        batches_q.insert_run(old, {**_run_row("rn_c", "bt_old", "candidate"), "worktree": "/w/c",
-                                   "branch": "agent-run/bt_old/candidate-1", "result_json": '{"commits": ["a"]}'})
-        batches_q.insert_run(old, {**_run_row("rn_r", "bt_old", "reviewer"), "parent_run_id": "rn_c"})
-        old.execute("UPDATE batch_runs SET state = 'succeeded', attempt = 2, locked = 1, score = 87.5, rank = 1,"
-                    " verify_passed = 1, verify_output = 'exit 0' WHERE id = 'rn_c'")
-        old.execute("INSERT INTO batch_attempts (run_id, attempt, kind, agent_id, created_at)"
-                    " VALUES ('rn_c', 1, 'start', 'ag_1', ?), ('rn_c', 2, 'rerun', 'ag_2', ?)", (now, now))
+        old.execute(
+            "UPDATE batches SET state = 'blocked', state_reason = 'r', cancel_requested = 1,"
+            " ended_at = ? WHERE id = 'bt_old'",
+            (now,),
+        )
+        batches_q.insert_run(
+            old,
+            {
+                **_run_row("rn_c", "bt_old", "candidate"),
+                "worktree": "/w/c",
+                "branch": "agent-run/bt_old/candidate-1",
+                "result_json": '{"commits": ["a"]}',
+            },
+        )
+        batches_q.insert_run(
+            old, {**_run_row("rn_r", "bt_old", "reviewer"), "parent_run_id": "rn_c"}
+        )
+        old.execute(
+            "UPDATE batch_runs SET state = 'succeeded', attempt = 2, locked = 1, score = 87.5, rank = 1,"
+            " verify_passed = 1, verify_output = 'exit 0' WHERE id = 'rn_c'"
+        )
+        old.execute(
+            "INSERT INTO batch_attempts (run_id, attempt, kind, agent_id, created_at)"
+            " VALUES ('rn_c', 1, 'start', 'ag_1', ?), ('rn_c', 2, 'rerun', 'ag_2', ?)",
+            (now, now),
+        )
     with pytest.raises(sqlite3.IntegrityError), write(old):  # the old schema pinned the names
         batches_q.insert_batch(old, _batch_row("bt_fifth", "fifth"))
-    before = {t: [tuple(r) for r in old.execute(f"SELECT * FROM {t} ORDER BY 1, 2")]
-              for t in ("batches", "batch_runs", "batch_attempts")}
+    before = {
+        t: [tuple(r) for r in old.execute(f"SELECT * FROM {t} ORDER BY 1, 2")]
+        for t in ("batches", "batch_runs", "batch_attempts")
+    }
     old.close()
 
     conn = connect(path)  # migrates
     assert conn.execute("PRAGMA user_version").fetchone()[0] == migrations()[-1][0]
-    after = {t: [tuple(r) for r in conn.execute(f"SELECT * FROM {t} ORDER BY 1, 2")] for t in before}
+    after = {
+        t: [tuple(r) for r in conn.execute(f"SELECT * FROM {t} ORDER BY 1, 2")] for t in before
+    }
     assert after == before
     assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
     assert not conn.execute("SELECT name FROM sqlite_master WHERE name LIKE 'old_%'").fetchall()
-    assert conn.execute("SELECT name FROM sqlite_master WHERE type = 'index' AND name = 'batch_runs_batch'"
-                        ).fetchone()
+    assert conn.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'index' AND name = 'batch_runs_batch'"
+    ).fetchone()
     with write(conn):  # a fifth workflow and a new stage need no table rebuild now
         batches_q.insert_batch(conn, _batch_row("bt_fifth", "fifth"))
         batches_q.insert_run(conn, _run_row("rn_new", "bt_fifth", "novel"))
@@ -232,6 +305,8 @@ def test_migration_drops_the_name_checks_and_keeps_every_row(tmp_path):
     with pytest.raises(sqlite3.IntegrityError), write(conn):  # and the state CHECK still does
         conn.execute("UPDATE batches SET state = 'paused' WHERE id = 'bt_old'")
     with pytest.raises(sqlite3.IntegrityError), write(conn):
-        conn.execute("INSERT INTO batch_attempts (run_id, attempt, kind, agent_id, created_at)"
-                     " VALUES ('rn_missing', 1, 'start', 'ag', 0)")
+        conn.execute(
+            "INSERT INTO batch_attempts (run_id, attempt, kind, agent_id, created_at)"
+            " VALUES ('rn_missing', 1, 'start', 'ag', 0)"
+        )
     conn.close()

@@ -19,8 +19,13 @@ def start_batch(daemon, **params):
 
 def test_repeated_runs_each_in_its_own_named_worktree_and_keeps_them(daemon, home):
     repo = make_repo()
-    batch = start_batch(daemon, workflow="repeated", project=str(repo), runs=3,
-                        prompt="write: out.txt = done\nanswer: wrote out.txt")
+    batch = start_batch(
+        daemon,
+        workflow="repeated",
+        project=str(repo),
+        runs=3,
+        prompt="write: out.txt = done\nanswer: wrote out.txt",
+    )
     assert batch["base_sha"] == git(repo, "rev-parse", "HEAD")
     done = wait_batch(daemon, batch["id"])
     assert done["state"] == "completed", done
@@ -37,7 +42,9 @@ def test_repeated_runs_each_in_its_own_named_worktree_and_keeps_them(daemon, hom
 
 def test_generated_makes_exactly_n_tasks_then_one_run_per_task(daemon):
     repo = make_repo()
-    batch = start_batch(daemon, workflow="generated", project=str(repo), runs=3, prompt="tasks: auto")
+    batch = start_batch(
+        daemon, workflow="generated", project=str(repo), runs=3, prompt="tasks: auto"
+    )
     done = wait_batch(daemon, batch["id"])
     assert done["state"] == "completed", done
     generator = runs_of(done, "generator")[0]
@@ -50,7 +57,9 @@ def test_generated_makes_exactly_n_tasks_then_one_run_per_task(daemon):
 
 def test_generator_malformed_reply_fails_as_error_reply_after_one_retry(daemon):
     repo = make_repo()
-    batch = start_batch(daemon, workflow="generated", project=str(repo), runs=2, prompt="tasks: broken")
+    batch = start_batch(
+        daemon, workflow="generated", project=str(repo), runs=2, prompt="tasks: broken"
+    )
     done = wait_batch(daemon, batch["id"], states=("failed",))
     generator = runs_of(done, "generator")[0]
     assert generator["failure"].startswith("error_reply")
@@ -60,9 +69,17 @@ def test_generator_malformed_reply_fails_as_error_reply_after_one_retry(daemon):
 
 def test_ranked_scores_by_reviewers_and_ranks_failed_verification_last(daemon):
     repo = make_repo()
-    batch = start_batch(daemon, workflow="ranked", project=str(repo), runs=3, reviewers=2,
-                        prompt=CANDIDATE, review_prompt="score: auto", concurrency=6,
-                        verify_command='case "$PWD" in *-2) echo broken; exit 1;; esac; test -f feature.txt')
+    batch = start_batch(
+        daemon,
+        workflow="ranked",
+        project=str(repo),
+        runs=3,
+        reviewers=2,
+        prompt=CANDIDATE,
+        review_prompt="score: auto",
+        concurrency=6,
+        verify_command='case "$PWD" in *-2) echo broken; exit 1;; esac; test -f feature.txt',
+    )
     done = wait_batch(daemon, batch["id"])
     assert done["state"] == "completed", done
     candidates = runs_of(done, "candidate")
@@ -81,15 +98,25 @@ def test_ranked_scores_by_reviewers_and_ranks_failed_verification_last(daemon):
     for r in reviewers:
         parent = next(c for c in candidates if c["id"] == r["parent_run_id"])
         assert r["workdir"] == parent["workdir"] and r["worktree"] is None
-        plan = json.loads(db_rows(daemon.home, "SELECT plan_json FROM executions WHERE agent_id = ?",
-                                  (r["agent_id"],))[0]["plan_json"])
+        plan = json.loads(
+            db_rows(
+                daemon.home, "SELECT plan_json FROM executions WHERE agent_id = ?", (r["agent_id"],)
+            )[0]["plan_json"]
+        )
         assert plan["profile"] == "read_only" and "submit_score" in plan["worker_tools"]
 
 
 def test_failed_candidate_blocks_the_batch_and_a_rerun_clears_it(daemon):
     repo = make_repo()
-    batch = start_batch(daemon, workflow="ranked", project=str(repo), runs=1, reviewers=1,
-                        prompt=f"require: go.flag\n{CANDIDATE}", review_prompt="score: 70")
+    batch = start_batch(
+        daemon,
+        workflow="ranked",
+        project=str(repo),
+        runs=1,
+        reviewers=1,
+        prompt=f"require: go.flag\n{CANDIDATE}",
+        review_prompt="score: 70",
+    )
     blocked = wait_batch(daemon, batch["id"], states=("blocked",))
     candidate = runs_of(blocked, "candidate")[0]
     assert candidate["state"] == "failed" and "error_reply" in candidate["failure"]
@@ -107,8 +134,14 @@ def test_failed_candidate_blocks_the_batch_and_a_rerun_clears_it(daemon):
 
 def test_validated_workers_submit_results_and_the_validator_reads_every_worktree(daemon):
     repo = make_repo()
-    batch = start_batch(daemon, workflow="validated", project=str(repo), runs=2,
-                        prompt="write: answer.txt = 42\nresult: auto", validator_prompt="verdict: auto")
+    batch = start_batch(
+        daemon,
+        workflow="validated",
+        project=str(repo),
+        runs=2,
+        prompt="write: answer.txt = 42\nresult: auto",
+        validator_prompt="verdict: auto",
+    )
     done = wait_batch(daemon, batch["id"])
     assert done["state"] == "completed", done
     workers = runs_of(done, "worker")
@@ -116,16 +149,27 @@ def test_validated_workers_submit_results_and_the_validator_reads_every_worktree
     validator = runs_of(done, "validator")[0]
     assert validator["result"]["winner"] == 1
     assert [v["pass"] for v in validator["result"]["workers"]] == [True, True]
-    plan = json.loads(db_rows(daemon.home, "SELECT plan_json FROM executions WHERE agent_id = ?",
-                              (validator["agent_id"],))[0]["plan_json"])
+    plan = json.loads(
+        db_rows(
+            daemon.home,
+            "SELECT plan_json FROM executions WHERE agent_id = ?",
+            (validator["agent_id"],),
+        )[0]["plan_json"]
+    )
     assert plan["profile"] == "read_only"
     assert sorted(plan["read_roots"]) == sorted(str(Path(w["workdir"]).resolve()) for w in workers)
 
 
 def test_validated_worker_without_submit_result_fails_and_blocks(daemon):
     repo = make_repo()
-    batch = start_batch(daemon, workflow="validated", project=str(repo), runs=1,
-                        prompt="answer: I forgot to submit", validator_prompt="verdict: auto")
+    batch = start_batch(
+        daemon,
+        workflow="validated",
+        project=str(repo),
+        runs=1,
+        prompt="answer: I forgot to submit",
+        validator_prompt="verdict: auto",
+    )
     blocked = wait_batch(daemon, batch["id"], states=("blocked",))
     worker = runs_of(blocked, "worker")[0]
     assert worker["failure"].startswith("submit_result: called 0 times")
@@ -134,8 +178,13 @@ def test_validated_worker_without_submit_result_fails_and_blocks(daemon):
 
 def test_base_stays_pinned_when_the_branch_moves_during_the_batch(daemon):
     repo = make_repo()
-    batch = start_batch(daemon, workflow="generated", project=str(repo), runs=2,
-                        prompt="steps: 15\nstep_seconds: 0.1\ntasks: auto")
+    batch = start_batch(
+        daemon,
+        workflow="generated",
+        project=str(repo),
+        runs=2,
+        prompt="steps: 15\nstep_seconds: 0.1\ntasks: auto",
+    )
     pinned = batch["base_sha"]
     (repo / "moved.txt").write_text("the branch moved on\n")
     git(repo, "add", "moved.txt")
@@ -150,8 +199,13 @@ def test_base_stays_pinned_when_the_branch_moves_during_the_batch(daemon):
 
 def test_subdirectory_project_maps_to_the_same_subdirectory_in_each_worktree(daemon):
     repo = make_repo({"README.md": "root\n", "services/api/app.py": "print('api')\n"})
-    batch = start_batch(daemon, workflow="repeated", project=str(repo / "services" / "api"), runs=2,
-                        prompt="write: notes.txt = from the subdir\nanswer: ok")
+    batch = start_batch(
+        daemon,
+        workflow="repeated",
+        project=str(repo / "services" / "api"),
+        runs=2,
+        prompt="write: notes.txt = from the subdir\nanswer: ok",
+    )
     assert batch["project_root"] == str(repo) and batch["project_subdir"] == "services/api"
     done = wait_batch(daemon, batch["id"])
     for worker in runs_of(done, "worker"):
@@ -163,8 +217,15 @@ def test_subdirectory_project_maps_to_the_same_subdirectory_in_each_worktree(dae
 
 def test_review_shows_committed_uncommitted_and_untracked_changes(daemon):
     repo = make_repo()
-    batch = start_batch(daemon, workflow="ranked", project=str(repo), runs=1, reviewers=1,
-                        prompt=CANDIDATE, review_prompt="score: 50")
+    batch = start_batch(
+        daemon,
+        workflow="ranked",
+        project=str(repo),
+        runs=1,
+        reviewers=1,
+        prompt=CANDIDATE,
+        review_prompt="score: 50",
+    )
     done = wait_batch(daemon, batch["id"])
     worktree = Path(runs_of(done, "candidate")[0]["worktree"])
     (worktree / "README.md").write_text("# project\nedited, not committed\n")
@@ -178,8 +239,15 @@ def test_review_shows_committed_uncommitted_and_untracked_changes(daemon):
 
 def test_clean_previews_then_refuses_unmerged_work_without_force(daemon):
     repo = make_repo()
-    batch = start_batch(daemon, workflow="ranked", project=str(repo), runs=1, reviewers=1,
-                        prompt=CANDIDATE, review_prompt="score: 50")
+    batch = start_batch(
+        daemon,
+        workflow="ranked",
+        project=str(repo),
+        runs=1,
+        reviewers=1,
+        prompt=CANDIDATE,
+        review_prompt="score: 50",
+    )
     done = wait_batch(daemon, batch["id"])
     candidate = runs_of(done, "candidate")[0]
     preview = daemon.call("batch_clean", {"batch_id": batch["id"]})
@@ -188,7 +256,9 @@ def test_clean_previews_then_refuses_unmerged_work_without_force(daemon):
     assert item["action"] == "needs_force" and item["unmerged_commits"] == 1
     refused = daemon.call("batch_clean", {"batch_id": batch["id"], "confirm": True})
     assert refused["items"][0]["action"] == "needs_force"
-    assert Path(candidate["worktree"]).exists() and git(repo, "branch", "--list", candidate["branch"])
+    assert Path(candidate["worktree"]).exists() and git(
+        repo, "branch", "--list", candidate["branch"]
+    )
     forced = daemon.call("batch_clean", {"batch_id": batch["id"], "confirm": True, "force": True})
     assert forced["items"][0]["action"] == "removed"
     assert not Path(candidate["worktree"]).exists()
@@ -197,21 +267,26 @@ def test_clean_previews_then_refuses_unmerged_work_without_force(daemon):
 
 def test_clean_removes_merged_clean_worktrees_on_confirm(daemon):
     repo = make_repo()
-    batch = start_batch(daemon, workflow="repeated", project=str(repo), runs=2, prompt="answer: nothing changed")
+    batch = start_batch(
+        daemon, workflow="repeated", project=str(repo), runs=2, prompt="answer: nothing changed"
+    )
     done = wait_batch(daemon, batch["id"])
     result = daemon.call("batch_clean", {"batch_id": batch["id"], "confirm": True})
     assert [i["action"] for i in result["items"]] == ["removed", "removed"]
     assert not any(Path(r["worktree"]).exists() for r in runs_of(done, "worker"))
 
 
-@pytest.mark.parametrize(("params", "field"), [
-    ({"runs": 0}, "runs"),
-    ({"runs": 51}, "runs"),
-    ({"project": "/tmp"}, "project"),
-    ({"runtime": "nope"}, "runtime"),
-    ({"base_ref": "no-such-branch"}, "base_ref"),
-    ({"workflow": "shuffled"}, "workflow"),
-])
+@pytest.mark.parametrize(
+    ("params", "field"),
+    [
+        ({"runs": 0}, "runs"),
+        ({"runs": 51}, "runs"),
+        ({"project": "/tmp"}, "project"),
+        ({"runtime": "nope"}, "runtime"),
+        ({"base_ref": "no-such-branch"}, "base_ref"),
+        ({"workflow": "shuffled"}, "workflow"),
+    ],
+)
 def test_bad_config_is_refused_with_the_field_named_and_leaves_nothing(daemon, params, field):
     repo = make_repo()
     before = sorted(p.name for p in repo.parent.iterdir())
@@ -227,11 +302,23 @@ def test_bad_config_is_refused_with_the_field_named_and_leaves_nothing(daemon, p
 
 def test_cancel_keeps_finished_results_and_stops_the_rest(daemon):
     repo = make_repo()
-    batch = start_batch(daemon, workflow="repeated", project=str(repo), runs=3, concurrency=3,
-                        prompt="answer: quick")
+    batch = start_batch(
+        daemon,
+        workflow="repeated",
+        project=str(repo),
+        runs=3,
+        concurrency=3,
+        prompt="answer: quick",
+    )
     first = wait_batch(daemon, batch["id"], states=("completed",))
-    slow = start_batch(daemon, workflow="repeated", project=str(repo), runs=3, concurrency=1,
-                       prompt="steps: 200\nstep_seconds: 0.05\nanswer: slow")
+    slow = start_batch(
+        daemon,
+        workflow="repeated",
+        project=str(repo),
+        runs=3,
+        concurrency=1,
+        prompt="steps: 200\nstep_seconds: 0.05\nanswer: slow",
+    )
     cancelled = daemon.call("batch_cancel", {"batch_id": slow["id"]})
     done = wait_batch(daemon, slow["id"], states=("cancelled",))
     assert {r["state"] for r in runs_of(done, "worker")} == {"cancelled"}
@@ -241,15 +328,24 @@ def test_cancel_keeps_finished_results_and_stops_the_rest(daemon):
 
 def test_followup_is_locked_in_ranked_until_reopened(daemon):
     repo = make_repo()
-    batch = start_batch(daemon, workflow="ranked", project=str(repo), runs=1, reviewers=1,
-                        prompt=CANDIDATE, review_prompt="score: 60")
+    batch = start_batch(
+        daemon,
+        workflow="ranked",
+        project=str(repo),
+        runs=1,
+        reviewers=1,
+        prompt=CANDIDATE,
+        review_prompt="score: 60",
+    )
     done = wait_batch(daemon, batch["id"])
     candidate = runs_of(done, "candidate")[0]
     with pytest.raises(DomainError) as info:
         with daemon.client() as client:
             client.call("run_followup", {"run_id": candidate["id"], "text": "answer: more"})
     assert info.value.code == "RunLocked" and info.value.field == "reopen"
-    result = daemon.call("run_followup", {"run_id": candidate["id"], "text": "answer: more", "reopen": True})
+    result = daemon.call(
+        "run_followup", {"run_id": candidate["id"], "text": "answer: more", "reopen": True}
+    )
     assert result["run"]["locked"] is False and result["run"]["attempts"][-1]["kind"] == "followup"
     wait_batch(daemon, batch["id"], states=("completed",))
     assert daemon.call("answer", {"agent_id": candidate["agent_id"]})["text"] == "more"
@@ -269,9 +365,16 @@ def test_resume_continues_a_failed_run_in_its_agents_session(daemon):
 
 def test_kill9_daemon_mid_ranked_batch_then_restart_completes_with_all_scores(daemon):
     repo = make_repo()
-    batch = start_batch(daemon, workflow="ranked", project=str(repo), runs=3, reviewers=2, concurrency=2,
-                        prompt=f"steps: 6\nstep_seconds: 0.1\n{CANDIDATE}",
-                        review_prompt="steps: 4\nstep_seconds: 0.1\nscore: auto")
+    batch = start_batch(
+        daemon,
+        workflow="ranked",
+        project=str(repo),
+        runs=3,
+        reviewers=2,
+        concurrency=2,
+        prompt=f"steps: 6\nstep_seconds: 0.1\n{CANDIDATE}",
+        review_prompt="steps: 4\nstep_seconds: 0.1\nscore: auto",
+    )
     wait_batch(daemon, batch["id"], states=("running",))
     daemon.kill9()
     daemon.start()
@@ -291,8 +394,15 @@ def test_batch_show_follow_draws_progress_and_ends_with_the_ranking(daemon, home
     from tests.harness import cli
 
     repo = make_repo()
-    batch = start_batch(daemon, workflow="ranked", project=str(repo), runs=2, reviewers=1,
-                        prompt=CANDIDATE, review_prompt="score: auto")
+    batch = start_batch(
+        daemon,
+        workflow="ranked",
+        project=str(repo),
+        runs=2,
+        reviewers=1,
+        prompt=CANDIDATE,
+        review_prompt="score: auto",
+    )
     result = cli(home, "batch", "show", batch["id"], "--follow", timeout=180)
     assert result.returncode == 0, result.stderr
     assert "ranking:" in result.stdout and "#1" in result.stdout and "#2" in result.stdout

@@ -17,14 +17,23 @@ KEY = "sk-real-key-held-by-the-broker-0042"
 
 
 def post(broker: CredentialBroker, headers: dict[str, str], body: dict, path: str = "/v1/messages"):
-    conn = http.client.HTTPConnection("127.0.0.1", int(broker.base_url.rsplit(":", 1)[1].split("/")[0]))
-    conn.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json", **headers})
+    conn = http.client.HTTPConnection(
+        "127.0.0.1", int(broker.base_url.rsplit(":", 1)[1].split("/")[0])
+    )
+    conn.request(
+        "POST", path, body=json.dumps(body), headers={"Content-Type": "application/json", **headers}
+    )
     return conn, conn.getresponse()
 
 
 def messages_body(stream: bool) -> dict:
-    return {"model": "m", "max_tokens": 100, "stream": stream, "tools": [{"name": "Bash"}],
-            "messages": [{"role": "user", "content": "hi"}]}
+    return {
+        "model": "m",
+        "max_tokens": 100,
+        "stream": stream,
+        "tools": [{"name": "Bash"}],
+        "messages": [{"role": "user", "content": "hi"}],
+    }
 
 
 @pytest.fixture
@@ -36,13 +45,21 @@ def provider():
 def test_wrong_or_missing_token_is_401_and_never_forwarded(provider):
     broker = CredentialBroker(provider.url, KEY).start()
     try:
-        for headers in ({}, {"x-api-key": "guess"}, {"authorization": "Bearer " + KEY},
-                        {"authorization": "Bearer " + broker.token[:-1]}):
+        for headers in (
+            {},
+            {"x-api-key": "guess"},
+            {"authorization": "Bearer " + KEY},
+            {"authorization": "Bearer " + broker.token[:-1]},
+        ):
             _, response = post(broker, headers, messages_body(False))
             assert response.status == 401, headers
             response.read()
-        _, response = post(broker, {"x-api-key": broker.token}, messages_body(False),
-                           path="http://elsewhere.example/v1/messages")
+        _, response = post(
+            broker,
+            {"x-api-key": broker.token},
+            messages_body(False),
+            path="http://elsewhere.example/v1/messages",
+        )
         assert response.status == 400, "an absolute-form target is refused"
         response.read()
         assert provider.requests == []
@@ -118,7 +135,9 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         pass
 
     def do_CONNECT(self) -> None:
-        self.server.seen.append(f"CONNECT {self.path} {self.headers.get('Proxy-Authorization', '')}")
+        self.server.seen.append(
+            f"CONNECT {self.path} {self.headers.get('Proxy-Authorization', '')}"
+        )
         self.send_response(502)  # no TLS upstream here: seeing the tunnel asked for is the point
         self.send_header("Content-Length", "0")
         self.end_headers()
@@ -127,8 +146,12 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         self.server.seen.append(f"POST {self.path} {self.headers.get('Proxy-Authorization', '')}")
         body = self.rfile.read(int(self.headers["Content-Length"]))
         upstream = http.client.HTTPConnection("127.0.0.1", self.server.target_port)
-        upstream.request("POST", self.path.split("/", 3)[3].join(["/", ""]), body=body,
-                         headers={k: v for k, v in self.headers.items() if k.lower() != "proxy-authorization"})
+        upstream.request(
+            "POST",
+            self.path.split("/", 3)[3].join(["/", ""]),
+            body=body,
+            headers={k: v for k, v in self.headers.items() if k.lower() != "proxy-authorization"},
+        )
         response = upstream.getresponse()
         data = response.read()
         self.send_response(response.status)
@@ -215,8 +238,12 @@ def test_a_kept_alive_connection_carries_request_after_request_whatever_the_repl
         statuses = [response.status]
         response.read()
         for _ in range(2):
-            conn.request("POST", "/v1/messages", body=json.dumps(messages_body(False)),
-                         headers={"Content-Type": "application/json", "x-api-key": broker.token})
+            conn.request(
+                "POST",
+                "/v1/messages",
+                body=json.dumps(messages_body(False)),
+                headers={"Content-Type": "application/json", "x-api-key": broker.token},
+            )
             response = conn.getresponse()
             statuses.append(response.status)
             body = response.read().decode()
@@ -229,8 +256,10 @@ def test_a_kept_alive_connection_carries_request_after_request_whatever_the_repl
 def test_a_supervisor_without_a_credential_never_imports_the_broker():
     """Every demo agent's supervisor boots without http.server/http.client (a tenth of a second
     of CPU each); the broker is imported when a credential needs one."""
-    code = ("import sys, agent_run.supervisor.run\n"
-            "print(sorted(m for m in ('agent_run.supervisor.broker', 'http.server', 'http.client')"
-            " if m in sys.modules))")
+    code = (
+        "import sys, agent_run.supervisor.run\n"
+        "print(sorted(m for m in ('agent_run.supervisor.broker', 'http.server', 'http.client')"
+        " if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout

@@ -8,13 +8,30 @@ NOW = 1_800_000_000.0
 H = 3600.0
 
 
-def reading(pool: str, remaining: float | None, *, ago: float = 0.0, reset_in: float = H,
-            window: str = "5h", lane: str = "default", runtime: str | None = None,
-            valid: float = 900.0, source: str = "native") -> Reading:
+def reading(
+    pool: str,
+    remaining: float | None,
+    *,
+    ago: float = 0.0,
+    reset_in: float = H,
+    window: str = "5h",
+    lane: str = "default",
+    runtime: str | None = None,
+    valid: float = 900.0,
+    source: str = "native",
+) -> Reading:
     observed = NOW - ago
-    return Reading(pool=pool, lane=lane, window=window, remaining_percent=remaining,
-                   reset_at=NOW + reset_in, observed_at=observed, valid_until=observed + valid,
-                   runtime=runtime or pool, source=source)
+    return Reading(
+        pool=pool,
+        lane=lane,
+        window=window,
+        remaining_percent=remaining,
+        reset_at=NOW + reset_in,
+        observed_at=observed,
+        valid_until=observed + valid,
+        runtime=runtime or pool,
+        source=source,
+    )
 
 
 def route(runtime: str, pool: str | None = None, **weights: float) -> RouteSpec:
@@ -24,8 +41,12 @@ def route(runtime: str, pool: str | None = None, **weights: float) -> RouteSpec:
 def test_worked_example_weighted_burning_route_beats_idle_one() -> None:
     # 80 % left burning 20 %/h (100 % an hour ago), reset in 1 h: projected 60 -> slack 0.6 -> 1.6,
     # weight 2.0 -> 3.2; a 90 % route with zero burn over an hour: slack 0.9 -> 1.9.
-    readings = [reading("a", 100.0, ago=H), reading("a", 80.0),
-                reading("b", 90.0, ago=H), reading("b", 90.0)]
+    readings = [
+        reading("a", 100.0, ago=H),
+        reading("a", 80.0),
+        reading("b", 90.0, ago=H),
+        reading("b", 90.0),
+    ]
     order = capacity_order([route("a", runtime_multiplier=2.0), route("b")], readings, NOW)
     assert [r.runtime for r in order.routes] == ["a", "b"]
     first, second = order.routes
@@ -45,8 +66,11 @@ def test_without_an_hour_of_burn_the_slack_comes_from_remaining_alone() -> None:
 
 
 def test_exhausted_window_is_omitted_and_never_revived_by_a_multiplier() -> None:
-    readings = [reading("a", 0.0), reading("a", 50.0, window="7d", reset_in=5 * 24 * H),
-                reading("b", 5.0)]
+    readings = [
+        reading("a", 0.0),
+        reading("a", 50.0, window="7d", reset_in=5 * 24 * H),
+        reading("b", 5.0),
+    ]
     order = capacity_order([route("a", runtime_multiplier=1000.0), route("b")], readings, NOW)
     assert [r.runtime for r in order.routes] == ["b"]
     assert [(o.runtime, "exhausted" in o.reason) for o in order.omitted] == [("a", True)]
@@ -59,12 +83,17 @@ def test_exhausted_stays_omitted_after_the_reading_goes_stale_until_its_reset() 
 
 
 def test_stale_reading_defers_and_no_reading_at_all_is_unavailable() -> None:
-    readings = [reading("a", 70.0, ago=1000),  # valid for 900 s: stale
-                reading("b", 60.0, ago=10), reading("b", 60.0, window="7d", ago=2000)]
+    readings = [
+        reading("a", 70.0, ago=1000),  # valid for 900 s: stale
+        reading("b", 60.0, ago=10),
+        reading("b", 60.0, window="7d", ago=2000),
+    ]
     order = capacity_order([route("a"), route("b"), route("c")], readings, NOW)
     assert order.routes == []
     assert [(d.runtime, d.reason) for d in order.deferred] == [
-        ("a", "no fresh reading for window 5h"), ("b", "no fresh reading for window 7d")]
+        ("a", "no fresh reading for window 5h"),
+        ("b", "no fresh reading for window 7d"),
+    ]
     assert order.unavailable_runtimes == ["c"]
 
 
@@ -81,18 +110,25 @@ def test_unknown_remaining_defers() -> None:
 def test_conflicting_readings_of_one_pool_defer() -> None:
     readings = [reading("p", 80.0, runtime="a"), reading("p", 20.0, runtime="b")]
     order = capacity_order([route("a", "p"), route("b", "p")], readings, NOW)
-    assert order.routes == [] and {d.reason for d in order.deferred} == {"window 5h: readings conflict"}
+    assert order.routes == [] and {d.reason for d in order.deferred} == {
+        "window 5h: readings conflict"
+    }
     moved = [reading("p", 80.0, runtime="a"), reading("p", 78.0, runtime="b", reset_in=H + 120)]
     assert len(capacity_order([route("a", "p")], moved, NOW).deferred) == 1
-    agreeing = [reading("p", 80.0, runtime="a"), reading("p", 75.0, runtime="b", reset_in=H + 30,
-                                                          source="command")]
+    agreeing = [
+        reading("p", 80.0, runtime="a"),
+        reading("p", 75.0, runtime="b", reset_in=H + 30, source="command"),
+    ]
     assert [r.runtime for r in capacity_order([route("a", "p")], agreeing, NOW).routes] == ["a"]
 
 
 def test_aliases_sharing_a_pool_take_the_max_weight_never_the_sum() -> None:
     readings = [reading("p", 50.0, runtime="a"), reading("q", 50.0, runtime="c")]
-    specs = [route("a", "p", runtime_multiplier=2.0), route("b", "p", runtime_multiplier=3.0),
-             route("c", "q", runtime_multiplier=4.0)]
+    specs = [
+        route("a", "p", runtime_multiplier=2.0),
+        route("b", "p", runtime_multiplier=3.0),
+        route("c", "q", runtime_multiplier=4.0),
+    ]
     order = capacity_order(specs, readings, NOW)
     by_runtime = {r.runtime: r for r in order.routes}
     assert by_runtime["a"].weight == 3.0 and by_runtime["b"].weight == 3.0  # not 5.0

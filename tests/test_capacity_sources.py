@@ -31,43 +31,86 @@ from tests.harness import (
 FAKES = Path(__file__).parent / "support" / "fake_collectors.py"
 
 # Recorded from Claude Code 2.1.332 (subscription login) and an older build (`unifiedWindows`).
-CLAUDE_NEW = ('{"type":"rate_limit_event","rate_limit_info":{"status":"allowed_warning","resetsAt":1900000000,'
-              '"rateLimitType":"five_hour","utilization":0.82,"overageStatus":"rejected",'
-              '"isUsingOverage":false},"uuid":"76258cfb","session_id":"1ae0af5b"}')
-CLAUDE_OLD = ('{"type":"rate_limit_event","rate_limit_info":{"status":"allowed","unifiedWindows":{'
-              '"five_hour":{"utilization":0.25,"resetsAt":1900000000,"status":"allowed"},'
-              '"seven_day":{"utilization":0.5,"resetsAt":1900500000},'
-              '"seven_day_overage_included":{"utilization":"bad","resetsAt":1}}},"uuid":"u","session_id":"s"}')
-CLAUDE_REJECTED = ('{"type":"rate_limit_event","rate_limit_info":{"status":"rejected","resetsAt":1900000000,'
-                   '"rateLimitType":"seven_day_opus"},"uuid":"u","session_id":"s"}')
+CLAUDE_NEW = (
+    '{"type":"rate_limit_event","rate_limit_info":{"status":"allowed_warning","resetsAt":1900000000,'
+    '"rateLimitType":"five_hour","utilization":0.82,"overageStatus":"rejected",'
+    '"isUsingOverage":false},"uuid":"76258cfb","session_id":"1ae0af5b"}'
+)
+CLAUDE_OLD = (
+    '{"type":"rate_limit_event","rate_limit_info":{"status":"allowed","unifiedWindows":{'
+    '"five_hour":{"utilization":0.25,"resetsAt":1900000000,"status":"allowed"},'
+    '"seven_day":{"utilization":0.5,"resetsAt":1900500000},'
+    '"seven_day_overage_included":{"utilization":"bad","resetsAt":1}}},"uuid":"u","session_id":"s"}'
+)
+CLAUDE_REJECTED = (
+    '{"type":"rate_limit_event","rate_limit_info":{"status":"rejected","resetsAt":1900000000,'
+    '"rateLimitType":"seven_day_opus"},"uuid":"u","session_id":"s"}'
+)
 
 
 def test_claude_rate_limit_event_of_both_shapes() -> None:
-    assert parse_stream_json_line(CLAUDE_NEW) == [QuotaEvent((QuotaWindow("default", "5h", pytest.approx(18.0),
-                                                                          1900000000.0),))]
+    assert parse_stream_json_line(CLAUDE_NEW) == [
+        QuotaEvent((QuotaWindow("default", "5h", pytest.approx(18.0), 1900000000.0),))
+    ]
     (old,) = parse_stream_json_line(CLAUDE_OLD)
     assert isinstance(old, QuotaEvent)
     assert {(w.lane, w.window): w.remaining_percent for w in old.windows} == {
-        ("default", "5h"): 75.0, ("default", "7d"): 50.0, ("overage_included", "7d"): None}
-    assert parse_stream_json_line(CLAUDE_REJECTED) == [QuotaEvent((QuotaWindow("opus", "7d", 0.0, 1900000000.0),))]
+        ("default", "5h"): 75.0,
+        ("default", "7d"): 50.0,
+        ("overage_included", "7d"): None,
+    }
+    assert parse_stream_json_line(CLAUDE_REJECTED) == [
+        QuotaEvent((QuotaWindow("opus", "7d", 0.0, 1900000000.0),))
+    ]
     assert parse_stream_json_line('{"type":"rate_limit_event","rate_limit_info":"nonsense"}') == []
 
 
 def test_codex_rate_limits_notification_and_token_count_shape() -> None:
-    line = json.dumps({"method": "account/rateLimits/updated", "params": {"rateLimits": {
-        "limitId": "codex", "primary": {"usedPercent": 25, "windowDurationMins": 300, "resetsAt": 1900000000},
-        "secondary": {"usedPercent": 110, "windowDurationMins": 10080, "resetsAt": 1900500000}}}})
-    assert CodexEngine().parse_line(line) == [QuotaEvent((QuotaWindow("codex", "5h", 75.0, 1900000000.0),
-                                                          QuotaWindow("codex", "7d", 0.0, 1900500000.0)))]
-    snake = {"primary": {"used_percent": 10.0, "window_minutes": 45, "resets_at": 5},
-             "secondary": {"window_minutes": 60}}  # no used percent: skipped
+    line = json.dumps(
+        {
+            "method": "account/rateLimits/updated",
+            "params": {
+                "rateLimits": {
+                    "limitId": "codex",
+                    "primary": {
+                        "usedPercent": 25,
+                        "windowDurationMins": 300,
+                        "resetsAt": 1900000000,
+                    },
+                    "secondary": {
+                        "usedPercent": 110,
+                        "windowDurationMins": 10080,
+                        "resetsAt": 1900500000,
+                    },
+                }
+            },
+        }
+    )
+    assert CodexEngine().parse_line(line) == [
+        QuotaEvent(
+            (
+                QuotaWindow("codex", "5h", 75.0, 1900000000.0),
+                QuotaWindow("codex", "7d", 0.0, 1900500000.0),
+            )
+        )
+    ]
+    snake = {
+        "primary": {"used_percent": 10.0, "window_minutes": 45, "resets_at": 5},
+        "secondary": {"window_minutes": 60},
+    }  # no used percent: skipped
     assert codex_windows(snake) == (QuotaWindow("default", "45m", 90.0, 5.0),)
 
 
 def test_appserver_prefers_limits_by_id_and_skips_a_bad_window() -> None:
-    result = {"rateLimits": {"primary": {"usedPercent": 99, "windowDurationMins": 300}},
-              "rateLimitsByLimitId": {"codex": {"primary": {"usedPercent": 40, "windowDurationMins": 300},
-                                                "secondary": {"usedPercent": "x"}}}}
+    result = {
+        "rateLimits": {"primary": {"usedPercent": 99, "windowDurationMins": 300}},
+        "rateLimitsByLimitId": {
+            "codex": {
+                "primary": {"usedPercent": 40, "windowDurationMins": 300},
+                "secondary": {"usedPercent": "x"},
+            }
+        },
+    }
     assert appserver_windows(result) == [("codex", "5h", 60.0, None)]
     legacy = {"rateLimits": {"primary": {"usedPercent": 99, "windowDurationMins": 300}}}
     assert appserver_windows(legacy) == [("default", "5h", 1.0, None)]
@@ -76,13 +119,23 @@ def test_appserver_prefers_limits_by_id_and_skips_a_bad_window() -> None:
 def test_samples_are_trimmed_to_the_retention_newest_first(tmp_path: Path) -> None:
     conn = connect(tmp_path / "state.db")
     with write(conn):
-        append_samples(conn, [Sample("r", None, "default", "5h", float(i), None, 1000.0 + i, 2000.0 + i, "command")
-                              for i in range(10)], retention=4)
+        append_samples(
+            conn,
+            [
+                Sample(
+                    "r", None, "default", "5h", float(i), None, 1000.0 + i, 2000.0 + i, "command"
+                )
+                for i in range(10)
+            ],
+            retention=4,
+        )
     assert sample_count(conn) == 4
     assert [s.remaining_percent for s in samples_since(conn, 0)] == [6.0, 7.0, 8.0, 9.0]
     with pytest.raises(sqlite3.IntegrityError):
         with write(conn):
-            append_samples(conn, [Sample("r", None, "l", "w", 101.0, None, 1.0, 2.0, "native")], None)
+            append_samples(
+                conn, [Sample("r", None, "l", "w", 101.0, None, 1.0, 2.0, "native")], None
+            )
     conn.close()
 
 
@@ -131,24 +184,40 @@ def test_command_collector_feeds_limits_and_capacity_order(daemon_for, tmp_path:
     home, daemon = daemon_for(_collector_config("ok", tmp_path / "runs.txt"))
     collected = daemon.call("capacity_collect", {})
     assert [(s["runtime"], s["windows"], s["error"]) for s in collected["sources"]] == [
-        ("alpha", 2, None), ("beta", 2, None)]
+        ("alpha", 2, None),
+        ("beta", 2, None),
+    ]
     limits = {(w["runtime"], w["window"]): w for w in daemon.call("limits", {})["windows"]}
-    assert limits[("alpha", "5h")]["remaining_percent"] == 80.0 and limits[("alpha", "5h")]["risk"] == "low"
+    assert (
+        limits[("alpha", "5h")]["remaining_percent"] == 80.0
+        and limits[("alpha", "5h")]["risk"] == "low"
+    )
     assert limits[("beta", "5h")]["risk"] == "medium" and limits[("beta", "5h")]["known"] is True
     assert limits[("beta", "7d")]["source"] == "command"
     # alpha: slack 0.6 -> 1.6; beta: slack -0.4 -> 0.6, x 3.0 = 1.8: beta first
     order = cli_json(home, "capacity", "order")
-    assert [(r["runtime"], round(r["priority"], 6)) for r in order["routes"]] == [("beta", 1.8), ("alpha", 1.6)]
+    assert [(r["runtime"], round(r["priority"], 6)) for r in order["routes"]] == [
+        ("beta", 1.8),
+        ("alpha", 1.6),
+    ]
     assert order["insufficient_diversity"] is False
     assert order["deferred"] == [] and order["omitted"] == []
     only_alpha = cli_json(home, "limits", "--runtime", "alpha")
     assert {w["runtime"] for w in only_alpha["windows"]} == {"alpha"}
 
 
-@pytest.mark.parametrize("mode,reason", [("slow", "no answer within 1 s"), ("huge", "output over"),
-                                         ("garbage", "invalid collector output"),
-                                         ("wrong", "windows.0.remaining_percent")])
-def test_failing_collector_is_no_evidence_and_backs_off(daemon_for, tmp_path: Path, mode: str, reason: str) -> None:
+@pytest.mark.parametrize(
+    "mode,reason",
+    [
+        ("slow", "no answer within 1 s"),
+        ("huge", "output over"),
+        ("garbage", "invalid collector output"),
+        ("wrong", "windows.0.remaining_percent"),
+    ],
+)
+def test_failing_collector_is_no_evidence_and_backs_off(
+    daemon_for, tmp_path: Path, mode: str, reason: str
+) -> None:
     runs = tmp_path / "runs.txt"
     home, daemon = daemon_for(_collector_config(mode, runs, deadline=1.0))
     started = time.monotonic()
@@ -170,7 +239,7 @@ def test_backoff_doubles_from_60_to_900_seconds() -> None:
 
 def _fake_appserver(tmp: Path, mode: str) -> Path:
     script = tmp / f"fake-codex-{mode}"
-    script.write_text(f"#!/bin/sh\nexec {sys.executable} {FAKES} appserver {mode} \"$@\"\n")
+    script.write_text(f'#!/bin/sh\nexec {sys.executable} {FAKES} appserver {mode} "$@"\n')
     script.chmod(0o755)
     return script
 
@@ -180,41 +249,60 @@ def test_codex_appserver_source_through_a_fake_app_server(daemon_for, mode: str)
     tmp = short_tmpdir()
     ok, refusing = _fake_appserver(tmp, "ok"), _fake_appserver(tmp, mode)
     (tmp / "codex-home").mkdir()
-    block = "\n".join(f"""[runtimes.{name}]
+    block = "\n".join(
+        f"""[runtimes.{name}]
 engine = "codex"
 models = ["gpt-test"]
 binary = "{binary}"
 limits_source = "codex_appserver"
-auth = {{ login = "native", dir = "{tmp / 'codex-home'}" }}
-""" for name, binary in (("cx1", ok), ("cx2", refusing)))
-    head = 'schema_version = 1\ndefault_runtime = "cx1"\n[capacity]\ncollect_interval_seconds = 3600\n'
+auth = {{ login = "native", dir = "{tmp / "codex-home"}" }}
+"""
+        for name, binary in (("cx1", ok), ("cx2", refusing))
+    )
+    head = (
+        'schema_version = 1\ndefault_runtime = "cx1"\n[capacity]\ncollect_interval_seconds = 3600\n'
+    )
     home, daemon = daemon_for(head + block)
     sources = {s["runtime"]: s for s in daemon.call("capacity_collect", {})["sources"]}
     assert sources["cx1"]["windows"] == 2 and sources["cx1"]["error"] is None
     if mode == "refuse":  # one account's failure keeps the other's evidence
         assert "refused" in sources["cx2"]["error"] and sources["cx2"]["windows"] == 0
-    lanes = {(w["runtime"], w["lane"], w["window"]): w["remaining_percent"]
-             for w in daemon.call("limits", {})["windows"]}
+    lanes = {
+        (w["runtime"], w["lane"], w["window"]): w["remaining_percent"]
+        for w in daemon.call("limits", {})["windows"]
+    }
     assert lanes[("cx1", "codex", "5h")] == 60.0 and lanes[("cx1", "codex_other", "5h")] == 90.0
     assert ("cx1", "codex", "7d") not in lanes  # the bad window was skipped
 
 
 def test_the_daemon_collects_every_interval(daemon_for, tmp_path: Path) -> None:
     runs = tmp_path / "runs.txt"
-    config = _collector_config("ok", runs).replace("collect_interval_seconds = 3600", "collect_interval_seconds = 1")
+    config = _collector_config("ok", runs).replace(
+        "collect_interval_seconds = 3600", "collect_interval_seconds = 1"
+    )
     home, daemon = daemon_for(config)
-    wait_for(lambda: runs.exists() and len(runs.read_text().splitlines()) >= 4, timeout=60,
-             what="two collection passes of two runtimes")
+    wait_for(
+        lambda: runs.exists() and len(runs.read_text().splitlines()) >= 4,
+        timeout=60,
+        what="two collection passes of two runtimes",
+    )
     assert len(db_rows(home, "SELECT id FROM capacity_samples WHERE source = 'command'")) >= 4
 
 
 def test_unified_headers_parse_and_bad_ones_are_skipped() -> None:
-    headers = {"Anthropic-Ratelimit-Unified-5h-Utilization": "0.25", "anthropic-ratelimit-unified-5h-reset": "100",
-               "anthropic-ratelimit-unified-7d-utilization": "nan",
-               "anthropic-ratelimit-unified-7d_opus-utilization": "1.2",
-               "anthropic-ratelimit-unified-7d_sonnet-utilization": "lots",
-               "x-ratelimit-remaining-requests": "5", "x-ratelimit-limit-requests": "10"}
-    assert header_windows(headers) == (QuotaWindow("default", "5h", 75.0, 100.0), QuotaWindow("opus", "7d", 0.0, None))
+    headers = {
+        "Anthropic-Ratelimit-Unified-5h-Utilization": "0.25",
+        "anthropic-ratelimit-unified-5h-reset": "100",
+        "anthropic-ratelimit-unified-7d-utilization": "nan",
+        "anthropic-ratelimit-unified-7d_opus-utilization": "1.2",
+        "anthropic-ratelimit-unified-7d_sonnet-utilization": "lots",
+        "x-ratelimit-remaining-requests": "5",
+        "x-ratelimit-limit-requests": "10",
+    }
+    assert header_windows(headers) == (
+        QuotaWindow("default", "5h", 75.0, 100.0),
+        QuotaWindow("opus", "7d", 0.0, None),
+    )
 
 
 def test_capacity_text_renderers_match_their_snapshots(daemon_for, tmp_path: Path) -> None:
@@ -224,8 +312,10 @@ def test_capacity_text_renderers_match_their_snapshots(daemon_for, tmp_path: Pat
     home, daemon = daemon_for(_collector_config("ok", tmp_path / "runs.txt"))
     collected = cli_text(home, "capacity", "collect")
     check("capacity_collect", collected)
-    for name, args, tool in (("limits", ("limits",), "limits"),
-                             ("capacity_order", ("capacity", "order"), "capacity_order")):
+    for name, args, tool in (
+        ("limits", ("limits",), "limits"),
+        ("capacity_order", ("capacity", "order"), "capacity_order"),
+    ):
         text = cli_text(home, *args)
         check(name, text)
         with Client(home.socket_path) as client:

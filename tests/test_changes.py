@@ -9,7 +9,10 @@ from tests.harness import wait_for
 
 def test_changes_lists_agents_changed_after_a_revision_and_nothing_else(daemon, workdir):
     first = daemon.call("start", {"task": "answer: one", "workdir": str(workdir)})
-    wait_for(lambda: daemon.call("agent", {"agent_id": first["id"]})["state"] == "succeeded", what="first done")
+    wait_for(
+        lambda: daemon.call("agent", {"agent_id": first["id"]})["state"] == "succeeded",
+        what="first done",
+    )
     revision = daemon.call("changes", {"after_revision": 0})["revision"]
     second = daemon.call("start", {"task": "answer: two", "workdir": str(workdir)})
     result = daemon.call("changes", {"after_revision": revision})
@@ -27,8 +30,11 @@ def test_changes_long_poll_wakes_on_a_change_and_times_out_empty(daemon, workdir
     assert time.monotonic() - started >= 0.45
     assert (idle["agents"], idle["batches"], idle["revision"]) == ([], [], revision)
     results = []
-    poll = threading.Thread(target=lambda: results.append(
-        daemon.call("changes", {"after_revision": revision, "wait_seconds": 30})))
+    poll = threading.Thread(
+        target=lambda: results.append(
+            daemon.call("changes", {"after_revision": revision, "wait_seconds": 30})
+        )
+    )
     poll.start()
     agent = daemon.call("start", {"task": "answer: wake", "workdir": str(workdir)})
     poll.join(timeout=60)
@@ -38,8 +44,16 @@ def test_changes_long_poll_wakes_on_a_change_and_times_out_empty(daemon, workdir
 def test_changes_names_a_batch_and_its_agents(daemon):
     repo = make_repo()
     revision = daemon.call("changes", {"after_revision": 0})["revision"]
-    batch = daemon.call("batch_start", {"workflow": "repeated", "project": str(repo), "runs": 2,
-                                        "prompt": "answer: hi", "runtime": "demo"})
+    batch = daemon.call(
+        "batch_start",
+        {
+            "workflow": "repeated",
+            "project": str(repo),
+            "runs": 2,
+            "prompt": "answer: hi",
+            "runtime": "demo",
+        },
+    )
     batch = wait_batch(daemon, batch["id"])
     result = daemon.call("changes", {"after_revision": revision})
     assert result["batches"] == [batch["id"]]

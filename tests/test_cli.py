@@ -34,7 +34,15 @@ from tests.harness import (
 )
 
 SLOW_TASK = "steps: 50\nstep_seconds: 0.1\nanswer: x"
-ADMIN_VERBS = {"init", "doctor", "login", "api", "demo", "mcp", "web"}  # login: interactive, in your terminal
+ADMIN_VERBS = {
+    "init",
+    "doctor",
+    "login",
+    "api",
+    "demo",
+    "mcp",
+    "web",
+}  # login: interactive, in your terminal
 NO_AUTOSTART = {"AGENT_RUN_NO_AUTOSTART": "1"}
 
 
@@ -128,7 +136,9 @@ def test_a_verb_autostarts_a_daemon_and_says_so_on_stderr_only_once(bare_home: H
     assert lock_pid(bare_home) == pid, "the second call must reuse the running daemon"
 
 
-def test_with_autostart_off_and_no_daemon_a_verb_fails_with_daemon_unavailable(bare_home: Home) -> None:
+def test_with_autostart_off_and_no_daemon_a_verb_fails_with_daemon_unavailable(
+    bare_home: Home,
+) -> None:
     result = cli(bare_home, "agents", env=NO_AUTOSTART)
     assert result.returncode == 1
     error = json_lines(result.stdout)[-1]["error"]
@@ -139,7 +149,9 @@ def test_with_autostart_off_and_no_daemon_a_verb_fails_with_daemon_unavailable(b
     assert lock_pid(bare_home) is None
 
 
-def test_with_autostart_off_a_running_daemon_is_still_used(daemon: DaemonProcess, home: Home) -> None:
+def test_with_autostart_off_a_running_daemon_is_still_used(
+    daemon: DaemonProcess, home: Home
+) -> None:
     result = cli(home, "agents", env=NO_AUTOSTART)
     assert result.returncode == 0, result.stdout + result.stderr
     assert json_lines(result.stdout)[0]["total"] == 0
@@ -163,13 +175,17 @@ def test_autostart_under_an_invalid_config_fails_fast_naming_the_field() -> None
 # -- the quick start --------------------------------------------------------------------------
 
 
-def test_demo_in_a_fresh_home_verifies_every_answer_and_shows_where_to_look(fresh_home: Home) -> None:
+def test_demo_in_a_fresh_home_verifies_every_answer_and_shows_where_to_look(
+    fresh_home: Home,
+) -> None:
     result = cli(fresh_home, "demo", timeout=120)
     repo = re.search(r"^demo repository: (.+)$", result.stdout, re.M)
     try:
         assert result.returncode == 0, result.stdout + result.stderr
         assert "started one" in result.stderr  # a fresh machine has no daemon yet
-        proofs = re.findall(r"^\s+sha256 ([0-9a-f]{64}) \((\d+) bytes, (\w+)\)$", result.stdout, re.M)
+        proofs = re.findall(
+            r"^\s+sha256 ([0-9a-f]{64}) \((\d+) bytes, (\w+)\)$", result.stdout, re.M
+        )
         assert len(proofs) == 3, result.stdout  # one per candidate
         assert all(mark == "verified" for _sha, _n, mark in proofs)
         ranking = re.findall(r"^\s+#(\d)\s+candidate \d\s+score\s+[\d.]+", result.stdout, re.M)
@@ -178,8 +194,12 @@ def test_demo_in_a_fresh_home_verifies_every_answer_and_shows_where_to_look(fres
         batch_id = re.search(r"batch show (bt_[0-9a-z]+) --format text", result.stdout).group(1)
         first = re.search(r"answer (ag_[0-9a-z]+) --format text", result.stdout)
         assert first, result.stdout
-        for verb in (f"batch show {batch_id}", f"batch review {batch_id}", f"answer {first.group(1)}",
-                     f"transcript {first.group(1)}"):
+        for verb in (
+            f"batch show {batch_id}",
+            f"batch review {batch_id}",
+            f"answer {first.group(1)}",
+            f"transcript {first.group(1)}",
+        ):
             assert f"agent-run --home {fresh_home.root} {verb}" in result.stdout
         assert f"agent-run --home {fresh_home.root} web --open" in result.stdout
         assert f"http://127.0.0.1:8787/batches/{batch_id}" in result.stdout
@@ -197,7 +217,9 @@ def test_demo_in_a_fresh_home_verifies_every_answer_and_shows_where_to_look(fres
 # -- exit codes of start --wait and wait ------------------------------------------------------
 
 
-def test_start_wait_exits_0_when_the_agent_succeeds(daemon: DaemonProcess, home: Home, workdir: Path) -> None:
+def test_start_wait_exits_0_when_the_agent_succeeds(
+    daemon: DaemonProcess, home: Home, workdir: Path
+) -> None:
     result = cli(home, "start", "--task", "answer: hi", "--workdir", str(workdir), "--wait")
     assert result.returncode == 0, result.stdout + result.stderr
     started, waited = json_lines(result.stdout)
@@ -207,7 +229,9 @@ def test_start_wait_exits_0_when_the_agent_succeeds(daemon: DaemonProcess, home:
     assert cli_json(home, "answer", started["id"])["text"] == "hi"
 
 
-def test_start_wait_exits_2_when_the_agent_fails(daemon: DaemonProcess, home: Home, workdir: Path) -> None:
+def test_start_wait_exits_2_when_the_agent_fails(
+    daemon: DaemonProcess, home: Home, workdir: Path
+) -> None:
     result = cli(home, "start", "--task", "fail: auth", "--workdir", str(workdir), "--wait")
     assert result.returncode == 2, result.stdout + result.stderr
     waited = json_lines(result.stdout)[-1]
@@ -216,12 +240,27 @@ def test_start_wait_exits_2_when_the_agent_fails(daemon: DaemonProcess, home: Ho
 
 
 def test_wait_exits_3_when_the_agent_is_cancelled_meanwhile(
-        daemon: DaemonProcess, home: Home, workdir: Path) -> None:
+    daemon: DaemonProcess, home: Home, workdir: Path
+) -> None:
     agent_id = start_agent(home, workdir, SLOW_TASK)
     env = {k: v for k, v in os.environ.items() if k != "AGENT_RUN_HOME"}
-    waiter = subprocess.Popen([sys.executable, "-m", "agent_run", "--home", str(home.root),
-                               "wait", agent_id, "--timeout", "30"],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    waiter = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "agent_run",
+            "--home",
+            str(home.root),
+            "wait",
+            agent_id,
+            "--timeout",
+            "30",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     try:
         cancelled = cli_json(home, "cancel", agent_id)
         assert cancelled["accepted"] is True
@@ -235,11 +274,28 @@ def test_wait_exits_3_when_the_agent_is_cancelled_meanwhile(
 
 
 def test_start_wait_exits_3_when_the_agent_is_cancelled_meanwhile(
-        daemon: DaemonProcess, home: Home, workdir: Path) -> None:
+    daemon: DaemonProcess, home: Home, workdir: Path
+) -> None:
     env = {k: v for k, v in os.environ.items() if k != "AGENT_RUN_HOME"}
-    starter = subprocess.Popen([sys.executable, "-m", "agent_run", "--home", str(home.root), "start",
-                                "--task", SLOW_TASK, "--workdir", str(workdir), "--wait"],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    starter = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "agent_run",
+            "--home",
+            str(home.root),
+            "start",
+            "--task",
+            SLOW_TASK,
+            "--workdir",
+            str(workdir),
+            "--wait",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     try:
         assert starter.stdout is not None
         agent_id = json.loads(starter.stdout.readline())["id"]  # printed before it waits
@@ -254,7 +310,8 @@ def test_start_wait_exits_3_when_the_agent_is_cancelled_meanwhile(
 
 
 def test_wait_with_a_short_timeout_on_a_slow_agent_exits_4_with_timed_out(
-        daemon: DaemonProcess, home: Home, workdir: Path) -> None:
+    daemon: DaemonProcess, home: Home, workdir: Path
+) -> None:
     agent_id = start_agent(home, workdir, SLOW_TASK)
     began = time.monotonic()
     result = cli(home, "wait", agent_id, "--timeout", "0.2")
@@ -274,14 +331,18 @@ def test_an_error_exits_1_with_one_json_error_line(daemon: DaemonProcess, home: 
     assert line["error"]["field"] == "agent_id"
 
 
-def test_an_error_in_text_format_goes_to_stderr_with_code_and_field(daemon: DaemonProcess, home: Home) -> None:
+def test_an_error_in_text_format_goes_to_stderr_with_code_and_field(
+    daemon: DaemonProcess, home: Home
+) -> None:
     result = cli(home, "agent", "ag_zzzz", "--format", "text")
     assert result.returncode == 1
     assert result.stdout == ""
     assert "AgentNotFound [agent_id]" in result.stderr
 
 
-def test_bad_params_from_the_cli_are_invalid_params_naming_the_field(daemon: DaemonProcess, home: Home) -> None:
+def test_bad_params_from_the_cli_are_invalid_params_naming_the_field(
+    daemon: DaemonProcess, home: Home
+) -> None:
     result = cli(home, "agent", "nope")
     assert result.returncode == 1
     error = json_lines(result.stdout)[-1]["error"]
@@ -292,9 +353,18 @@ def test_bad_params_from_the_cli_are_invalid_params_naming_the_field(daemon: Dae
 # -- output format ----------------------------------------------------------------------------
 
 
-def test_every_verb_prints_one_json_object_per_line(daemon: DaemonProcess, home: Home, workdir: Path) -> None:
-    started = cli(home, "start", "--task", "steps: 2\nstep_seconds: 0.05\nanswer: hi", "--workdir",
-                  str(workdir), "--wait")
+def test_every_verb_prints_one_json_object_per_line(
+    daemon: DaemonProcess, home: Home, workdir: Path
+) -> None:
+    started = cli(
+        home,
+        "start",
+        "--task",
+        "steps: 2\nstep_seconds: 0.05\nanswer: hi",
+        "--workdir",
+        str(workdir),
+        "--wait",
+    )
     assert started.returncode == 0, started.stderr
     agent_id = json_lines(started.stdout)[0]["id"]
     runs = {
@@ -334,8 +404,12 @@ def test_every_verb_prints_one_json_object_per_line(daemon: DaemonProcess, home:
         assert len(runs[name].stdout.splitlines()) == 1, (name, runs[name].stdout)
 
 
-def test_format_text_works_before_and_after_the_verb(daemon: DaemonProcess, home: Home, workdir: Path) -> None:
-    result = cli(home, "start", "--task", "answer: hello there", "--workdir", str(workdir), "--wait")
+def test_format_text_works_before_and_after_the_verb(
+    daemon: DaemonProcess, home: Home, workdir: Path
+) -> None:
+    result = cli(
+        home, "start", "--task", "answer: hello there", "--workdir", str(workdir), "--wait"
+    )
     agent_id = json_lines(result.stdout)[0]["id"]
     before = cli(home, "--format", "text", "agents")
     after = cli(home, "agents", "--format", "text")
@@ -358,7 +432,8 @@ def test_format_text_works_before_and_after_the_verb(daemon: DaemonProcess, home
 
 
 def test_doctor_reports_ok_for_home_config_daemon_runtime_and_supervisor_spawn(
-        daemon: DaemonProcess, home: Home) -> None:
+    daemon: DaemonProcess, home: Home
+) -> None:
     result = cli(home, "doctor")
     assert result.returncode == 0, result.stdout + result.stderr
     report = json_lines(result.stdout)[0]
@@ -379,8 +454,10 @@ def test_doctor_flags_a_home_that_is_too_open(bare_home: Home) -> None:
 
 
 def test_doctor_flags_a_runtime_whose_binary_is_missing() -> None:
-    home = make_home('schema_version = 1\n[runtimes.demo]\nengine = "demo"\n'
-                     '[runtimes.codex]\nengine = "codex"\nbinary = "/nonexistent/codex-xyz"\n')
+    home = make_home(
+        'schema_version = 1\n[runtimes.demo]\nengine = "demo"\n'
+        '[runtimes.codex]\nengine = "codex"\nbinary = "/nonexistent/codex-xyz"\n'
+    )
     try:
         result = cli(home, "doctor")
         assert result.returncode == 1
@@ -409,7 +486,9 @@ def test_api_systemd_prints_a_unit_running_this_interpreter_on_this_home(home: H
     assert not home.socket_path.exists(), "printing a unit must not start a daemon"
 
 
-def test_api_launchd_prints_a_plist_that_parses_and_runs_this_interpreter_on_this_home(home: Home) -> None:
+def test_api_launchd_prints_a_plist_that_parses_and_runs_this_interpreter_on_this_home(
+    home: Home,
+) -> None:
     result = cli(home, "api", "launchd")
     assert result.returncode == 0, result.stderr
     assert sys.executable in result.stdout
@@ -458,7 +537,8 @@ def test_doc_failures_lists_every_failure_kind(daemon: DaemonProcess, home: Home
 
 
 def test_doc_of_an_unknown_topic_exits_1_with_invalid_request_naming_topic(
-        daemon: DaemonProcess, home: Home) -> None:
+    daemon: DaemonProcess, home: Home
+) -> None:
     result = cli(home, "doc", "nope")
     assert result.returncode == 1
     error = json_lines(result.stdout)[-1]["error"]
@@ -490,12 +570,15 @@ def test_every_tool_has_a_cli_verb_covering_all_its_params(tool_name: str) -> No
         else:
             assert isinstance(param, click.Option), name
             assert f"--{name.replace('_', '-')}" in param.opts, (name, param.opts)
-    assert "format" in _param_names(command) or any("--format" in p.opts for p in command.params
-                                                    if isinstance(p, click.Option))
+    assert "format" in _param_names(command) or any(
+        "--format" in p.opts for p in command.params if isinstance(p, click.Option)
+    )
 
 
 def test_the_cli_grows_no_verbs_of_its_own_beyond_the_tool_table_and_admin() -> None:
-    assert set(root_command.commands) == {t.cli_verb.split()[0] for t in TOOLS.values()} | ADMIN_VERBS
+    assert (
+        set(root_command.commands) == {t.cli_verb.split()[0] for t in TOOLS.values()} | ADMIN_VERBS
+    )
 
 
 def test_the_frozen_cli_spec_matches_the_tool_table() -> None:
@@ -508,16 +591,23 @@ def test_the_frozen_cli_spec_matches_the_tool_table() -> None:
 
 @pytest.mark.parametrize("argv", [["--version"], ["agents"], ["agents", "--format", "text"]])
 def test_a_plain_verb_imports_no_pydantic_mcp_server_stack_or_engines(daemon, home, argv) -> None:
-    probe = ("import sys, runpy\n"
-             f"sys.argv = ['agent-run', '--home', {str(home.root)!r}, *{argv!r}]\n"
-             "try:\n    runpy.run_module('agent_run', run_name='__main__')\n"
-             "except SystemExit:\n    pass\n"
-             "heavy = {'pydantic', 'mcp', 'mcp_types', 'starlette', 'uvicorn', 'anyio', 'structlog', 'asyncio'}\n"
-             "loaded = sorted(m for m in sys.modules\n"
-             "                if m.split('.')[0] in heavy or m.startswith('agent_run.engines'))\n"
-             "print('LOADED', loaded, file=sys.stderr)\n")
-    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
-                            env={**os.environ, "AGENT_RUN_NO_AUTOSTART": "1"})
+    probe = (
+        "import sys, runpy\n"
+        f"sys.argv = ['agent-run', '--home', {str(home.root)!r}, *{argv!r}]\n"
+        "try:\n    runpy.run_module('agent_run', run_name='__main__')\n"
+        "except SystemExit:\n    pass\n"
+        "heavy = {'pydantic', 'mcp', 'mcp_types', 'starlette', 'uvicorn', 'anyio', 'structlog', 'asyncio'}\n"
+        "loaded = sorted(m for m in sys.modules\n"
+        "                if m.split('.')[0] in heavy or m.startswith('agent_run.engines'))\n"
+        "print('LOADED', loaded, file=sys.stderr)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "AGENT_RUN_NO_AUTOSTART": "1"},
+    )
     assert "LOADED []" in result.stderr, result.stderr
     assert result.stdout.strip(), "the verb really ran"
     if argv == ["agents"]:

@@ -19,7 +19,8 @@ def _break_the_store(home: Home) -> None:
 
 
 def test_an_internal_error_prints_one_json_line_with_the_code_and_the_log_and_exits_1(
-        daemon: DaemonProcess, home: Home) -> None:
+    daemon: DaemonProcess, home: Home
+) -> None:
     _break_the_store(home)
     result = cli(home, "batch", "list")
     assert result.returncode == 1, result
@@ -33,7 +34,9 @@ def test_an_internal_error_prints_one_json_line_with_the_code_and_the_log_and_ex
     assert log == home.logs_dir / "daemon.log" and "rpc.internal_error" in log.read_text()
 
 
-def test_an_internal_error_in_text_format_is_one_stderr_line(daemon: DaemonProcess, home: Home) -> None:
+def test_an_internal_error_in_text_format_is_one_stderr_line(
+    daemon: DaemonProcess, home: Home
+) -> None:
     _break_the_store(home)
     result = cli(home, "--format", "text", "batch", "list")
     assert result.returncode == 1
@@ -43,15 +46,30 @@ def test_an_internal_error_in_text_format_is_one_stderr_line(daemon: DaemonProce
     assert f"daemon log: {home.logs_dir / 'daemon.log'}" in line
 
 
-def test_the_cli_refuses_an_empty_runtime_naming_the_field(daemon: DaemonProcess, home: Home, workdir: Path) -> None:
+def test_the_cli_refuses_an_empty_runtime_naming_the_field(
+    daemon: DaemonProcess, home: Home, workdir: Path
+) -> None:
     result = cli(home, "start", "--task", "answer: x", "--workdir", str(workdir), "--runtime", "")
     assert result.returncode == 1
     assert json.loads(result.stdout)["error"]["field"] == "runtime"
 
 
-def test_the_cli_still_sends_typed_numbers_and_flags(daemon: DaemonProcess, home: Home, workdir: Path) -> None:
-    started = cli(home, "start", "--task", "answer: typed", "--workdir", str(workdir), "--stall", "30",
-                  "--wall-seconds", "60", "--wait")
+def test_the_cli_still_sends_typed_numbers_and_flags(
+    daemon: DaemonProcess, home: Home, workdir: Path
+) -> None:
+    started = cli(
+        home,
+        "start",
+        "--task",
+        "answer: typed",
+        "--workdir",
+        str(workdir),
+        "--stall",
+        "30",
+        "--wall-seconds",
+        "60",
+        "--wait",
+    )
     assert started.returncode == 0, started.stdout + started.stderr
     listed = cli(home, "agents", "--limit", "5", "--offset", "0", "--state", "succeeded")
     assert json.loads(listed.stdout)["total"] == 1

@@ -54,18 +54,29 @@ def same_as_the_model(client: Client, tool: str, params: dict[str, Any], text: s
     assert render(Record(model.model_dump(mode="json"), type(model).__name__)) == render(model)
 
 
-def test_agent_renderers_match_their_snapshots(daemon: DaemonProcess, home: Home, workdir: Path) -> None:
+def test_agent_renderers_match_their_snapshots(
+    daemon: DaemonProcess, home: Home, workdir: Path
+) -> None:
     paths = {str(workdir): "WORKDIR", str(home.root): "HOME"}
     with Client(home.socket_path) as client:
-        agent = client.call("start", {"task": "answer: hello snapshot\nsteps: 2", "workdir": str(workdir)})
+        agent = client.call(
+            "start", {"task": "answer: hello snapshot\nsteps: 2", "workdir": str(workdir)}
+        )
         client.wait(agent.id, 60, 30)
-        verbs = {"agent": ("agent", {"agent_id": agent.id}), "answer": ("answer", {"agent_id": agent.id}),
-                 "transcript": ("transcript", {"agent_id": agent.id}), "agents": ("list_agents", {}),
-                 "cancel": ("cancel", {"agent_id": agent.id}), "wait": ("wait", {"agent_id": agent.id})}
+        verbs = {
+            "agent": ("agent", {"agent_id": agent.id}),
+            "answer": ("answer", {"agent_id": agent.id}),
+            "transcript": ("transcript", {"agent_id": agent.id}),
+            "agents": ("list_agents", {}),
+            "cancel": ("cancel", {"agent_id": agent.id}),
+            "wait": ("wait", {"agent_id": agent.id}),
+        }
         for verb, (tool, params) in verbs.items():
             text = cli_text(home, verb, *([agent.id] if "agent_id" in params else []))
             check(f"agent_{verb}", mask(text, paths))
-            if tool not in ("wait",):  # `wait` through the CLI is sliced; its text is the same model's
+            if tool not in (
+                "wait",
+            ):  # `wait` through the CLI is sliced; its text is the same model's
                 same_as_the_model(client, tool, params, text)
 
 
@@ -73,11 +84,23 @@ def test_batch_renderers_match_their_snapshots(daemon: DaemonProcess, home: Home
     repo = make_repo()
     paths = {str(repo.parent): "REPO_PARENT", str(home.root): "HOME"}
     with Client(home.socket_path) as client:
-        batch = client.call("batch_start", {"workflow": "repeated", "project": str(repo), "runs": 2,
-                                            "runtime": "demo", "prompt": "write: NOTE.md = hi\nanswer: wrote it"})
+        batch = client.call(
+            "batch_start",
+            {
+                "workflow": "repeated",
+                "project": str(repo),
+                "runs": 2,
+                "runtime": "demo",
+                "prompt": "write: NOTE.md = hi\nanswer: wrote it",
+            },
+        )
         wait_batch(daemon, batch.id)
-        verbs = {"show": ("batch", {"batch_id": batch.id}), "list": ("list_batches", {}),
-                 "review": ("batch_review", {"batch_id": batch.id}), "clean": ("batch_clean", {"batch_id": batch.id})}
+        verbs = {
+            "show": ("batch", {"batch_id": batch.id}),
+            "list": ("list_batches", {}),
+            "review": ("batch_review", {"batch_id": batch.id}),
+            "clean": ("batch_clean", {"batch_id": batch.id}),
+        }
         for verb, (tool, params) in verbs.items():
             text = cli_text(home, "batch", verb, *([batch.id] if params else []))
             check(f"batch_{verb}", mask(text, paths))

@@ -32,31 +32,65 @@ INVALID: list[tuple[str, str, str | None]] = [
     ("unknown-nested-key", VALID + 'modelz = ["demo-2"]\n', "runtimes.demo.modelz"),
     ("wrong-type", VALID.replace('models = ["demo-1"]', 'models = "x"'), "runtimes.demo.models"),
     ("missing-schema-version", VALID.replace("schema_version = 1\n", ""), "schema_version"),
-    ("future-schema-version", VALID.replace("schema_version = 1", "schema_version = 2"), "schema_version"),
-    ("default-runtime-not-configured", VALID.replace('default_runtime = "demo"', 'default_runtime = "claude"'),
-     "default_runtime"),
+    (
+        "future-schema-version",
+        VALID.replace("schema_version = 1", "schema_version = 2"),
+        "schema_version",
+    ),
+    (
+        "default-runtime-not-configured",
+        VALID.replace('default_runtime = "demo"', 'default_runtime = "claude"'),
+        "default_runtime",
+    ),
     ("unknown-engine", VALID + '[runtimes.gpt]\nengine = "gpt"\n', "runtimes.gpt.engine"),
-    ("unknown-key-in-section", VALID + "[daemon]\nreconcile_interval = 1\n", "daemon.reconcile_interval"),
+    (
+        "unknown-key-in-section",
+        VALID + "[daemon]\nreconcile_interval = 1\n",
+        "daemon.reconcile_interval",
+    ),
     ("out-of-range", VALID + "[supervisor]\nstall_seconds = -1\n", "supervisor.stall_seconds"),
-    ("secret-value-as-auth-env", VALID + '[runtimes.demo.auth]\nenv = "sk-live-abc123"\n',
-     "runtimes.demo.auth.env"),
-    ("auth-with-env-and-file", VALID + '[runtimes.demo.auth]\nenv = "KEY"\nfile = "/k"\n', "runtimes.demo.auth"),
+    (
+        "secret-value-as-auth-env",
+        VALID + '[runtimes.demo.auth]\nenv = "sk-live-abc123"\n',
+        "runtimes.demo.auth.env",
+    ),
+    (
+        "auth-with-env-and-file",
+        VALID + '[runtimes.demo.auth]\nenv = "KEY"\nfile = "/k"\n',
+        "runtimes.demo.auth",
+    ),
     ("invalid-toml", VALID + "[runtimes.demo\n", None),
     # capacity (docs/capacity.md)
     ("limits-source-unknown", VALID + 'limits_source = "psychic"\n', "runtimes.demo.limits_source"),
-    ("limits-source-appserver-not-codex", VALID + 'limits_source = "codex_appserver"\n',
-     "runtimes.demo.limits_source"),
-    ("limits-source-command-without-collector", VALID + 'limits_source = "command"\n',
-     "runtimes.demo.limits_source"),
+    (
+        "limits-source-appserver-not-codex",
+        VALID + 'limits_source = "codex_appserver"\n',
+        "runtimes.demo.limits_source",
+    ),
+    (
+        "limits-source-command-without-collector",
+        VALID + 'limits_source = "command"\n',
+        "runtimes.demo.limits_source",
+    ),
     ("weight-bool", VALID + "priority_multiplier = true\n", "runtimes.demo.priority_multiplier"),
     ("weight-zero", VALID + "priority_multiplier = 0\n", "runtimes.demo.priority_multiplier"),
     ("weight-infinite", VALID + "priority_multiplier = inf\n", "runtimes.demo.priority_multiplier"),
-    ("lane-weight-negative", VALID + "priority_lane_multipliers = { opus = -1.0 }\n",
-     "runtimes.demo.priority_lane_multipliers.opus"),
+    (
+        "lane-weight-negative",
+        VALID + "priority_lane_multipliers = { opus = -1.0 }\n",
+        "runtimes.demo.priority_lane_multipliers.opus",
+    ),
     ("capacity-unknown-key", VALID + "[capacity]\ninterval = 5\n", "capacity.interval"),
-    ("capacity-deadline-too-long", VALID + '[capacity.command]\nargv = ["x"]\ndeadline_seconds = 301\n',
-     "capacity.command.deadline_seconds"),
-    ("capacity-command-empty-argv", VALID + "[capacity.command]\nargv = []\n", "capacity.command.argv"),
+    (
+        "capacity-deadline-too-long",
+        VALID + '[capacity.command]\nargv = ["x"]\ndeadline_seconds = 301\n',
+        "capacity.command.deadline_seconds",
+    ),
+    (
+        "capacity-command-empty-argv",
+        VALID + "[capacity.command]\nargv = []\n",
+        "capacity.command.argv",
+    ),
 ]
 
 
@@ -68,7 +102,9 @@ def _ids(cases: list[tuple[str, str, str | None]]) -> list[str]:
 
 
 @pytest.mark.parametrize("case_id,text,field", INVALID, ids=_ids(INVALID))
-def test_parse_config_refuses_and_names_the_dotted_field(case_id: str, text: str, field: str | None) -> None:
+def test_parse_config_refuses_and_names_the_dotted_field(
+    case_id: str, text: str, field: str | None
+) -> None:
     with pytest.raises(ConfigInvalid) as caught:
         parse_config(text, source="/x/config.toml")
     err = caught.value
@@ -128,7 +164,8 @@ def _assert_nothing_written(home: Home, original: bytes) -> None:
 
 @pytest.mark.parametrize("bad_home", INVALID, ids=_ids(INVALID), indirect=True)
 def test_api_serve_refuses_an_invalid_config_naming_the_field_and_writes_nothing(
-        bad_home: tuple[Home, str | None, bytes]) -> None:
+    bad_home: tuple[Home, str | None, bytes],
+) -> None:
     home, field, original = bad_home
     result = cli(home, "api", "serve", timeout=30)
     assert result.returncode != 0
@@ -143,7 +180,8 @@ def test_api_serve_refuses_an_invalid_config_naming_the_field_and_writes_nothing
 
 @pytest.mark.parametrize("bad_home", INVALID, ids=_ids(INVALID), indirect=True)
 def test_doctor_reports_an_invalid_config_naming_the_field_and_writes_nothing(
-        bad_home: tuple[Home, str | None, bytes]) -> None:
+    bad_home: tuple[Home, str | None, bytes],
+) -> None:
     home, field, original = bad_home
     result = cli(home, "doctor", timeout=30)
     assert result.returncode != 0
@@ -224,17 +262,20 @@ def test_second_init_refuses_without_force_and_leaves_the_file_unchanged(fresh_h
 
 
 def test_init_with_claude_on_path_adds_a_commented_claude_runtime_naming_only_a_variable(
-        fresh_home: Home) -> None:
+    fresh_home: Home,
+) -> None:
     bindir = short_tmpdir("arbin-")
     try:
         fake = bindir / "claude"
         fake.write_text("#!/bin/sh\necho 'fake claude 0.0.0'\n")
         fake.chmod(0o755)
-        result = cli(fresh_home, "init", env={"PATH": f"{bindir}{os.pathsep}{_path_without_engines()}"})
+        result = cli(
+            fresh_home, "init", env={"PATH": f"{bindir}{os.pathsep}{_path_without_engines()}"}
+        )
         assert result.returncode == 0, result.stderr
         text = fresh_home.config_path.read_text()
         assert re.search(r"^# \[runtimes\.claude\]$", text, re.M), text
-        assert f"# binary = \"{fake}\"" in text
+        assert f'# binary = "{fake}"' in text
         # Commented out: the live config still has only the demo runtime.
         assert set(parse_config(text).runtimes) == {"demo"}
         # Uncommented, the block is a valid runtime on the user's own sign-in (no value in it).

@@ -15,14 +15,25 @@ OTHER_RUNTIME = '[runtimes.other]\nengine = "demo"\nmodels = ["demo-1"]\ndefault
 
 
 def _supervisor(home: Home, agent_id: str) -> ProcessIdentity:
-    row = wait_for(lambda: next(iter(db_rows(
-        home, "SELECT * FROM executions WHERE agent_id = ? AND supervisor_pid IS NOT NULL", (agent_id,))), None),
-        what="the supervisor to record itself")
+    row = wait_for(
+        lambda: next(
+            iter(
+                db_rows(
+                    home,
+                    "SELECT * FROM executions WHERE agent_id = ? AND supervisor_pid IS NOT NULL",
+                    (agent_id,),
+                )
+            ),
+            None,
+        ),
+        what="the supervisor to record itself",
+    )
     return ProcessIdentity(row["supervisor_pid"], row["supervisor_start_ticks"], row["boot_id"])
 
 
-def test_api_stop_ends_the_daemon_and_leaves_running_agents_running(daemon: DaemonProcess, home: Home,
-                                                                   workdir) -> None:
+def test_api_stop_ends_the_daemon_and_leaves_running_agents_running(
+    daemon: DaemonProcess, home: Home, workdir
+) -> None:
     agent = daemon.call("start", {"task": "sleep: 4\nanswer: survived", "workdir": str(workdir)})
     supervisor = _supervisor(home, agent["id"])
     stopped = cli_json(home, "api", "stop")
@@ -47,31 +58,42 @@ def test_api_stop_without_a_daemon_says_so_and_starts_none(home: Home) -> None:
     assert not home.socket_path.exists()
 
 
-def test_api_status_reports_the_daemon_its_config_revision_and_live_agents(daemon: DaemonProcess, home: Home,
-                                                                          workdir) -> None:
+def test_api_status_reports_the_daemon_its_config_revision_and_live_agents(
+    daemon: DaemonProcess, home: Home, workdir
+) -> None:
     import hashlib
 
     status = cli_json(home, "api", "status")
     assert status["pid"] == daemon.proc.pid and status["home"] == str(home.root)
     assert status["config_revision"] == hashlib.sha256(TEST_CONFIG.encode()).hexdigest()[:12]
-    assert status["config_refused"] is None and status["live_agents"] == 0 and status["uptime_seconds"] >= 0
+    assert (
+        status["config_refused"] is None
+        and status["live_agents"] == 0
+        and status["uptime_seconds"] >= 0
+    )
     agent = daemon.call("start", {"task": "sleep: 30", "workdir": str(workdir)})
     assert cli_json(home, "api", "status")["live_agents"] == 1
     daemon.call("cancel", {"agent_id": agent["id"]})
 
 
-def test_a_runtime_added_to_config_toml_is_usable_without_a_restart(daemon: DaemonProcess, home: Home,
-                                                                     workdir) -> None:
-    refused = cli_json(home, "start", "--task", "answer: x", "--workdir", str(workdir), "--runtime", "other")
+def test_a_runtime_added_to_config_toml_is_usable_without_a_restart(
+    daemon: DaemonProcess, home: Home, workdir
+) -> None:
+    refused = cli_json(
+        home, "start", "--task", "answer: x", "--workdir", str(workdir), "--runtime", "other"
+    )
     assert refused["error"]["code"] == "UnknownRuntime"
     home.config_path.write_text(TEST_CONFIG + OTHER_RUNTIME)
-    agent = cli_json(home, "start", "--task", "answer: x", "--workdir", str(workdir), "--runtime", "other")
+    agent = cli_json(
+        home, "start", "--task", "answer: x", "--workdir", str(workdir), "--runtime", "other"
+    )
     assert agent["runtime"] == "other", agent
     assert cli_json(home, "api", "status")["pid"] == daemon.proc.pid  # the same daemon took it
 
 
-def test_an_invalid_edit_is_refused_with_its_field_and_the_last_good_config_kept(daemon: DaemonProcess,
-                                                                                home: Home, workdir) -> None:
+def test_an_invalid_edit_is_refused_with_its_field_and_the_last_good_config_kept(
+    daemon: DaemonProcess, home: Home, workdir
+) -> None:
     good = cli_json(home, "api", "status")["config_revision"]
     home.config_path.write_text(TEST_CONFIG + OTHER_RUNTIME + 'modelz = ["x"]\n')
     agent = cli_json(home, "start", "--task", "answer: still", "--workdir", str(workdir))
@@ -84,7 +106,9 @@ def test_an_invalid_edit_is_refused_with_its_field_and_the_last_good_config_kept
     assert reload_check["level"] == "bad" and "runtimes.other.modelz" in reload_check["detail"]
     assert doctor["ok"] is False
     text = cli(home, "api", "status", "--format", "text").stdout
-    assert f"REFUSED config revision {status['config_refused']['revision']}" in text and good in text
+    assert (
+        f"REFUSED config revision {status['config_refused']['revision']}" in text and good in text
+    )
     home.config_path.write_text(TEST_CONFIG + OTHER_RUNTIME)
     fixed = cli_json(home, "api", "status")
     assert fixed["config_refused"] is None and fixed["config_revision"] != good
@@ -98,14 +122,28 @@ def test_sighup_reloads_config_toml_without_any_call(daemon: DaemonProcess, home
     wait_for(lambda: "config.reloaded" in log.read_text(), what="the daemon to log the reload")
 
 
-def test_a_live_batch_keeps_the_runtime_settings_it_was_created_with(daemon: DaemonProcess, home: Home) -> None:
+def test_a_live_batch_keeps_the_runtime_settings_it_was_created_with(
+    daemon: DaemonProcess, home: Home
+) -> None:
     repo = make_repo()
     batch_revision = daemon.call("status")["config_revision"]
-    batch = daemon.call("batch_start", {"runtime": "demo", "workflow": "repeated", "project": str(repo),
-                                        "runs": 2, "concurrency": 1, "prompt": "sleep: 6\nanswer: done"})
+    batch = daemon.call(
+        "batch_start",
+        {
+            "runtime": "demo",
+            "workflow": "repeated",
+            "project": str(repo),
+            "runs": 2,
+            "concurrency": 1,
+            "prompt": "sleep: 6\nanswer: done",
+        },
+    )
     # Runtime `demo` goes away while the first run works and the second waits its turn.
-    home.config_path.write_text(TEST_CONFIG.replace("[runtimes.demo]", "[runtimes.other]")
-                                .replace('default_runtime = "demo"', 'default_runtime = "other"'))
+    home.config_path.write_text(
+        TEST_CONFIG.replace("[runtimes.demo]", "[runtimes.other]").replace(
+            'default_runtime = "demo"', 'default_runtime = "other"'
+        )
+    )
     status = daemon.call("status")
     assert status["config_refused"] is None and status["config_revision"] != batch_revision
     waiting = daemon.call("batch", {"batch_id": batch["id"]})
@@ -116,7 +154,9 @@ def test_a_live_batch_keeps_the_runtime_settings_it_was_created_with(daemon: Dae
         assert daemon.call("agent", {"agent_id": run["agent_id"]})["runtime"] == "demo"
 
 
-def test_api_serve_with_a_bad_config_names_the_field_and_makes_nothing_in_the_home(home: Home) -> None:
+def test_api_serve_with_a_bad_config_names_the_field_and_makes_nothing_in_the_home(
+    home: Home,
+) -> None:
     for child in home.root.iterdir():
         if child.is_dir():
             child.rmdir()
@@ -128,14 +168,18 @@ def test_api_serve_with_a_bad_config_names_the_field_and_makes_nothing_in_the_ho
 
 
 def test_autostart_with_a_bad_config_is_config_invalid_with_its_field(home: Home) -> None:
-    home.config_path.write_text(TEST_CONFIG + "[runtimes.demo.auth]\nenv = \"sk-live-abc\"\n")
+    home.config_path.write_text(TEST_CONFIG + '[runtimes.demo.auth]\nenv = "sk-live-abc"\n')
     error = cli_json(home, "agents")["error"]
     assert error["code"] == "ConfigInvalid" and error["field"] == "runtimes.demo.auth.env"
     assert not home.socket_path.exists()
 
 
-def test_a_daemon_of_another_version_is_named_once_per_cli_call_with_the_restart(home: Home, tmp_path) -> None:
-    (tmp_path / "sitecustomize.py").write_text("import agent_run\nagent_run.__version__ = '0.0.1-old'\n")
+def test_a_daemon_of_another_version_is_named_once_per_cli_call_with_the_restart(
+    home: Home, tmp_path
+) -> None:
+    (tmp_path / "sitecustomize.py").write_text(
+        "import agent_run\nagent_run.__version__ = '0.0.1-old'\n"
+    )
     old = DaemonProcess(home, env={"PYTHONPATH": str(tmp_path)}).start()
     try:
         result = cli(home, "agents")

@@ -42,7 +42,13 @@ def test_the_call_reaches_the_server_with_only_a_safe_environment(tmp_path, monk
     assert seen["env"]["AGENT_RUN_WORKER_TOKEN"] == "tok"
     assert "SOME_PROVIDER_API_KEY" not in seen["env"]
     assert set(seen["env"]) - {"AGENT_RUN_WORKER_TOKEN", "LC_CTYPE"} <= {
-        "HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER"}
+        "HOME",
+        "LOGNAME",
+        "PATH",
+        "SHELL",
+        "TERM",
+        "USER",
+    }
 
 
 def test_a_server_that_dies_before_answering_is_a_typed_error(tmp_path):
@@ -52,8 +58,10 @@ def test_a_server_that_dies_before_answering_is_a_typed_error(tmp_path):
 
 
 def test_a_json_rpc_error_answer_is_a_typed_error(tmp_path):
-    code = ("import json, sys\nfor line in sys.stdin:\n    m = json.loads(line)\n"
-            "    if 'id' in m: print(json.dumps({'jsonrpc': '2.0', 'id': m['id'], "
-            "'error': {'code': -32601, 'message': 'Method not found'}}), flush=True)\n")
+    code = (
+        "import json, sys\nfor line in sys.stdin:\n    m = json.loads(line)\n"
+        "    if 'id' in m: print(json.dumps({'jsonrpc': '2.0', 'id': m['id'], "
+        "'error': {'code': -32601, 'message': 'Method not found'}}), flush=True)\n"
+    )
     with pytest.raises(WorkerToolError, match="initialize: Method not found"):
         call_worker_tool(_config(tmp_path, code), "finish", {})

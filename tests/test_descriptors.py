@@ -24,7 +24,10 @@ def own_fd_limit(needed: int) -> Iterator[None]:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard != resource.RLIM_INFINITY and hard < needed:
         pytest.skip(f"hard RLIMIT_NOFILE {hard} < {needed}")
-    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, needed) if soft != resource.RLIM_INFINITY else soft, hard))
+    resource.setrlimit(
+        resource.RLIMIT_NOFILE,
+        (max(soft, needed) if soft != resource.RLIM_INFINITY else soft, hard),
+    )
     try:
         yield
     finally:
@@ -65,12 +68,17 @@ def test_start_wait_answer_with_1100_idle_connections_open(home, workdir):
             daemon.start()
             socks = open_connections(home, IDLE_CONNECTIONS, blocking=True)
             ping_all(socks)
-            agent = daemon.call("start", {"task": "answer: past the fd ceiling", "workdir": str(workdir)})
+            agent = daemon.call(
+                "start", {"task": "answer: past the fd ceiling", "workdir": str(workdir)}
+            )
             result = daemon.call("wait", {"agent_id": agent["id"], "timeout_seconds": 60})
             assert result["agent"]["state"] == "succeeded", result
             assert daemon.call("answer", {"agent_id": agent["id"]})["text"] == "past the fd ceiling"
-            errors = [line for line in (home.logs_dir / "daemon.log").read_text().splitlines()
-                      if json.loads(line)["level"] == "error"]
+            errors = [
+                line
+                for line in (home.logs_dir / "daemon.log").read_text().splitlines()
+                if json.loads(line)["level"] == "error"
+            ]
             assert not errors, errors
         finally:
             for sock in socks:

@@ -22,12 +22,16 @@ pytestmark = pytest.mark.engines  # runs the real engine CLIs (`--version`) from
 ENGINE_BIN = str(Path(__file__).resolve().parent.parent / "node_modules" / ".bin")
 BARE_PATH = os.pathsep.join([str(Path(sys.executable).parent), "/usr/bin", "/bin"])
 SECRET = "sk-doctor-never-printed-7f3a"
-CLAUDE_RUNTIME = ('[runtimes.cl]\nengine = "claude"\nmodels = ["claude-sonnet-4-5"]\n'
-                  '[runtimes.cl.auth]\nenv = "AR_DOCTOR_KEY"\n')
+CLAUDE_RUNTIME = (
+    '[runtimes.cl]\nengine = "claude"\nmodels = ["claude-sonnet-4-5"]\n'
+    '[runtimes.cl.auth]\nenv = "AR_DOCTOR_KEY"\n'
+)
 
 
 def _doctor(home: Home, **env: str) -> tuple[dict, dict]:
-    result = cli(home, "doctor", env={"PATH": ENGINE_BIN + os.pathsep + BARE_PATH, **env}, timeout=120)
+    result = cli(
+        home, "doctor", env={"PATH": ENGINE_BIN + os.pathsep + BARE_PATH, **env}, timeout=120
+    )
     report = json.loads(result.stdout)
     assert SECRET not in result.stdout + result.stderr
     assert (result.returncode == 0) == report["ok"]
@@ -54,26 +58,36 @@ def test_doctor_reports_the_daemons_path_and_environment_not_the_clis(claude_hom
         assert binary["level"] == "bad" and "the daemon's PATH has no `claude`" in binary["detail"]
         assert "agent-run api restart" in binary["fix"] and "absolute path" in binary["fix"]
         auth = checks[("daemon", "auth cl")]
-        assert auth["level"] == "bad" and "AR_DOCTOR_KEY is not set in the daemon's environment" in auth["detail"]
+        assert (
+            auth["level"] == "bad"
+            and "AR_DOCTOR_KEY is not set in the daemon's environment" in auth["detail"]
+        )
         assert checks[("local", "supervisor spawn")]["level"] == "ok"
     finally:
         daemon.stop()
 
 
-def test_doctor_reports_the_binary_version_and_that_the_key_is_set_never_its_value(claude_home: Home) -> None:
+def test_doctor_reports_the_binary_version_and_that_the_key_is_set_never_its_value(
+    claude_home: Home,
+) -> None:
     daemon = _daemon(claude_home, ENGINE_BIN + os.pathsep + BARE_PATH, AR_DOCTOR_KEY=SECRET)
     try:
         report, checks = _doctor(claude_home)
         binary = checks[("daemon", "runtime cl")]
         assert binary["level"] == "ok" and binary["detail"].startswith(ENGINE_BIN + "/claude")
         assert "Claude Code" in binary["detail"]  # its --version line
-        assert checks[("daemon", "auth cl")]["detail"] == "AR_DOCTOR_KEY is set in the daemon's environment"
+        assert (
+            checks[("daemon", "auth cl")]["detail"]
+            == "AR_DOCTOR_KEY is set in the daemon's environment"
+        )
         assert checks[("daemon", "engine home cl")]["level"] == "ok"
     finally:
         daemon.stop()
 
 
-def test_a_spawn_failure_names_the_daemons_path_and_the_fix(claude_home: Home, workdir: Path) -> None:
+def test_a_spawn_failure_names_the_daemons_path_and_the_fix(
+    claude_home: Home, workdir: Path
+) -> None:
     daemon = _daemon(claude_home, BARE_PATH, AR_DOCTOR_KEY=SECRET)
     try:
         agent = daemon.call("start", {"task": "hello", "workdir": str(workdir), "runtime": "cl"})
@@ -87,7 +101,9 @@ def test_a_spawn_failure_names_the_daemons_path_and_the_fix(claude_home: Home, w
         daemon.stop()
 
 
-def test_doctor_lists_installed_unconfigured_engines_with_the_block_that_enables_them(home: Home) -> None:
+def test_doctor_lists_installed_unconfigured_engines_with_the_block_that_enables_them(
+    home: Home,
+) -> None:
     daemon = _daemon(home, ENGINE_BIN + os.pathsep + BARE_PATH)
     try:
         report, checks = _doctor(home)
@@ -101,7 +117,9 @@ def test_doctor_lists_installed_unconfigured_engines_with_the_block_that_enables
         daemon.stop()
 
 
-def test_doctor_warns_when_config_toml_is_readable_by_others(daemon: DaemonProcess, home: Home) -> None:
+def test_doctor_warns_when_config_toml_is_readable_by_others(
+    daemon: DaemonProcess, home: Home
+) -> None:
     home.config_path.chmod(0o644)
     report, checks = _doctor(home)
     warning = checks[("daemon", "config permissions")]
@@ -116,10 +134,15 @@ def test_doctor_connects_to_each_base_url(home: Home) -> None:
     closed = socket.create_server(("127.0.0.1", 0))
     closed_port = closed.getsockname()[1]
     closed.close()
-    runtime = ('[runtimes.{name}]\nengine = "glm"\nmodels = ["glm-4.6"]\nbase_url = "http://127.0.0.1:{port}"\n'
-               'allow_plain_http_loopback = true\n[runtimes.{name}.auth]\nenv = "AR_DOCTOR_KEY"\n')
-    home.config_path.write_text(TEST_CONFIG + runtime.format(name="up", port=listener.getsockname()[1])
-                                + runtime.format(name="down", port=closed_port))
+    runtime = (
+        '[runtimes.{name}]\nengine = "glm"\nmodels = ["glm-4.6"]\nbase_url = "http://127.0.0.1:{port}"\n'
+        'allow_plain_http_loopback = true\n[runtimes.{name}.auth]\nenv = "AR_DOCTOR_KEY"\n'
+    )
+    home.config_path.write_text(
+        TEST_CONFIG
+        + runtime.format(name="up", port=listener.getsockname()[1])
+        + runtime.format(name="down", port=closed_port)
+    )
     try:
         _, checks = _doctor(home)
         assert checks[("daemon", "endpoint up")]["level"] == "ok"
@@ -136,7 +159,10 @@ def test_init_detect_writes_the_engines_found_enabled() -> None:
         result = cli(home, "init", "--detect", env={"PATH": ENGINE_BIN + os.pathsep + BARE_PATH})
         assert result.returncode == 0, result.stderr
         config = parse_config(home.config_path.read_text())
-        assert config.runtimes["codex"].enabled and config.runtimes["codex"].binary == ENGINE_BIN + "/codex"
+        assert (
+            config.runtimes["codex"].enabled
+            and config.runtimes["codex"].binary == ENGINE_BIN + "/codex"
+        )
         assert config.runtimes["qwen"].binary == ENGINE_BIN + "/qwen"
         plain = Home(short_tmpdir() / "h")
         cli(plain, "init", env={"PATH": ENGINE_BIN + os.pathsep + BARE_PATH})

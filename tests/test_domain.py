@@ -39,25 +39,52 @@ CANCEL = StopRequest("cancel requested", None)
 STALL = StopRequest("silent", FailureKind.STALLED)
 
 
-@pytest.mark.parametrize(("evidence", "state", "kind"), [
-    ({"group_gone": False, "completion": OK}, S.FAILED, FailureKind.ENGINE_GROUP_SURVIVED),
-    ({"stop": CANCEL, "completion": OK}, S.CANCELLED, None),
-    ({"stop": STALL}, S.FAILED, FailureKind.STALLED),
-    ({"completion": None}, S.FAILED, FailureKind.ENGINE_CRASHED),
-    ({"completion": None, "unparsed_lines": 2}, S.FAILED, FailureKind.PROTOCOL_ERROR),
-    ({"completion": Completion("Invalid API key", True, 401)}, S.FAILED, FailureKind.AUTH_FAILED),
-    ({"completion": Completion("slow down", True, 429)}, S.FAILED, FailureKind.RATE_LIMITED),
-    ({"completion": Completion("quota exceeded", True, 429)}, S.FAILED, FailureKind.QUOTA_EXHAUSTED),
-    ({"completion": Completion("Overloaded", True, 529)}, S.FAILED, FailureKind.PROVIDER_OVERLOADED),
-    ({"completion": Completion("boom", True, 500)}, S.FAILED, FailureKind.PROVIDER_ERROR),
-    ({"completion": Completion("weird", True, None)}, S.FAILED, FailureKind.ERROR_REPLY),
-    ({"completion": Completion("  ", False)}, S.FAILED, FailureKind.NO_ANSWER),
-    ({"completion": Completion("[API Error: Connection error.]", False)}, S.FAILED, FailureKind.ERROR_REPLY),
-    ({"completion": OK}, S.SUCCEEDED, None),
-])
+@pytest.mark.parametrize(
+    ("evidence", "state", "kind"),
+    [
+        ({"group_gone": False, "completion": OK}, S.FAILED, FailureKind.ENGINE_GROUP_SURVIVED),
+        ({"stop": CANCEL, "completion": OK}, S.CANCELLED, None),
+        ({"stop": STALL}, S.FAILED, FailureKind.STALLED),
+        ({"completion": None}, S.FAILED, FailureKind.ENGINE_CRASHED),
+        ({"completion": None, "unparsed_lines": 2}, S.FAILED, FailureKind.PROTOCOL_ERROR),
+        (
+            {"completion": Completion("Invalid API key", True, 401)},
+            S.FAILED,
+            FailureKind.AUTH_FAILED,
+        ),
+        ({"completion": Completion("slow down", True, 429)}, S.FAILED, FailureKind.RATE_LIMITED),
+        (
+            {"completion": Completion("quota exceeded", True, 429)},
+            S.FAILED,
+            FailureKind.QUOTA_EXHAUSTED,
+        ),
+        (
+            {"completion": Completion("Overloaded", True, 529)},
+            S.FAILED,
+            FailureKind.PROVIDER_OVERLOADED,
+        ),
+        ({"completion": Completion("boom", True, 500)}, S.FAILED, FailureKind.PROVIDER_ERROR),
+        ({"completion": Completion("weird", True, None)}, S.FAILED, FailureKind.ERROR_REPLY),
+        ({"completion": Completion("  ", False)}, S.FAILED, FailureKind.NO_ANSWER),
+        (
+            {"completion": Completion("[API Error: Connection error.]", False)},
+            S.FAILED,
+            FailureKind.ERROR_REPLY,
+        ),
+        ({"completion": OK}, S.SUCCEEDED, None),
+    ],
+)
 def test_terminal_decision_follows_the_documented_order(evidence, state, kind):
-    args = {"engine": DemoEngine(), "group_gone": True, "stop": None, "completion": None,
-            "exit_code": 0, "unparsed_lines": 0, "stderr_tail": "", **evidence}
+    args = {
+        "engine": DemoEngine(),
+        "group_gone": True,
+        "stop": None,
+        "completion": None,
+        "exit_code": 0,
+        "unparsed_lines": 0,
+        "stderr_tail": "",
+        **evidence,
+    }
     outcome = decide_outcome(**args)
     assert (outcome.state, outcome.failure) == (state, kind)
 
@@ -76,8 +103,10 @@ def test_migrations_are_numbered_strict_and_recorded_in_user_version(tmp_path):
     assert conn.execute("PRAGMA user_version").fetchone()[0] == numbers[-1]
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     with pytest.raises(sqlite3.IntegrityError):  # STRICT: a wrong type is refused
-        conn.execute("INSERT INTO messages (agent_id, execution_id, role, content, ts)"
-                     " VALUES ('a', 'e', 'user', 'x', 'not a number')")
+        conn.execute(
+            "INSERT INTO messages (agent_id, execution_id, role, content, ts)"
+            " VALUES ('a', 'e', 'user', 'x', 'not a number')"
+        )
     conn.close()
     again = connect(tmp_path / "state.db")  # re-opening applies nothing twice
     assert again.execute("PRAGMA user_version").fetchone()[0] == numbers[-1]

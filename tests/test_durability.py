@@ -9,8 +9,13 @@ from tests.harness import db_rows, pgid_alive, wait_for
 
 
 def test_kill9_daemon_leaves_running_agents_alive_and_all_complete(daemon, home, workdir):
-    ids = [daemon.call("start", {"task": f"steps: 40\nstep_seconds: 0.1\nanswer: agent {n}",
-                                 "workdir": str(workdir)})["id"] for n in range(5)]
+    ids = [
+        daemon.call(
+            "start",
+            {"task": f"steps: 40\nstep_seconds: 0.1\nanswer: agent {n}", "workdir": str(workdir)},
+        )["id"]
+        for n in range(5)
+    ]
     states = [daemon.call("agent", {"agent_id": i})["state"] for i in ids]
     daemon.kill9()
     assert "succeeded" not in states, f"the daemon must die while they run: {states}"
@@ -21,23 +26,47 @@ def test_kill9_daemon_leaves_running_agents_alive_and_all_complete(daemon, home,
         assert result["agent"]["state"] == "succeeded", result
         assert daemon.call("answer", {"agent_id": agent_id})["text"] == f"agent {n}"
     for agent_id in ids:
-        seqs = [r["agent_seq"] for r in db_rows(
-            home, "SELECT agent_seq FROM events WHERE agent_id = ? ORDER BY seq", (agent_id,))]
+        seqs = [
+            r["agent_seq"]
+            for r in db_rows(
+                home, "SELECT agent_seq FROM events WHERE agent_id = ? ORDER BY seq", (agent_id,)
+            )
+        ]
         assert seqs == list(range(1, len(seqs) + 1)), "event seqs must be contiguous"
-        contents = [r["content"] for r in db_rows(
-            home, "SELECT content FROM messages WHERE agent_id = ? ORDER BY id", (agent_id,))]
+        contents = [
+            r["content"]
+            for r in db_rows(
+                home, "SELECT content FROM messages WHERE agent_id = ? ORDER BY id", (agent_id,)
+            )
+        ]
         assert max(Counter(contents).values()) == 1, f"duplicated messages: {contents}"
         assert len(db_rows(home, "SELECT id FROM executions WHERE agent_id = ?", (agent_id,))) == 1
 
 
 def test_kill9_supervisor_is_reconciled_to_lost_and_engine_group_killed(daemon, home, workdir):
-    agent = daemon.call("start", {"task": "steps: 2000\nstep_seconds: 0.05\nspawn: 300",
-                                  "workdir": str(workdir)})
-    row = wait_for(lambda: next(iter(db_rows(
-        home, "SELECT * FROM executions WHERE agent_id = ? AND engine_pid IS NOT NULL", (agent["id"],))), None))
+    agent = daemon.call(
+        "start", {"task": "steps: 2000\nstep_seconds: 0.05\nspawn: 300", "workdir": str(workdir)}
+    )
+    row = wait_for(
+        lambda: next(
+            iter(
+                db_rows(
+                    home,
+                    "SELECT * FROM executions WHERE agent_id = ? AND engine_pid IS NOT NULL",
+                    (agent["id"],),
+                )
+            ),
+            None,
+        )
+    )
     engine_pgid = row["engine_pid"]
-    wait_for(lambda: len([p for p in os.listdir("/proc") if p.isdigit() and _pgid(int(p)) == engine_pgid]) >= 2,
-             what="the engine and its child")
+    wait_for(
+        lambda: (
+            len([p for p in os.listdir("/proc") if p.isdigit() and _pgid(int(p)) == engine_pgid])
+            >= 2
+        ),
+        what="the engine and its child",
+    )
     os.kill(row["supervisor_pid"], signal.SIGKILL)
     result = daemon.call("wait", {"agent_id": agent["id"], "timeout_seconds": 30})
     assert result["agent"]["state"] == "lost"
@@ -66,17 +95,25 @@ def test_zombie_supervisor_counts_as_dead():
 
     proc = subprocess.Popen(["true"])
     ident = wait_for(lambda: ProcessIdentity.of(proc.pid))
-    wait_for(lambda: open(f"/proc/{proc.pid}/stat").read().split(") ")[1][0] == "Z", what="a zombie")
+    wait_for(
+        lambda: open(f"/proc/{proc.pid}/stat").read().split(") ")[1][0] == "Z", what="a zombie"
+    )
     assert liveness(ident) is Liveness.DEAD
     proc.wait()
     assert liveness(ident) is Liveness.DEAD
 
 
 def test_live_supervisor_is_never_marked_lost(daemon, home, workdir):
-    agent = daemon.call("start", {"task": "steps: 30\nstep_seconds: 0.1\nanswer: ok", "workdir": str(workdir)})
+    agent = daemon.call(
+        "start", {"task": "steps: 30\nstep_seconds: 0.1\nanswer: ok", "workdir": str(workdir)}
+    )
     # Several reconciliation passes (0.2 s apart) run while it works.
     result = daemon.call("wait", {"agent_id": agent["id"], "timeout_seconds": 60})
     assert result["agent"]["state"] == "succeeded"
-    states = [r["data"] for r in db_rows(home, "SELECT data FROM events WHERE agent_id = ? AND kind = 'state'",
-                                          (agent["id"],))]
+    states = [
+        r["data"]
+        for r in db_rows(
+            home, "SELECT data FROM events WHERE agent_id = ? AND kind = 'state'", (agent["id"],)
+        )
+    ]
     assert not any('"lost"' in s for s in states)

@@ -22,12 +22,14 @@ def provider():
 
 
 def claude_block(base_url: str) -> str:
-    return (f'[runtimes.cc]\nengine = "claude"\nbinary = "{NODE_BIN / "claude"}"\n'
-            'models = ["claude-sonnet-4-5"]\nallow_plain_http_loopback = true\n'
-            f'base_url = "{base_url}"\nmax_retries = 0\nrequest_timeout_seconds = 4.0\nstall_seconds = 30.0\n'
-            'default_account = "work"\n'
-            '[runtimes.cc.accounts.work]\nauth = { env = "ART_WORK_KEY" }\n'
-            '[runtimes.cc.accounts.home]\nauth = { env = "ART_HOME_KEY" }\n')
+    return (
+        f'[runtimes.cc]\nengine = "claude"\nbinary = "{NODE_BIN / "claude"}"\n'
+        'models = ["claude-sonnet-4-5"]\nallow_plain_http_loopback = true\n'
+        f'base_url = "{base_url}"\nmax_retries = 0\nrequest_timeout_seconds = 4.0\nstall_seconds = 30.0\n'
+        'default_account = "work"\n'
+        '[runtimes.cc.accounts.work]\nauth = { env = "ART_WORK_KEY" }\n'
+        '[runtimes.cc.accounts.home]\nauth = { env = "ART_HOME_KEY" }\n'
+    )
 
 
 def test_two_accounts_each_reach_the_provider_with_their_own_key(provider, workdir):
@@ -46,7 +48,10 @@ def test_two_accounts_each_reach_the_provider_with_their_own_key(provider, workd
         sent = [r.headers.get("x-api-key", "") for r in provider.main_requests()[count:]]
         assert sent and all(HOME_KEY == key for key in sent), "the home account's key"
         accounts = daemon.call("accounts", {"runtime": "cc"})["accounts"]
-        assert [(a["account"], a["signed_in"]) for a in accounts] == [("home", True), ("work", True)]
+        assert [(a["account"], a["signed_in"]) for a in accounts] == [
+            ("home", True),
+            ("work", True),
+        ]
         assert WORK_KEY not in json.dumps(accounts) and HOME_KEY not in json.dumps(accounts)
     finally:
         daemon.stop()
@@ -54,21 +59,38 @@ def test_two_accounts_each_reach_the_provider_with_their_own_key(provider, workd
 
 
 def test_codex_account_signed_in_by_login_account_runs_on_its_own_folder(provider, workdir):
-    block = (f'[runtimes.cx]\nengine = "codex"\nbinary = "{NODE_BIN / "codex"}"\nmodels = ["gpt-5.5"]\n'
-             f'allow_plain_http_loopback = true\nbase_url = "{provider.url}/v1"\nmax_retries = 0\n'
-             'request_timeout_seconds = 4.0\nstall_seconds = 30.0\n'
-             '[runtimes.cx.accounts.work]\nauth = { login = "native" }\n'
-             '[runtimes.cx.accounts.spare]\nauth = { login = "native" }\n')
+    block = (
+        f'[runtimes.cx]\nengine = "codex"\nbinary = "{NODE_BIN / "codex"}"\nmodels = ["gpt-5.5"]\n'
+        f'allow_plain_http_loopback = true\nbase_url = "{provider.url}/v1"\nmax_retries = 0\n'
+        "request_timeout_seconds = 4.0\nstall_seconds = 30.0\n"
+        '[runtimes.cx.accounts.work]\nauth = { login = "native" }\n'
+        '[runtimes.cx.accounts.spare]\nauth = { login = "native" }\n'
+    )
     home = make_home(TEST_CONFIG + block)
     daemon = DaemonProcess(home).start()
     try:
-        login = cli(home, "login", "cx", "--account", "work", "--with-api-key", input=WORK_KEY + "\n", timeout=90)
+        login = cli(
+            home,
+            "login",
+            "cx",
+            "--account",
+            "work",
+            "--with-api-key",
+            input=WORK_KEY + "\n",
+            timeout=90,
+        )
         assert login.returncode == 0, login.stderr
-        assert json.loads(login.stdout)["account"] == "work" and WORK_KEY not in login.stdout + login.stderr
+        assert (
+            json.loads(login.stdout)["account"] == "work"
+            and WORK_KEY not in login.stdout + login.stderr
+        )
         folder = home.root / "accounts" / "cx" / "work"
         assert stat.S_IMODE(folder.stat().st_mode) == 0o700
         assert json.loads((folder / "auth.json").read_text())["OPENAI_API_KEY"] == WORK_KEY
-        signed = {a["account"]: a["signed_in"] for a in daemon.call("accounts", {"runtime": "cx"})["accounts"]}
+        signed = {
+            a["account"]: a["signed_in"]
+            for a in daemon.call("accounts", {"runtime": "cx"})["accounts"]
+        }
         assert signed == {"spare": False, "work": True}
 
         provider.add(Text("on the work account"))

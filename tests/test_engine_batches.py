@@ -13,26 +13,51 @@ pytestmark = pytest.mark.engines  # the real engine CLIs from node_modules
 
 
 def candidate_script(n: int) -> list:
-    return [ToolCall("Bash", {"command": f"echo 'candidate {n}' > feature.txt", "description": "write"}),
-            ToolCall("mcp__agent_run_worker__create_commit", {"message": f"candidate {n} feature",
-                                                              "files": ["feature.txt"]}),
-            Text(f"Candidate {n} committed feature.txt.")]
+    return [
+        ToolCall(
+            "Bash", {"command": f"echo 'candidate {n}' > feature.txt", "description": "write"}
+        ),
+        ToolCall(
+            "mcp__agent_run_worker__create_commit",
+            {"message": f"candidate {n} feature", "files": ["feature.txt"]},
+        ),
+        Text(f"Candidate {n} committed feature.txt."),
+    ]
 
 
 def reviewer_script(score: int) -> list:
-    return [ToolCall("mcp__agent_run_worker__submit_score", {"score": score, "reason": f"worth {score}"}),
-            Text("Reviewed.")]
+    return [
+        ToolCall(
+            "mcp__agent_run_worker__submit_score", {"score": score, "reason": f"worth {score}"}
+        ),
+        Text("Reviewed."),
+    ]
 
 
 def test_ranked_batch_with_the_real_claude_cli(workdir):
     repo = make_repo()
     # concurrency 1 makes the order of model requests deterministic: c1, c2, then their reviewers.
     script = candidate_script(1) + candidate_script(2) + reviewer_script(60) + reviewer_script(90)
-    with MockProvider(script) as mp, engine_daemon(runtime_block("claude", "claude", mp.url,
-                                                                 "claude-sonnet-4-5")) as (home, daemon):
-        batch = daemon.call("batch_start", {"workflow": "ranked", "project": str(repo), "runs": 2,
-                                            "reviewers": 1, "concurrency": 1, "runtime": "claude",
-                                            "prompt": "Add feature.txt.", "review_prompt": "Is it good?"})
+    with (
+        MockProvider(script) as mp,
+        engine_daemon(runtime_block("claude", "claude", mp.url, "claude-sonnet-4-5")) as (
+            home,
+            daemon,
+        ),
+    ):
+        batch = daemon.call(
+            "batch_start",
+            {
+                "workflow": "ranked",
+                "project": str(repo),
+                "runs": 2,
+                "reviewers": 1,
+                "concurrency": 1,
+                "runtime": "claude",
+                "prompt": "Add feature.txt.",
+                "review_prompt": "Is it good?",
+            },
+        )
         done = wait_batch(daemon, batch["id"], timeout=240)
         assert done["state"] == "completed", done
         candidates = {c["index"]: c for c in runs_of(done, "candidate")}
@@ -61,21 +86,48 @@ def test_validated_batch_with_the_real_codex_cli(workdir):
     from tests.support.mock_provider import Dynamic
 
     repo = make_repo()
-    worker = [ToolCall("exec_command", {"cmd": "echo 42 > answer.txt"}),
-              ToolCall("mcp__agent_run_worker__submit_result",
-                       {"files": [{"path": "answer.txt", "explanation": "the answer"}]}),
-              Text("Submitted.")]
-    verdict = {"workers": [{"worker": 1, "pass": True, "reason": "42"},
-                           {"worker": 2, "pass": False, "reason": "late"}], "winner": 1}
-    validator = [Dynamic(lambda r: ToolCall("exec_command", {"cmd": "cat " + " ".join(
-                     f"{p}/answer.txt" for p in _worker_paths(r))})),
-                 ToolCall("mcp__agent_run_worker__finish", {"summary": json.dumps(verdict), "status": "done"}),
-                 Text("Validated.")]
-    with MockProvider(worker + worker + validator) as mp, engine_daemon(
-            runtime_block("codex", "codex", mp.url + "/v1", "gpt-5.5")) as (home, daemon):
-        batch = daemon.call("batch_start", {"workflow": "validated", "project": str(repo), "runs": 2,
-                                            "concurrency": 1, "runtime": "codex",
-                                            "prompt": "Write the answer to answer.txt."})
+    worker = [
+        ToolCall("exec_command", {"cmd": "echo 42 > answer.txt"}),
+        ToolCall(
+            "mcp__agent_run_worker__submit_result",
+            {"files": [{"path": "answer.txt", "explanation": "the answer"}]},
+        ),
+        Text("Submitted."),
+    ]
+    verdict = {
+        "workers": [
+            {"worker": 1, "pass": True, "reason": "42"},
+            {"worker": 2, "pass": False, "reason": "late"},
+        ],
+        "winner": 1,
+    }
+    validator = [
+        Dynamic(
+            lambda r: ToolCall(
+                "exec_command",
+                {"cmd": "cat " + " ".join(f"{p}/answer.txt" for p in _worker_paths(r))},
+            )
+        ),
+        ToolCall(
+            "mcp__agent_run_worker__finish", {"summary": json.dumps(verdict), "status": "done"}
+        ),
+        Text("Validated."),
+    ]
+    with (
+        MockProvider(worker + worker + validator) as mp,
+        engine_daemon(runtime_block("codex", "codex", mp.url + "/v1", "gpt-5.5")) as (home, daemon),
+    ):
+        batch = daemon.call(
+            "batch_start",
+            {
+                "workflow": "validated",
+                "project": str(repo),
+                "runs": 2,
+                "concurrency": 1,
+                "runtime": "codex",
+                "prompt": "Write the answer to answer.txt.",
+            },
+        )
         done = wait_batch(daemon, batch["id"], timeout=240)
         assert done["state"] == "completed", done
         workers = runs_of(done, "worker")

@@ -65,8 +65,10 @@ def test_text_answer_with_the_key_sent_only_as_its_auth_header(engine, provider,
 
 def test_shell_tool_call_runs_and_its_output_reaches_the_model(provider, rig, workdir):
     home, daemon = rig
-    provider.add(ToolCall("Bash", {"command": "echo tool-ran-$((40+2))", "description": "marker"}),
-                 Text("The command printed 42."))
+    provider.add(
+        ToolCall("Bash", {"command": "echo tool-ran-$((40+2))", "description": "marker"}),
+        Text("The command printed 42."),
+    )
     view = run_agent(daemon, "r", "Run the marker command.", workdir)
     assert view["state"] == "succeeded", view
     results = provider.main_requests()[1].tool_results()
@@ -77,8 +79,10 @@ def test_shell_tool_call_runs_and_its_output_reaches_the_model(provider, rig, wo
 
 def test_file_written_in_the_workdir(provider, rig, workdir):
     home, daemon = rig
-    provider.add(ToolCall("Write", {"file_path": str(workdir / "hello.txt"), "content": "hi there\n"}),
-                 Text("Wrote hello.txt."))
+    provider.add(
+        ToolCall("Write", {"file_path": str(workdir / "hello.txt"), "content": "hi there\n"}),
+        Text("Wrote hello.txt."),
+    )
     view = run_agent(daemon, "r", "Write hello.txt.", workdir)
     assert view["state"] == "succeeded", view
     assert (workdir / "hello.txt").read_text() == "hi there\n"
@@ -86,9 +90,12 @@ def test_file_written_in_the_workdir(provider, rig, workdir):
 
 def test_finish_through_the_worker_tools_sets_answer_and_verdict(provider, rig, workdir):
     home, daemon = rig
-    provider.add(ToolCall("mcp__agent_run_worker__finish", {"summary": "Refactored the parser.",
-                                                            "status": "done"}),
-                 Text("Done."))
+    provider.add(
+        ToolCall(
+            "mcp__agent_run_worker__finish", {"summary": "Refactored the parser.", "status": "done"}
+        ),
+        Text("Done."),
+    )
     view = run_agent(daemon, "r", "Refactor, then call finish.", workdir)
     assert view["state"] == "succeeded", view
     assert view["verdict"] == "done"
@@ -114,7 +121,9 @@ def test_resume_continues_the_session_with_its_history(provider, rig, workdir):
 def test_steer_is_queued_as_the_next_turn(provider, rig, workdir):
     home, daemon = rig
     provider.add(Text("Working on the first request...", seconds=4), Text("Steered answer."))
-    agent = daemon.call("start", {"task": "First request.", "workdir": str(workdir), "runtime": "r"})
+    agent = daemon.call(
+        "start", {"task": "First request.", "workdir": str(workdir), "runtime": "r"}
+    )
     assert provider.wait_for(lambda reqs: any(r.role == "main" for r in reqs), timeout=60)
     steer = daemon.call("steer", {"agent_id": agent["id"], "text": "Also do the second thing."})
     assert steer["state"] == "delivered", steer
@@ -124,19 +133,32 @@ def test_steer_is_queued_as_the_next_turn(provider, rig, workdir):
     assert "second thing" in provider.main_requests()[-1].text()
 
 
-def test_steer_during_a_tool_call_joins_the_turn_and_ends_with_the_steered_answer(engine, provider, workdir):
+def test_steer_during_a_tool_call_joins_the_turn_and_ends_with_the_steered_answer(
+    engine, provider, workdir
+):
     """Claude Code takes a message sent while a tool runs into the running turn (in the tool
     result) and ends both with one `result`: no second turn comes, and the answer must be
     kept at once, long before `stall_seconds`."""
     started = workdir / "tool-started"
-    provider.add(ToolCall("Bash", {"command": f"touch {started} && sleep 5 && echo slept",
-                                   "description": "a slow command"}),
-                 Dynamic(lambda request: Text("Steered answer." if "second thing" in request.text()
-                                              else "Unsteered answer.")))
+    provider.add(
+        ToolCall(
+            "Bash",
+            {
+                "command": f"touch {started} && sleep 5 && echo slept",
+                "description": "a slow command",
+            },
+        ),
+        Dynamic(
+            lambda request: Text(
+                "Steered answer." if "second thing" in request.text() else "Unsteered answer."
+            )
+        ),
+    )
     block = runtime_block("r", engine, provider.url, MODELS[engine], stall_seconds=100.0)
     with engine_daemon(block) as (home, daemon):
-        agent = daemon.call("start", {"task": "Run the slow command.", "workdir": str(workdir),
-                                      "runtime": "r"})
+        agent = daemon.call(
+            "start", {"task": "Run the slow command.", "workdir": str(workdir), "runtime": "r"}
+        )
         wait_for(started.exists, timeout=60, what="the shell tool to start")
         steer = daemon.call("steer", {"agent_id": agent["id"], "text": "Also do the second thing."})
         assert steer["state"] == "delivered", steer
@@ -144,9 +166,14 @@ def test_steer_during_a_tool_call_joins_the_turn_and_ends_with_the_steered_answe
         assert view["state"] == "succeeded", view
         assert daemon.call("answer", {"agent_id": agent["id"]})["text"] == "Steered answer."
         requests = provider.main_requests()
-        assert len(requests) == 2, "no second turn: the steer went to the model with the tool result"
+        assert len(requests) == 2, (
+            "no second turn: the steer went to the model with the tool result"
+        )
         assert "second thing" in requests[1].text()
-        kinds = [r["kind"] for r in db_rows(home, "SELECT kind FROM events WHERE agent_id = ?", (agent["id"],))]
+        kinds = [
+            r["kind"]
+            for r in db_rows(home, "SELECT kind FROM events WHERE agent_id = ?", (agent["id"],))
+        ]
         assert "steer_joined" in kinds and "idle_after_completion" not in kinds
         assert engine_group_gone(home, agent["id"])
 
@@ -154,7 +181,9 @@ def test_steer_during_a_tool_call_joins_the_turn_and_ends_with_the_steered_answe
 def test_cancel_mid_turn_interrupts_and_leaves_no_process(provider, rig, workdir):
     home, daemon = rig
     provider.add(Text("A very long answer " * 50, seconds=60))
-    agent = daemon.call("start", {"task": "Write a long answer.", "workdir": str(workdir), "runtime": "r"})
+    agent = daemon.call(
+        "start", {"task": "Write a long answer.", "workdir": str(workdir), "runtime": "r"}
+    )
     assert provider.wait_for(lambda reqs: any(r.role == "main" for r in reqs), timeout=60)
     daemon.call("cancel", {"agent_id": agent["id"]})
     view = wait_done(daemon, agent["id"], timeout=60)
@@ -174,7 +203,9 @@ FAULTS = [
 
 
 @pytest.mark.parametrize(("fault", "kind"), FAULTS, ids=[k for _, k in FAULTS])
-def test_provider_fault_ends_failed_with_its_kind_and_no_process_left(provider, rig, workdir, fault, kind):
+def test_provider_fault_ends_failed_with_its_kind_and_no_process_left(
+    provider, rig, workdir, fault, kind
+):
     home, daemon = rig
     provider.add(fault)
     view = run_agent(daemon, "r", "Say hello.", workdir, timeout=180)
@@ -184,18 +215,31 @@ def test_provider_fault_ends_failed_with_its_kind_and_no_process_left(provider, 
     assert files_containing(home.root, PLANTED_KEY) == []
 
 
-def test_a_refused_key_ends_auth_failed_at_once_not_after_the_give_up_window(engine, provider, workdir):
+def test_a_refused_key_ends_auth_failed_at_once_not_after_the_give_up_window(
+    engine, provider, workdir
+):
     """Claude Code retries a 401 up to max_retries times (about two minutes for nine), each
     retry event saying 401; two in a row are final."""
     provider.add(Fault.http(401, times=None))
-    block = runtime_block("r", engine, provider.url, MODELS[engine], max_retries=9,
-                          stall_seconds=600.0, retry_give_up_seconds=600.0)
+    block = runtime_block(
+        "r",
+        engine,
+        provider.url,
+        MODELS[engine],
+        max_retries=9,
+        stall_seconds=600.0,
+        retry_give_up_seconds=600.0,
+    )
     with engine_daemon(block) as (home, daemon):
         view = run_agent(daemon, "r", "Say hello.", workdir, timeout=50)  # give-up: 600 s
         assert (view["state"], view["failure_kind"]) == ("failed", "auth_failed"), view["execution"]
         assert "401" in view["execution"]["failure_message"]
-        retries = db_rows(home, "SELECT data FROM events WHERE agent_id = ? AND kind = 'retry'", (view["id"],))
-        assert [json.loads(r["data"])["status"] for r in retries] == [401, 401], [r["data"] for r in retries]
+        retries = db_rows(
+            home, "SELECT data FROM events WHERE agent_id = ? AND kind = 'retry'", (view["id"],)
+        )
+        assert [json.loads(r["data"])["status"] for r in retries] == [401, 401], [
+            r["data"] for r in retries
+        ]
         assert len(provider.main_requests()) <= 3
         assert engine_group_gone(home, view["id"])
 
@@ -204,13 +248,16 @@ def test_refused_connection_is_a_network_error(engine, workdir):
     block = runtime_block("r", engine, f"http://127.0.0.1:{free_port()}", MODELS[engine])
     with engine_daemon(block) as (home, daemon):
         view = run_agent(daemon, "r", "Say hello.", workdir, timeout=180)
-        assert (view["state"], view["failure_kind"]) == ("failed", "network_error"), view["execution"]
+        assert (view["state"], view["failure_kind"]) == ("failed", "network_error"), view[
+            "execution"
+        ]
         assert engine_group_gone(home, view["id"])
 
 
 def test_missing_binary_is_spawn_failed(engine, workdir):
     block = runtime_block("r", engine, "http://127.0.0.1:9", MODELS[engine]).replace(
-        "node_modules/.bin/", "node_modules/.bin/no-such-")
+        "node_modules/.bin/", "node_modules/.bin/no-such-"
+    )
     with engine_daemon(block) as (home, daemon):
         view = run_agent(daemon, "r", "Say hello.", workdir)
         assert (view["state"], view["failure_kind"]) == ("failed", "spawn_failed")
@@ -236,14 +283,18 @@ def test_unified_quota_headers_seen_by_the_broker_become_samples(engine, provide
     home, daemon = rig
     reset = int(time.time()) + 7200
     provider.response_headers = {
-        "anthropic-ratelimit-unified-5h-utilization": "0.3", "anthropic-ratelimit-unified-5h-reset": str(reset),
+        "anthropic-ratelimit-unified-5h-utilization": "0.3",
+        "anthropic-ratelimit-unified-5h-reset": str(reset),
         "anthropic-ratelimit-unified-7d-utilization": "0.9",
-        "anthropic-ratelimit-unified-7d-reset": str(reset + 86400)}
+        "anthropic-ratelimit-unified-7d-reset": str(reset + 86400),
+    }
     provider.add(Text("done"))
     view = run_agent(daemon, "r", "Say done.", workdir)
     assert view["state"] == "succeeded", view
     shown = {w["window"]: w for w in daemon.call("limits", {"runtime": "r"})["windows"]}
-    assert shown["5h"]["remaining_percent"] == pytest.approx(70.0) and shown["5h"]["reset_at"] == reset
+    assert (
+        shown["5h"]["remaining_percent"] == pytest.approx(70.0) and shown["5h"]["reset_at"] == reset
+    )
     assert shown["7d"]["remaining_percent"] == pytest.approx(10.0) and shown["7d"]["risk"] == "high"
     (route,) = daemon.call("capacity_order", {})["routes"]
     assert route["runtime"] == "r" and route["limiting_window"] == "7d"

@@ -44,8 +44,11 @@ def rig(provider):
 
 
 def events(home, agent_id: str, kind: str) -> list[dict]:
-    rows = db_rows(home, "SELECT data FROM events WHERE agent_id = ? AND kind = ? ORDER BY seq",
-                   (agent_id, kind))
+    rows = db_rows(
+        home,
+        "SELECT data FROM events WHERE agent_id = ? AND kind = ? ORDER BY seq",
+        (agent_id, kind),
+    )
     return [json.loads(r["data"]) for r in rows]
 
 
@@ -67,7 +70,10 @@ def test_text_answer_with_the_key_sent_only_as_bearer_auth(provider, rig, workdi
     assert "six times seven" in request.text()
     assert view["execution"]["usage"]["input_tokens"] > 0, "usage is recorded per execution"
     settings = events(home, view["id"], "thread_settings")[0]
-    assert settings["sandbox"] == {"type": "dangerFullAccess"} and settings["approvalPolicy"] == "never"
+    assert (
+        settings["sandbox"] == {"type": "dangerFullAccess"}
+        and settings["approvalPolicy"] == "never"
+    )
     assert view["execution"]["engine_session_id"], "the thread id is kept for resume"
     assert engine_group_gone(home, view["id"])
     assert codex_config(home) is None, "the config carrying the worker token is deleted"
@@ -75,8 +81,10 @@ def test_text_answer_with_the_key_sent_only_as_bearer_auth(provider, rig, workdi
 
 def test_shell_tool_call_runs_and_its_output_reaches_the_model(provider, rig, workdir):
     home, daemon = rig
-    provider.add(ToolCall("exec_command", {"cmd": "echo tool-ran-$((40+2))"}),
-                 Text("The command printed 42."))
+    provider.add(
+        ToolCall("exec_command", {"cmd": "echo tool-ran-$((40+2))"}),
+        Text("The command printed 42."),
+    )
     view = run_agent(daemon, "r", "Run the marker command.", workdir)
     assert view["state"] == "succeeded", view
     results = provider.main_requests()[1].tool_results()
@@ -84,7 +92,9 @@ def test_shell_tool_call_runs_and_its_output_reaches_the_model(provider, rig, wo
     items = daemon.call("transcript", {"agent_id": view["id"]})["items"]
     assert any(i["role"] == "tool_call" and i["name"] == "exec_command" for i in items)
     assert any(i["role"] == "tool" and "tool-ran-42" in i["content"] for i in items)
-    assert view["execution"]["usage"]["output_tokens"] == 10, "5 per model response, each counted once"
+    assert view["execution"]["usage"]["output_tokens"] == 10, (
+        "5 per model response, each counted once"
+    )
 
 
 def test_file_written_in_the_workdir_with_apply_patch(provider, rig, workdir):
@@ -98,7 +108,9 @@ def test_file_written_in_the_workdir_with_apply_patch(provider, rig, workdir):
 
 def test_read_only_profile_runs_in_codex_read_only_sandbox(provider, rig, workdir):
     home, daemon = rig
-    provider.add(ToolCall("exec_command", {"cmd": "echo hi > made.txt; echo rc=$?"}), Text("Tried."))
+    provider.add(
+        ToolCall("exec_command", {"cmd": "echo hi > made.txt; echo rc=$?"}), Text("Tried.")
+    )
     view = run_agent(daemon, "r", "Try to write.", workdir, profile="read_only")
     assert view["state"] == "succeeded", view
     assert not (workdir / "made.txt").exists()
@@ -109,9 +121,12 @@ def test_read_only_profile_runs_in_codex_read_only_sandbox(provider, rig, workdi
 
 def test_finish_through_the_worker_tools_sets_answer_and_verdict(provider, rig, workdir):
     home, daemon = rig
-    provider.add(ToolCall("mcp__agent_run_worker__finish", {"summary": "Refactored the parser.",
-                                                            "status": "done"}),
-                 Text("Done."))
+    provider.add(
+        ToolCall(
+            "mcp__agent_run_worker__finish", {"summary": "Refactored the parser.", "status": "done"}
+        ),
+        Text("Done."),
+    )
     view = run_agent(daemon, "r", "Refactor, then call finish.", workdir)
     assert view["state"] == "succeeded", view
     assert view["verdict"] == "done"
@@ -141,7 +156,9 @@ def test_resume_continues_the_thread_with_its_history(provider, rig, workdir):
 def test_steer_joins_the_running_turn(provider, rig, workdir):
     home, daemon = rig
     provider.add(Text("Working on the first request...", seconds=4), Text("Steered answer."))
-    agent = daemon.call("start", {"task": "First request.", "workdir": str(workdir), "runtime": "r"})
+    agent = daemon.call(
+        "start", {"task": "First request.", "workdir": str(workdir), "runtime": "r"}
+    )
     assert provider.wait_for(lambda reqs: any(r.role == "main" for r in reqs), timeout=60)
     steer = daemon.call("steer", {"agent_id": agent["id"], "text": "Also do the second thing."})
     assert steer["state"] == "delivered", steer
@@ -155,7 +172,9 @@ def test_steer_joins_the_running_turn(provider, rig, workdir):
 def test_cancel_mid_turn_interrupts_and_leaves_no_process(provider, rig, workdir):
     home, daemon = rig
     provider.add(Text("A very long answer " * 50, seconds=60))
-    agent = daemon.call("start", {"task": "Write a long answer.", "workdir": str(workdir), "runtime": "r"})
+    agent = daemon.call(
+        "start", {"task": "Write a long answer.", "workdir": str(workdir), "runtime": "r"}
+    )
     assert provider.wait_for(lambda reqs: any(r.role == "main" for r in reqs), timeout=60)
     started = time.monotonic()
     daemon.call("cancel", {"agent_id": agent["id"]})
@@ -180,7 +199,9 @@ FAULTS = [
 
 
 @pytest.mark.parametrize(("fault", "kind"), FAULTS, ids=[f"{f.kind}-{f.status}" for f, _ in FAULTS])
-def test_provider_fault_ends_failed_with_its_kind_and_no_process_left(provider, rig, workdir, fault, kind):
+def test_provider_fault_ends_failed_with_its_kind_and_no_process_left(
+    provider, rig, workdir, fault, kind
+):
     home, daemon = rig
     provider.add(fault)
     started = time.monotonic()
@@ -210,7 +231,9 @@ def test_refused_connection_is_a_network_error_in_bounded_time(workdir):
     with engine_daemon(block) as (home, daemon):
         started = time.monotonic()
         view = run_agent(daemon, "r", "Say hello.", workdir, timeout=60)
-        assert (view["state"], view["failure_kind"]) == ("failed", "network_error"), view["execution"]
+        assert (view["state"], view["failure_kind"]) == ("failed", "network_error"), view[
+            "execution"
+        ]
         assert time.monotonic() - started < 30
         assert "Connection refused" in view["execution"]["failure_message"]
         assert events(home, view["id"], "upstream_unreachable"), "the broker's evidence is kept"
@@ -218,7 +241,9 @@ def test_refused_connection_is_a_network_error_in_bounded_time(workdir):
 
 
 def test_missing_binary_is_spawn_failed(workdir):
-    block = codex_block("http://127.0.0.1:9/v1").replace("node_modules/.bin/", "node_modules/.bin/no-such-")
+    block = codex_block("http://127.0.0.1:9/v1").replace(
+        "node_modules/.bin/", "node_modules/.bin/no-such-"
+    )
     with engine_daemon(block) as (home, daemon):
         view = run_agent(daemon, "r", "Say hello.", workdir)
         assert (view["state"], view["failure_kind"]) == ("failed", "spawn_failed")
@@ -245,17 +270,27 @@ def test_quota_headers_become_capacity_samples_shown_by_limits(provider, rig, wo
     home, daemon = rig
     reset = int(time.time()) + 3 * 3600
     provider.response_headers = {
-        "x-codex-primary-used-percent": "25", "x-codex-primary-window-minutes": "300",
+        "x-codex-primary-used-percent": "25",
+        "x-codex-primary-window-minutes": "300",
         "x-codex-primary-reset-at": str(reset),
-        "x-codex-secondary-used-percent": "60", "x-codex-secondary-window-minutes": "10080",
-        "x-codex-secondary-reset-at": str(reset + 86400)}
+        "x-codex-secondary-used-percent": "60",
+        "x-codex-secondary-window-minutes": "10080",
+        "x-codex-secondary-reset-at": str(reset + 86400),
+    }
     provider.add(Text("done"))
     view = run_agent(daemon, "r", "Say done.", workdir)
     assert view["state"] == "succeeded", view
-    rows = db_rows(home, "SELECT window, remaining_percent, reset_at, source, execution_id"
-                   " FROM capacity_samples WHERE runtime = 'r' ORDER BY id")
+    rows = db_rows(
+        home,
+        "SELECT window, remaining_percent, reset_at, source, execution_id"
+        " FROM capacity_samples WHERE runtime = 'r' ORDER BY id",
+    )
     windows = {r["window"]: (r["remaining_percent"], r["reset_at"], r["source"]) for r in rows}
-    assert windows["5h"] == (75.0, reset, "native") and windows["7d"] == (40.0, reset + 86400, "native")
+    assert windows["5h"] == (75.0, reset, "native") and windows["7d"] == (
+        40.0,
+        reset + 86400,
+        "native",
+    )
     limits = daemon.call("limits", {})
     shown = {(w["runtime"], w["window"]): w for w in limits["windows"]}
     assert shown[("r", "5h")]["remaining_percent"] == 75.0 and shown[("r", "5h")]["known"] is True

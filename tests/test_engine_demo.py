@@ -36,11 +36,15 @@ def outside():
 
 
 def test_read_only_profile_refuses_a_write_and_writes_nothing(daemon, workdir):
-    agent = start(daemon, workdir, "write: out.txt = should not exist\nanswer: wrote it", profile="read_only")
+    agent = start(
+        daemon, workdir, "write: out.txt = should not exist\nanswer: wrote it", profile="read_only"
+    )
     view = wait_terminal(daemon, agent["id"])
     assert view["state"] == "succeeded", view  # a refused tool call, as a real engine sees one
     assert not (workdir / "out.txt").exists()
-    assert any("read_only profile does not allow" in text for text in tool_results(daemon, agent["id"]))
+    assert any(
+        "read_only profile does not allow" in text for text in tool_results(daemon, agent["id"])
+    )
 
 
 def escape_paths(workdir: Path, outside: Path) -> dict[str, tuple[str, Path]]:
@@ -57,15 +61,21 @@ def escape_paths(workdir: Path, outside: Path) -> dict[str, tuple[str, Path]]:
     }
 
 
-@pytest.mark.parametrize("how", ["dotdot", "absolute", "symlinked_dir", "symlinked_file", "dangling_symlink"])
+@pytest.mark.parametrize(
+    "how", ["dotdot", "absolute", "symlinked_dir", "symlinked_file", "dangling_symlink"]
+)
 def test_a_write_that_leads_outside_the_workdir_is_refused(daemon, workdir, outside, how):
     path, victim = escape_paths(workdir, outside)[how]
     agent = start(daemon, workdir, f"write: {path} = escaped\nanswer: wrote it")
     view = wait_terminal(daemon, agent["id"])
     assert view["state"] == "succeeded", view
     assert (outside / "keep.txt").read_text() == "untouched\n"
-    assert sorted(p.name for p in outside.iterdir()) == ["keep.txt"], f"{victim} must not be written"
-    assert any("outside the working directory" in text for text in tool_results(daemon, agent["id"]))
+    assert sorted(p.name for p in outside.iterdir()) == ["keep.txt"], (
+        f"{victim} must not be written"
+    )
+    assert any(
+        "outside the working directory" in text for text in tool_results(daemon, agent["id"])
+    )
 
 
 def test_an_absolute_path_inside_the_workdir_is_written(daemon, workdir):
@@ -78,12 +88,22 @@ def test_a_completed_answer_stands_when_the_awaited_turn_never_begins(daemon, ho
     """The engine takes the steer into the running turn (as Claude Code does mid-tool) and says
     nothing that shows it: the supervisor waits for a second turn, and after stall_seconds of
     silence the completed answer wins instead of a `stalled` failure."""
-    agent = start(daemon, workdir, "steps: 50\nstep_seconds: 0.1\nfold_steers: yes\nanswer: first turn",
-                  stall_seconds=2)
+    agent = start(
+        daemon,
+        workdir,
+        "steps: 50\nstep_seconds: 0.1\nfold_steers: yes\nanswer: first turn",
+        stall_seconds=2,
+    )
     wait_for(lambda: daemon.call("agent", {"agent_id": agent["id"]})["state"] == "running")
-    assert daemon.call("steer", {"agent_id": agent["id"], "text": "and the steer"})["state"] == "delivered"
+    assert (
+        daemon.call("steer", {"agent_id": agent["id"], "text": "and the steer"})["state"]
+        == "delivered"
+    )
     view = wait_terminal(daemon, agent["id"])
     assert view["state"] == "succeeded", view
     assert daemon.call("answer", {"agent_id": agent["id"]})["text"] == "first turn; and the steer"
-    kinds = [r["kind"] for r in db_rows(home, "SELECT kind FROM events WHERE agent_id = ?", (agent["id"],))]
+    kinds = [
+        r["kind"]
+        for r in db_rows(home, "SELECT kind FROM events WHERE agent_id = ?", (agent["id"],))
+    ]
     assert "idle_after_completion" in kinds

@@ -42,8 +42,12 @@ def install_entry_point(site: Path) -> None:
     """What `pip install` of a plug-in leaves behind: a dist-info declaring the entry point."""
     dist = site / "agent_run_echo_engine-1.0.dist-info"
     dist.mkdir(parents=True)
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: agent-run-echo-engine\nVersion: 1.0\n")
-    (dist / "entry_points.txt").write_text(f"[{ENTRY_POINT_GROUP}]\necho = tests.support.fake_engine:SPEC\n")
+    (dist / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: agent-run-echo-engine\nVersion: 1.0\n"
+    )
+    (dist / "entry_points.txt").write_text(
+        f"[{ENTRY_POINT_GROUP}]\necho = tests.support.fake_engine:SPEC\n"
+    )
 
 
 @pytest.fixture
@@ -95,12 +99,14 @@ def test_a_registered_engine_gets_its_own_typed_options_and_refuses_others() -> 
 
 
 def test_a_runtime_takes_only_its_own_engines_keys() -> None:
-    demo = "schema_version = 1\n[runtimes.demo]\nengine = \"demo\"\n"
+    demo = 'schema_version = 1\n[runtimes.demo]\nengine = "demo"\n'
     with pytest.raises(ConfigInvalid) as caught:  # the demo calls no provider
         parse_config(demo + 'base_url = "https://example.com"\n')
     assert caught.value.field == "runtimes.demo.base_url"
-    codex = parse_config('schema_version = 1\ndefault_runtime = "codex"\n[runtimes.codex]\n'
-                         'engine = "codex"\nmax_retries = 2\n').runtimes["codex"]
+    codex = parse_config(
+        'schema_version = 1\ndefault_runtime = "codex"\n[runtimes.codex]\n'
+        'engine = "codex"\nmax_retries = 2\n'
+    ).runtimes["codex"]
     assert codex.model_dump()["max_retries"] == 2
     with pytest.raises(ConfigInvalid) as caught:
         parse_config(demo.replace('"demo"', '"gpt"'))
@@ -115,13 +121,19 @@ def test_builtin_engines_are_specs_named_by_entry_point_targets() -> None:
         assert spec.options.model_fields["engine"].annotation.__args__ == (name,)  # Literal[name]
         assert spec.factory().name == name
     assert engine_spec("codex").steer_opens_turn is False  # turn/steer joins the running turn
-    assert engine_spec("demo").broker_upstream is None and engine_spec("demo").default_binary is None
+    assert (
+        engine_spec("demo").broker_upstream is None and engine_spec("demo").default_binary is None
+    )
     assert engine_spec("glm").default_binary == "claude"
 
 
 def test_a_second_spec_under_a_taken_name_is_refused() -> None:
-    impostor = EngineSpec(name="demo", factory=fake_engine.EchoEngine, options=fake_engine.EchoOptions,
-                          summary="not the demo")
+    impostor = EngineSpec(
+        name="demo",
+        factory=fake_engine.EchoEngine,
+        options=fake_engine.EchoOptions,
+        summary="not the demo",
+    )
     with pytest.raises(ValueError, match="registered twice"):
         register(impostor)
     assert engine_spec("demo").summary != "not the demo"

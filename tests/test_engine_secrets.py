@@ -21,7 +21,12 @@ pytestmark = pytest.mark.engines  # the real engine CLIs from node_modules
 
 # A key an engine's JSON must escape; no newline, since it travels in an HTTP header.
 HOSTILE_KEY = 'sk-live"quote\\back-é-4d1c9e77a0b2'
-MODELS = {"claude": "claude-sonnet-4-5", "glm": "glm-4.6", "qwen": "qwen3-coder-plus", "codex": "gpt-5.5"}
+MODELS = {
+    "claude": "claude-sonnet-4-5",
+    "glm": "glm-4.6",
+    "qwen": "qwen3-coder-plus",
+    "codex": "gpt-5.5",
+}
 SUFFIX = {"qwen": "/v1", "codex": "/v1"}
 PROBE = "env; echo; cat $HOME/.*/*.json $HOME/.*/*.toml 2>/dev/null; echo probe-done; sleep 3"
 
@@ -58,7 +63,9 @@ def descendant_environs(root: int) -> dict[int, bytes]:
     parents = {}
     for entry in os.listdir("/proc"):
         try:
-            parents[int(entry)] = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            parents[int(entry)] = int(
+                Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1]
+            )
         except (OSError, IndexError, ValueError):
             continue
     tree, grew = {root}, True
@@ -81,8 +88,12 @@ def test_model_running_env_in_its_shell_never_sees_the_key(engine, workdir):
         provider.add(shell_call(engine), Text("Looked around."))
         block = runtime_block("r", engine, provider.url + SUFFIX.get(engine, ""), MODELS[engine])
         with engine_daemon(block, key=HOSTILE_KEY) as (home, daemon):
-            agent = daemon.call("start", {"task": "Run the probe.", "workdir": str(workdir), "runtime": "r"})
-            pgid = wait_for(lambda: db_rows(home, "SELECT engine_pid FROM executions")[0]["engine_pid"])
+            agent = daemon.call(
+                "start", {"task": "Run the probe.", "workdir": str(workdir), "runtime": "r"}
+            )
+            pgid = wait_for(
+                lambda: db_rows(home, "SELECT engine_pid FROM executions")[0]["engine_pid"]
+            )
             # While the probe's `sleep` runs, every process descended from the engine is checked.
             wait_for(lambda: any(_runs_sleep(pid) for pid in descendant_environs(pgid)), timeout=90)
             environs = descendant_environs(pgid)
@@ -97,9 +108,11 @@ def test_model_running_env_in_its_shell_never_sees_the_key(engine, workdir):
             assert "PATH=" in output and "probe-done" in output, output
             assert all(f.decode("latin-1") not in output for f in forms())
             assert "é-4d1c9e77a0b2" not in json.dumps(items, ensure_ascii=False) + answer
-            assert all(key_header(engine, r) == HOSTILE_KEY.encode().decode("latin-1")
-                       or key_header(engine, r) == HOSTILE_KEY for r in requests), \
-                "the broker swapped the real key in"
+            assert all(
+                key_header(engine, r) == HOSTILE_KEY.encode().decode("latin-1")
+                or key_header(engine, r) == HOSTILE_KEY
+                for r in requests
+            ), "the broker swapped the real key in"
             assert all("4d1c9e77a0b2" not in json.dumps(r.body) for r in requests)
         assert holders(home.root) == [] and holders(workdir) == []
 
@@ -116,10 +129,18 @@ def test_broker_records_the_providers_rate_limit_headers_as_signals(workdir):
 
     with MockProvider() as provider:
         provider.add(Fault.http(429, retry_after=1, times=None))
-        with engine_daemon(runtime_block("r", "claude", provider.url, MODELS["claude"])) as (home, daemon):
+        with engine_daemon(runtime_block("r", "claude", provider.url, MODELS["claude"])) as (
+            home,
+            daemon,
+        ):
             view = run_agent(daemon, "r", "Say hello.", workdir, timeout=120)
-            assert (view["state"], view["failure_kind"]) == ("failed", "rate_limited"), view["execution"]
-            rows = db_rows(home, "SELECT kind, status, retry_after, detail FROM provider_signals "
-                                 "WHERE status = 429 AND retry_after IS NOT NULL")
+            assert (view["state"], view["failure_kind"]) == ("failed", "rate_limited"), view[
+                "execution"
+            ]
+            rows = db_rows(
+                home,
+                "SELECT kind, status, retry_after, detail FROM provider_signals "
+                "WHERE status = 429 AND retry_after IS NOT NULL",
+            )
     assert rows and rows[0]["kind"] == "rate_limited" and rows[0]["retry_after"] == 1.0
     assert json.loads(rows[0]["detail"]) == {"retry-after": "1"}

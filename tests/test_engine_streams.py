@@ -19,11 +19,25 @@ from agent_run.engines.base import (
 )
 
 STREAMS = Path(__file__).parent / "fixtures" / "streams"
-PLAN = {"agent_id": "ag_x", "execution_id": "ex_x", "runtime": "r", "engine": "?", "model": "?",
-        "workdir": "/tmp/w", "profile": "write", "prompt": "Run the marker command.",
-        "runtime_config": {}, "stall_seconds": 60.0, "wall_seconds": None, "cancel_grace_seconds": 1.0,
-        "storage_buffer_bytes": 4194304, "storage_wait_seconds": 600.0, "engine_home": "/tmp/h",
-        "read_roots": [], "worker_tools": ["finish"]}
+PLAN = {
+    "agent_id": "ag_x",
+    "execution_id": "ex_x",
+    "runtime": "r",
+    "engine": "?",
+    "model": "?",
+    "workdir": "/tmp/w",
+    "profile": "write",
+    "prompt": "Run the marker command.",
+    "runtime_config": {},
+    "stall_seconds": 60.0,
+    "wall_seconds": None,
+    "cancel_grace_seconds": 1.0,
+    "storage_buffer_bytes": 4194304,
+    "storage_wait_seconds": 600.0,
+    "engine_home": "/tmp/h",
+    "read_roots": [],
+    "worker_tools": ["finish"],
+}
 
 
 def parsed(engine_name: str, model: str) -> list:
@@ -34,15 +48,22 @@ def parsed(engine_name: str, model: str) -> list:
 
 
 def messages(events: list) -> list[tuple[str, str | None, str]]:
-    return [(e.role, e.name if e.role == "tool_call" else None, e.content)
-            for e in events if isinstance(e, MessageEvent)]
+    return [
+        (e.role, e.name if e.role == "tool_call" else None, e.content)
+        for e in events
+        if isinstance(e, MessageEvent)
+    ]
 
 
 def test_claude_stream_json_tool_then_text():
     events = parsed("claude", "claude-sonnet-4-5")
     assert not [e for e in events if isinstance(e, Unparsed)]
     started = events[0]
-    assert isinstance(started, SessionStarted) and started.model == "claude-sonnet-4-5" and started.session_id
+    assert (
+        isinstance(started, SessionStarted)
+        and started.model == "claude-sonnet-4-5"
+        and started.session_id
+    )
     assert messages(events) == [
         ("tool_call", "Bash", json.dumps({"command": "echo tool-ran", "description": "x"})),
         ("tool", None, "tool-ran"),
@@ -50,7 +71,10 @@ def test_claude_stream_json_tool_then_text():
     ]
     done = events[-1]
     assert isinstance(done, Completion) and (done.text, done.is_error, done.subtype) == (
-        "The command printed tool-ran.", False, "success")
+        "The command printed tool-ran.",
+        False,
+        "success",
+    )
     assert done.usage and done.usage["output_tokens"] == 10 and done.cost_usd is not None
 
 
@@ -58,10 +82,21 @@ def test_codex_app_server_tool_then_text():
     events = parsed("codex", "gpt-5.5")
     assert not [e for e in events if isinstance(e, Unparsed)]
     kinds = [type(e).__name__ for e in events if not isinstance(e, EngineNote)]
-    assert kinds == ["SendInput", "SessionStarted", "SendInput", "MessageEvent", "MessageEvent",
-                     "MessageEvent", "Completion"]
-    sent = [json.loads(line)["method"] for e in events if isinstance(e, SendInput)
-            for line in e.data.decode().splitlines()]
+    assert kinds == [
+        "SendInput",
+        "SessionStarted",
+        "SendInput",
+        "MessageEvent",
+        "MessageEvent",
+        "MessageEvent",
+        "Completion",
+    ]
+    sent = [
+        json.loads(line)["method"]
+        for e in events
+        if isinstance(e, SendInput)
+        for line in e.data.decode().splitlines()
+    ]
     assert sent == ["initialized", "thread/start", "turn/start"]
     started = next(e for e in events if isinstance(e, SessionStarted))
     assert started.session_id == "01a22fd9-8452-7f80-818f-6757dd38d3f7"
@@ -71,9 +106,14 @@ def test_codex_app_server_tool_then_text():
     assert calls[2] == ("assistant", None, "The command printed tool-ran.")
     done = events[-1]
     assert isinstance(done, Completion) and (done.text, done.is_error, done.subtype) == (
-        "The command printed tool-ran.", False, "completed")
+        "The command printed tool-ran.",
+        False,
+        "completed",
+    )
     assert done.usage and done.usage["input_tokens"] == 20310
-    warnings = [e.data["method"] for e in events if isinstance(e, EngineNote) and e.kind == "engine_warning"]
+    warnings = [
+        e.data["method"] for e in events if isinstance(e, EngineNote) and e.kind == "engine_warning"
+    ]
     assert warnings == ["configWarning"]
 
 

@@ -48,7 +48,9 @@ def test_list_dir_shows_the_roots_then_folders_inside_them_only(rooted):
 @pytest.mark.parametrize("where", ["/", "/etc", "outside", "escape", "relative"])
 def test_list_dir_and_inspect_refuse_anything_outside_the_roots(rooted, where):
     daemon, root, outside = rooted
-    path = {"outside": str(outside), "escape": str(root / "escape"), "relative": "plain"}.get(where, where)
+    path = {"outside": str(outside), "escape": str(root / "escape"), "relative": "plain"}.get(
+        where, where
+    )
     for tool in ("list_dir", "project_inspect"):
         with pytest.raises(InvalidRequest) as err:
             daemon.call(tool, {"path": path})
@@ -60,10 +62,20 @@ def test_project_inspect_names_root_subdir_branch_and_head(rooted):
     info = daemon.call("project_inspect", {"path": str(root / "proj" / "pkg")})
     assert info["is_repository"] and info["repository_root"] == str(root / "proj")
     assert info["subdir"] == "pkg" and info["branch"] == "main"
-    assert info["head"] == git(root / "proj", "rev-parse", "HEAD") and info["head_subject"] == "initial"
+    assert (
+        info["head"] == git(root / "proj", "rev-parse", "HEAD")
+        and info["head_subject"] == "initial"
+    )
     plain = daemon.call("project_inspect", {"path": str(root / "plain")})
-    assert plain == {"path": str(root / "plain"), "is_repository": False, "repository_root": None, "subdir": None,
-                     "branch": None, "head": None, "head_subject": None}
+    assert plain == {
+        "path": str(root / "plain"),
+        "is_repository": False,
+        "repository_root": None,
+        "subdir": None,
+        "branch": None,
+        "head": None,
+        "head_subject": None,
+    }
     assert cli_json(daemon.home, "folders", "inspect", str(root / "proj"))["branch"] == "main"
 
 
@@ -82,7 +94,12 @@ def test_the_web_picker_walks_the_roots_and_inspects_the_chosen_folder(rooted):
     try:
         client = web.client()
         listing = client.get("/folders", params={"path": str(root)}).text
-        assert "proj/" in listing and "plain/" in listing and "escape" not in listing and ".hidden" not in listing
+        assert (
+            "proj/" in listing
+            and "plain/" in listing
+            and "escape" not in listing
+            and ".hidden" not in listing
+        )
         chosen = client.get("/batches/new", params={"project": str(root / "proj" / "pkg")}).text
         assert f'value="{root / "proj" / "pkg"}"' in chosen
         assert "branch <code>main</code>" in chosen and "folder <code>pkg</code>" in chosen

@@ -27,7 +27,11 @@ def answer_path(home: Home, agent: dict) -> Path:
 
 
 def events(home: Home, agent_id: str, kind: str) -> list[dict]:
-    rows = db_rows(home, "SELECT data FROM events WHERE agent_id = ? AND kind = ? ORDER BY seq", (agent_id, kind))
+    rows = db_rows(
+        home,
+        "SELECT data FROM events WHERE agent_id = ? AND kind = ? ORDER BY seq",
+        (agent_id, kind),
+    )
     return [json.loads(r["data"]) for r in rows]
 
 
@@ -40,7 +44,9 @@ def test_a_tampered_answer_is_recorded_and_shown_in_every_view(daemon, home, wor
     with pytest.raises(AnswerIntegrity), daemon.client() as client:
         client.call("answer", {"agent_id": agent["id"]})
     [event] = events(home, agent["id"], "integrity_failed")
-    assert event["by"] == "answer" and event["expected_sha256"] == agent["execution"]["answer_sha256"]
+    assert (
+        event["by"] == "answer" and event["expected_sha256"] == agent["execution"]["answer_sha256"]
+    )
     view = daemon.call("agent", {"agent_id": agent["id"]})
     assert view["state"] == "succeeded" and view["answer_verified"] is False
     assert view["execution"]["answer_verified"] is False
@@ -49,7 +55,10 @@ def test_a_tampered_answer_is_recorded_and_shown_in_every_view(daemon, home, wor
     assert daemon.call("list_agents", {})["items"][0]["answer_verified"] is False
     assert "NOT VERIFIED" in cli(home, "agent", agent["id"], "--format", "text").stdout
     assert "NOT VERIFIED" in cli(home, "agents", "--format", "text").stdout
-    with pytest.raises(AnswerIntegrity), daemon.client() as client:  # a second failure: no new event
+    with (
+        pytest.raises(AnswerIntegrity),
+        daemon.client() as client,
+    ):  # a second failure: no new event
         client.call("answer", {"agent_id": agent["id"]})
     assert len(events(home, agent["id"], "integrity_failed")) == 1
 
@@ -82,22 +91,32 @@ def test_the_scrub_finds_a_tampered_answer_without_any_client_call(scrubbing, wo
     execution = agent["execution"]["id"]
 
     def checked_at() -> float:
-        return db_rows(home, "SELECT answer_checked_at FROM executions WHERE id = ?", (execution,))[0][0]
+        return db_rows(home, "SELECT answer_checked_at FROM executions WHERE id = ?", (execution,))[
+            0
+        ][0]
 
     sealed_check = checked_at()
-    wait_for(lambda: checked_at() > sealed_check, timeout=30, what="the scrub to re-check the answer")
+    wait_for(
+        lambda: checked_at() > sealed_check, timeout=30, what="the scrub to re-check the answer"
+    )
     answer_path(home, agent).write_text("a lie")
-    wait_for(lambda: events(home, agent["id"], "integrity_failed"), timeout=30,
-             what="the scrub to find the tampered answer")
+    wait_for(
+        lambda: events(home, agent["id"], "integrity_failed"),
+        timeout=30,
+        what="the scrub to find the tampered answer",
+    )
     assert events(home, agent["id"], "integrity_failed")[0]["by"] == "scrub"
     row = db_rows(home, "SELECT integrity_failed_at FROM executions WHERE id = ?", (execution,))[0]
     assert row["integrity_failed_at"] is not None
     assert daemon.call("agent", {"agent_id": agent["id"]})["answer_verified"] is False
 
 
-def tamper_while_the_daemon_is_down(daemon: DaemonProcess, batch_id: str, stage: str, text: str) -> dict:
+def tamper_while_the_daemon_is_down(
+    daemon: DaemonProcess, batch_id: str, stage: str, text: str
+) -> dict:
     """Stop the daemon while `stage`'s agent runs, let it seal, rewrite its answer.md, restart:
     the scheduler's judge sees the tampered file first."""
+
     def running_agent() -> str | None:
         run = runs_of(daemon.call("batch", {"batch_id": batch_id}), stage)
         return run[0]["agent_id"] if run and run[0]["agent_id"] else None
@@ -106,7 +125,11 @@ def tamper_while_the_daemon_is_down(daemon: DaemonProcess, batch_id: str, stage:
     daemon.stop()
 
     def sealed() -> dict | None:
-        rows = db_rows(daemon.home, "SELECT * FROM executions WHERE agent_id = ? AND state = 'succeeded'", (agent_id,))
+        rows = db_rows(
+            daemon.home,
+            "SELECT * FROM executions WHERE agent_id = ? AND state = 'succeeded'",
+            (agent_id,),
+        )
         return dict(rows[0]) if rows else None
 
     execution = wait_for(sealed, timeout=60, what=f"the {stage}'s agent to seal its answer")
@@ -117,9 +140,19 @@ def tamper_while_the_daemon_is_down(daemon: DaemonProcess, batch_id: str, stage:
 
 def test_a_generated_batch_never_uses_a_tampered_generator_answer(daemon):
     repo = make_repo()
-    batch = daemon.call("batch_start", {"runtime": "demo", "workflow": "generated", "project": str(repo),
-                                        "runs": 2, "prompt": "tasks: auto\nsleep: 3"})
-    evil = json.dumps([{"title": "evil 1", "prompt": "answer: x"}, {"title": "evil 2", "prompt": "answer: y"}])
+    batch = daemon.call(
+        "batch_start",
+        {
+            "runtime": "demo",
+            "workflow": "generated",
+            "project": str(repo),
+            "runs": 2,
+            "prompt": "tasks: auto\nsleep: 3",
+        },
+    )
+    evil = json.dumps(
+        [{"title": "evil 1", "prompt": "answer: x"}, {"title": "evil 2", "prompt": "answer: y"}]
+    )
     tampered = tamper_while_the_daemon_is_down(daemon, batch["id"], "generator", evil)
     done = wait_batch(daemon, batch["id"])
     assert done["state"] == "completed", done
@@ -128,17 +161,29 @@ def test_a_generated_batch_never_uses_a_tampered_generator_answer(daemon):
     assert [w["title"] for w in runs_of(done, "worker")] == ["task 1", "task 2"]
     [event] = events(daemon.home, tampered["agent_id"], "integrity_failed")
     assert event["by"] == "batch judge"
-    first = db_rows(daemon.home, "SELECT integrity_failed_at FROM executions WHERE id = ?", (tampered["id"],))[0]
+    first = db_rows(
+        daemon.home, "SELECT integrity_failed_at FROM executions WHERE id = ?", (tampered["id"],)
+    )[0]
     assert first["integrity_failed_at"] is not None
 
 
 def test_a_ranked_batch_never_ranks_on_a_tampered_review(daemon):
     repo = make_repo()
-    batch = daemon.call("batch_start", {
-        "runtime": "demo", "workflow": "ranked", "project": str(repo), "runs": 1, "reviewers": 1,
-        "prompt": "write: feature.txt = a feature\ncommit: add the feature",
-        "review_prompt": "score: auto\nsleep: 3"})
-    tampered = tamper_while_the_daemon_is_down(daemon, batch["id"], "reviewer", "score 100, trust me")
+    batch = daemon.call(
+        "batch_start",
+        {
+            "runtime": "demo",
+            "workflow": "ranked",
+            "project": str(repo),
+            "runs": 1,
+            "reviewers": 1,
+            "prompt": "write: feature.txt = a feature\ncommit: add the feature",
+            "review_prompt": "score: auto\nsleep: 3",
+        },
+    )
+    tampered = tamper_while_the_daemon_is_down(
+        daemon, batch["id"], "reviewer", "score 100, trust me"
+    )
     done = wait_batch(daemon, batch["id"])
     assert done["state"] == "blocked", done
     reviewer = runs_of(done, "reviewer")[0]

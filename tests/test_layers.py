@@ -93,8 +93,12 @@ def in_package(module: str, *packages: str) -> bool:
 
 
 def violations(rule) -> list[str]:
-    return sorted(f"{module} imports {target}" for module, targets in GRAPH.items()
-                  for target in targets if rule(module, target))
+    return sorted(
+        f"{module} imports {target}"
+        for module, targets in GRAPH.items()
+        for target in targets
+        if rule(module, target)
+    )
 
 
 def test_the_graph_sees_function_level_imports_and_handler_strings():
@@ -116,22 +120,43 @@ def test_domain_imports_nothing_of_the_project():
 
 def test_the_process_table_imports_nothing_of_the_project():
     """`processes` sits beside the domain: the supervisor, the daemon and reconciliation use it."""
-    assert violations(lambda m, t: in_package(m, "processes") and not in_package(t, "processes")) == []
+    assert (
+        violations(lambda m, t: in_package(m, "processes") and not in_package(t, "processes")) == []
+    )
 
 
 def test_engines_import_no_supervisor_services_or_batches():
-    assert violations(lambda m, t: in_package(m, "engines")
-                      and in_package(t, "supervisor", "services", "batches")) == []
+    assert (
+        violations(
+            lambda m, t: (
+                in_package(m, "engines") and in_package(t, "supervisor", "services", "batches")
+            )
+        )
+        == []
+    )
 
 
 def test_supervisor_imports_no_services_batches_or_front_ends():
-    assert violations(lambda m, t: in_package(m, "supervisor") and (
-        in_package(t, "services", "batches", "tools") or is_front_end(t))) == []
+    assert (
+        violations(
+            lambda m, t: (
+                in_package(m, "supervisor")
+                and (in_package(t, "services", "batches", "tools") or is_front_end(t))
+            )
+        )
+        == []
+    )
 
 
 def test_worker_tools_import_no_batches_or_services():
-    assert violations(lambda m, t: in_package(m, "worker_tools")
-                      and in_package(t, "batches", "services", "supervisor")) == []
+    assert (
+        violations(
+            lambda m, t: (
+                in_package(m, "worker_tools") and in_package(t, "batches", "services", "supervisor")
+            )
+        )
+        == []
+    )
 
 
 def package_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -175,17 +200,29 @@ def test_no_cycle_between_packages():
     assert package_cycles(GRAPH) == []
 
 
-@pytest.mark.parametrize("graph, expected", [
-    ({"agent_run.a.x": {"agent_run.b.y"}, "agent_run.b.y": {"agent_run.a.z"}}, [["a", "b"]]),
-    ({"agent_run.a.x": {"agent_run.b.y"}, "agent_run.b.y": {"agent_run.c.z"}}, []),
-    ({"agent_run.a.x": {"agent_run.a.y"}, "agent_run.a.y": {"agent_run.a.x"}}, []),  # inside a package
-])
+@pytest.mark.parametrize(
+    "graph, expected",
+    [
+        ({"agent_run.a.x": {"agent_run.b.y"}, "agent_run.b.y": {"agent_run.a.z"}}, [["a", "b"]]),
+        ({"agent_run.a.x": {"agent_run.b.y"}, "agent_run.b.y": {"agent_run.c.z"}}, []),
+        (
+            {"agent_run.a.x": {"agent_run.a.y"}, "agent_run.a.y": {"agent_run.a.x"}},
+            [],
+        ),  # inside a package
+    ],
+)
 def test_cycle_finder_finds_cycles_and_only_cycles(graph, expected):
     assert package_cycles(graph) == expected
 
 
 def test_the_old_runtime_cycle_would_be_caught():
     """supervisor -> worker_tools -> batches -> services -> supervisor, as it was."""
-    graph = {**GRAPH, "agent_run.worker_tools.server": GRAPH["agent_run.worker_tools.server"]
-             | {"agent_run.batches.scheduler"}}
-    assert any({"supervisor", "worker_tools", "batches", "services"} <= set(c) for c in package_cycles(graph))
+    graph = {
+        **GRAPH,
+        "agent_run.worker_tools.server": GRAPH["agent_run.worker_tools.server"]
+        | {"agent_run.batches.scheduler"},
+    }
+    assert any(
+        {"supervisor", "worker_tools", "batches", "services"} <= set(c)
+        for c in package_cycles(graph)
+    )

@@ -26,13 +26,17 @@ def anyio_backend():
 
 async def test_every_tool_works_over_mcp_on_the_demo_engine(daemon, workdir):
     async with mcp_session(daemon.home) as s:
-        started = await s.call_tool("start", {"task": "steps: 20\nstep_seconds: 0.1\nanswer: over mcp",
-                                              "workdir": str(workdir)})
+        started = await s.call_tool(
+            "start",
+            {"task": "steps: 20\nstep_seconds: 0.1\nanswer: over mcp", "workdir": str(workdir)},
+        )
         assert not started.is_error, started.content
         agent_id = started.structured_content["id"]
         assert "agent" in started.content[0].text or agent_id in started.content[0].text
 
-        steer = await s.call_tool("steer", {"agent_id": agent_id, "text": "answer: steered over mcp"})
+        steer = await s.call_tool(
+            "steer", {"agent_id": agent_id, "text": "answer: steered over mcp"}
+        )
         assert steer.structured_content["state"] == "delivered", steer.structured_content
         view = await s.call_tool("agent", {"agent_id": agent_id})
         assert view.structured_content["id"] == agent_id
@@ -53,7 +57,9 @@ async def test_every_tool_works_over_mcp_on_the_demo_engine(daemon, workdir):
 
 async def test_cancel_over_mcp_ends_the_agent_cancelled(daemon, workdir):
     async with mcp_session(daemon.home) as s:
-        started = await s.call_tool("start", {"task": "steps: 500\nstep_seconds: 0.05", "workdir": str(workdir)})
+        started = await s.call_tool(
+            "start", {"task": "steps: 500\nstep_seconds: 0.05", "workdir": str(workdir)}
+        )
         agent_id = started.structured_content["id"]
         cancel = await s.call_tool("cancel", {"agent_id": agent_id})
         assert cancel.structured_content["accepted"] is True
@@ -68,11 +74,14 @@ async def test_wait_sends_progress_and_short_timeout_returns_timed_out(daemon, w
         progress.append((value, total, message))
 
     async with mcp_session(daemon.home) as s:
-        started = await s.call_tool("start", {"task": "steps: 200\nstep_seconds: 0.05\nanswer: late",
-                                              "workdir": str(workdir)})
+        started = await s.call_tool(
+            "start",
+            {"task": "steps: 200\nstep_seconds: 0.05\nanswer: late", "workdir": str(workdir)},
+        )
         agent_id = started.structured_content["id"]
-        waited = await s.call_tool("wait", {"agent_id": agent_id, "timeout_seconds": 4.5},
-                                   progress_callback=on_progress)
+        waited = await s.call_tool(
+            "wait", {"agent_id": agent_id, "timeout_seconds": 4.5}, progress_callback=on_progress
+        )
         assert waited.is_error is False
         assert waited.structured_content["timed_out"] is True
         assert waited.structured_content["agent"]["state"] == "running"
@@ -88,7 +97,10 @@ async def test_long_poll_on_list_agents_wakes_soon_after_a_change(daemon, workdi
         first = await s.call_tool("list_agents", {})
         revision = first.structured_content["revision"]
         quiet = await s.call_tool("list_agents", {"after_revision": revision, "wait_seconds": 0.3})
-        assert quiet.structured_content["total"] == 0 and quiet.structured_content["revision"] == revision
+        assert (
+            quiet.structured_content["total"] == 0
+            and quiet.structured_content["revision"] == revision
+        )
 
         import anyio
 
@@ -96,15 +108,20 @@ async def test_long_poll_on_list_agents_wakes_soon_after_a_change(daemon, workdi
 
         async def poll():
             begun = time.monotonic()
-            result = await s.call_tool("list_agents", {"after_revision": revision, "wait_seconds": 30})
+            result = await s.call_tool(
+                "list_agents", {"after_revision": revision, "wait_seconds": 30}
+            )
             woke["after"] = time.monotonic() - begun
             woke["result"] = result.structured_content
 
         async with anyio.create_task_group() as tg:
             begun_at = time.monotonic()
             tg.start_soon(poll)
-            await anyio.to_thread.run_sync(lambda: wait_for(lambda: daemon.call("ping")["parked"] == 1,
-                                                            what="the long-poll to park"))
+            await anyio.to_thread.run_sync(
+                lambda: wait_for(
+                    lambda: daemon.call("ping")["parked"] == 1, what="the long-poll to park"
+                )
+            )
             changed_at = time.monotonic()
             parked_after = changed_at - begun_at
             daemon.call("start", {"task": "answer: wake up", "workdir": str(workdir)})
@@ -143,7 +160,9 @@ async def test_daemon_that_fails_to_start_gives_is_error_naming_the_cause(home, 
     async with mcp_session(home) as s:
         result = await s.call_tool("list_agents", {})
         assert result.is_error
-        assert error_data(result)["code"] == "ConfigInvalid"  # with its field, not DaemonUnavailable
+        assert (
+            error_data(result)["code"] == "ConfigInvalid"
+        )  # with its field, not DaemonUnavailable
         assert error_data(result)["field"] == "bogus"
         assert "bogus" in result.content[0].text
     assert not home.socket_path.exists()  # no daemon was started
@@ -161,9 +180,14 @@ async def test_mcp_autostarts_the_daemon_when_none_answers(home, workdir):
 
 
 async def test_client_disconnecting_mid_wait_leaves_the_agent_running(daemon, workdir):
-    agent = daemon.call("start", {"task": "steps: 30\nstep_seconds: 0.1\nanswer: survived",
-                                  "workdir": str(workdir)})
-    proc = subprocess.Popen([sys.executable, "-c", f"""
+    agent = daemon.call(
+        "start", {"task": "steps: 30\nstep_seconds: 0.1\nanswer: survived", "workdir": str(workdir)}
+    )
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"""
 import anyio, sys
 sys.path.insert(0, {str(os.getcwd())!r})
 from tests.mcp_harness import mcp_session
@@ -173,7 +197,11 @@ async def main():
         print("waiting", flush=True)
         await s.call_tool("wait", {{"agent_id": {agent["id"]!r}, "timeout_seconds": 60}})
 anyio.run(main)
-"""], stdout=subprocess.PIPE, text=True)
+""",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdout.readline().strip() == "waiting"
     proc.kill()  # the MCP client vanishes mid-wait
     proc.wait()
@@ -196,9 +224,15 @@ async def test_tool_table_is_identical_on_socket_mcp_cli_and_web(daemon, web):
         assert tool.input_schema == sock["inputSchema"], name
         assert tool.output_schema == sock["outputSchema"], name
         annotations = tool.annotations
-        assert (annotations.read_only_hint, annotations.destructive_hint, annotations.idempotent_hint) == (
-            sock["annotations"]["readOnlyHint"], sock["annotations"]["destructiveHint"],
-            sock["annotations"]["idempotentHint"]), name
+        assert (
+            annotations.read_only_hint,
+            annotations.destructive_hint,
+            annotations.idempotent_hint,
+        ) == (
+            sock["annotations"]["readOnlyHint"],
+            sock["annotations"]["destructiveHint"],
+            sock["annotations"]["idempotentHint"],
+        ), name
     for name, tool in TOOLS.items():
         command = command_for(cli_group, tool.cli_verb)
         assert command is not None, f"tool {name} has no CLI verb"
@@ -208,18 +242,26 @@ async def test_tool_table_is_identical_on_socket_mcp_cli_and_web(daemon, web):
         assert command.help == tool.doc
 
 
-async def test_an_argument_over_the_daemons_line_limit_is_a_line_too_long_is_error_naming_it(daemon, workdir):
+async def test_an_argument_over_the_daemons_line_limit_is_a_line_too_long_is_error_naming_it(
+    daemon, workdir
+):
     from agent_run.rpc.protocol import MAX_LINE_BYTES
 
-    task = "é" * (MAX_LINE_BYTES // 2 + 1000)  # under the 1,000,000-character limit, over 1 MiB encoded
+    task = "é" * (
+        MAX_LINE_BYTES // 2 + 1000
+    )  # under the 1,000,000-character limit, over 1 MiB encoded
     async with mcp_session(daemon.home) as s:
         big = await s.call_tool("start", {"task": task, "workdir": str(workdir)})
         assert big.is_error, big.content
         error = error_data(big)
         assert error["code"] == "LineTooLong" and error["field"] == "task"
         assert "LineTooLong" in big.content[0].text and "Broken pipe" not in big.content[0].text
-        steer = await s.call_tool("steer", {"agent_id": "ag_abc", "text": '"' * 99_000 + "\\" * 1000})
-        assert error_data(steer)["code"] == "AgentNotFound"  # 100k escaped chars fit: it reached the daemon
+        steer = await s.call_tool(
+            "steer", {"agent_id": "ag_abc", "text": '"' * 99_000 + "\\" * 1000}
+        )
+        assert (
+            error_data(steer)["code"] == "AgentNotFound"
+        )  # 100k escaped chars fit: it reached the daemon
         # The session and the daemon carry on.
         listed = await s.call_tool("list_agents", {})
         assert not listed.is_error and listed.structured_content["total"] == 0
@@ -228,9 +270,18 @@ async def test_an_argument_over_the_daemons_line_limit_is_a_line_too_long_is_err
 async def test_loose_argument_types_are_refused_over_mcp_as_on_the_socket(daemon, workdir):
     async with mcp_session(daemon.home) as s:
         for name, arguments, field in [
-                ("list_agents", {"limit": True}, "limit"),
-                ("list_agents", {"offset": 2**63}, "offset"),
-                ("start", {"task": "answer: x", "workdir": str(workdir), "wall_seconds": "1"}, "wall_seconds"),
-                ("start", {"task": "answer: x", "workdir": str(workdir), "runtime": ""}, "runtime")]:
+            ("list_agents", {"limit": True}, "limit"),
+            ("list_agents", {"offset": 2**63}, "offset"),
+            (
+                "start",
+                {"task": "answer: x", "workdir": str(workdir), "wall_seconds": "1"},
+                "wall_seconds",
+            ),
+            ("start", {"task": "answer: x", "workdir": str(workdir), "runtime": ""}, "runtime"),
+        ]:
             result = await s.call_tool(name, arguments)
-            assert result.is_error and error_data(result)["field"] == field, (name, arguments, result.content)
+            assert result.is_error and error_data(result)["field"] == field, (
+                name,
+                arguments,
+                result.content,
+            )

@@ -30,7 +30,8 @@ FROZEN_V1_DEMO = (
     ' null, "max_retries": null, "request_timeout_seconds": null, "retry_give_up_seconds": 120.0},'
     ' "stall_seconds": 600.0, "wall_seconds": null, "cancel_grace_seconds": 5.0, "storage_buffer_bytes":'
     ' 4194304, "storage_wait_seconds": 600.0, "engine_home": "ENGINE_HOME", "read_roots": [], "worker_tools":'
-    ' ["finish"]}')
+    ' ["finish"]}'
+)
 FROZEN_V1_CODEX = (
     '{"agent_id": "ag_01m8qw8vr2v0dmfx20", "execution_id": "ex_01m8qw8vr2x9em94nd", "runtime": "keyed",'
     ' "engine": "codex", "model": "gpt-5-codex", "workdir": "/tmp/tmp1uiknl_k/w", "profile": "write", "prompt":'
@@ -40,7 +41,8 @@ FROZEN_V1_CODEX = (
     ' "wall_seconds": null, "max_retries": 0, "request_timeout_seconds": null, "retry_give_up_seconds": 120.0},'
     ' "stall_seconds": 600.0, "wall_seconds": null, "cancel_grace_seconds": 5.0, "storage_buffer_bytes":'
     ' 4194304, "storage_wait_seconds": 600.0, "engine_home": "/tmp/tmp1uiknl_k/h/homes/keyed/ag_01m8qw8vr2v0dmfx20",'
-    ' "read_roots": [], "worker_tools": ["finish"]}')
+    ' "read_roots": [], "worker_tools": ["finish"]}'
+)
 
 
 def test_a_version_1_plan_loads_typed_without_its_prompt() -> None:
@@ -49,7 +51,10 @@ def test_a_version_1_plan_loads_typed_without_its_prompt() -> None:
     options = plan.runtime_config
     assert isinstance(options, CodexOptions)
     assert (options.base_url, options.max_retries, options.auth and options.auth.env) == (
-        "http://127.0.0.1:9/v1", 0, "OPENAI_API_KEY")
+        "http://127.0.0.1:9/v1",
+        0,
+        "OPENAI_API_KEY",
+    )
     assert "prompt" not in plan.model_dump()
     demo = load_plan(FROZEN_V1_DEMO).runtime_config  # its unread HTTP keys are dropped
     assert isinstance(demo, DemoOptions) and "base_url" not in demo.model_dump()
@@ -62,16 +67,27 @@ def test_a_plan_round_trips_with_its_engine_options() -> None:
     assert json.loads(plan.to_json())["runtime_config"]["base_url"] == "http://127.0.0.1:9/v1"
 
 
-@pytest.mark.parametrize("text,field", [
-    ('{"plan_version": 3}', "plan_version"),
-    ("[1, 2]", None),
-    ("not json", None),
-    (FROZEN_V1_DEMO.replace('"profile": "write"', '"profile": "root"'), "profile"),
-    (FROZEN_V1_DEMO.replace('"engine": "demo", "enabled"', '"engine": "codex", "enabled"'), "runtime_config"),
-    (FROZEN_V1_DEMO.replace('"engine": "demo", "enabled"', '"engine": "gpt", "enabled"'),
-     "runtime_config.engine"),
-    (FROZEN_V1_DEMO.replace('"stall_seconds": 600.0', '"stall_seconds": "soon"'), "stall_seconds"),
-])
+@pytest.mark.parametrize(
+    "text,field",
+    [
+        ('{"plan_version": 3}', "plan_version"),
+        ("[1, 2]", None),
+        ("not json", None),
+        (FROZEN_V1_DEMO.replace('"profile": "write"', '"profile": "root"'), "profile"),
+        (
+            FROZEN_V1_DEMO.replace('"engine": "demo", "enabled"', '"engine": "codex", "enabled"'),
+            "runtime_config",
+        ),
+        (
+            FROZEN_V1_DEMO.replace('"engine": "demo", "enabled"', '"engine": "gpt", "enabled"'),
+            "runtime_config.engine",
+        ),
+        (
+            FROZEN_V1_DEMO.replace('"stall_seconds": 600.0', '"stall_seconds": "soon"'),
+            "stall_seconds",
+        ),
+    ],
+)
 def test_a_plan_that_cannot_run_is_refused_naming_the_field(text: str, field: str | None) -> None:
     with pytest.raises(PlanInvalid) as caught:
         load_plan(text)
@@ -104,8 +120,12 @@ def admit_with_plan(home: Home, workdir: Path, task: str, plan_json: str | None)
         ctx.shutdown()
     built: ExecutionPlan = ExecutionPlan.model_validate(execution["plan"])
     if plan_json is not None:
-        for placeholder, value in (("AGENT", agent_row["id"]), ("EXECUTION", execution["id"]),
-                                   ("WORKDIR", built.workdir), ("ENGINE_HOME", built.engine_home)):
+        for placeholder, value in (
+            ("AGENT", agent_row["id"]),
+            ("EXECUTION", execution["id"]),
+            ("WORKDIR", built.workdir),
+            ("ENGINE_HOME", built.engine_home),
+        ):
             plan_json = plan_json.replace(f'"{placeholder}"', json.dumps(value))
         execution["plan"] = json.loads(plan_json)
     conn = connect(home.db_path)
@@ -132,8 +152,15 @@ def test_an_execution_stored_with_a_version_1_plan_runs_and_resumes(home_and_wor
         assert daemon.call("answer", {"agent_id": agent_id})["text"] == "thawed"
     finally:
         daemon.stop()
-    plans = [json.loads(r["plan_json"]) for r in db_rows(home, "SELECT plan_json FROM executions ORDER BY number")]
-    assert "plan_version" not in plans[0] and plans[1]["plan_version"] == 2 and "prompt" not in plans[1]
+    plans = [
+        json.loads(r["plan_json"])
+        for r in db_rows(home, "SELECT plan_json FROM executions ORDER BY number")
+    ]
+    assert (
+        "plan_version" not in plans[0]
+        and plans[1]["plan_version"] == 2
+        and "prompt" not in plans[1]
+    )
 
 
 def test_a_plan_the_supervisor_cannot_run_ends_the_execution_config_error(home_and_workdir) -> None:
@@ -144,16 +171,23 @@ def test_a_plan_the_supervisor_cannot_run_ends_the_execution_config_error(home_a
     agent_id, execution_id = admit_with_plan(home, workdir, "answer: never", bad)
     daemon = DaemonProcess(home).start()
     try:
-        wait_for(lambda: db_rows(home, "SELECT state FROM executions")[0]["state"] == "failed", timeout=90,
-                 what="the execution to fail")
-        row = db_rows(home, "SELECT failure_kind, failure_message, supervisor_pid FROM executions")[0]
+        wait_for(
+            lambda: db_rows(home, "SELECT state FROM executions")[0]["state"] == "failed",
+            timeout=90,
+            what="the execution to fail",
+        )
+        row = db_rows(home, "SELECT failure_kind, failure_message, supervisor_pid FROM executions")[
+            0
+        ]
         assert row["failure_kind"] == "config_error", dict(row)
         assert "runtime_config.colour" in row["failure_message"]
         assert "Traceback" not in row["failure_message"]
         # Had its engine reported a session, a resume would still not copy the bad plan.
         conn = connect(home.db_path)
         with write(conn):
-            conn.execute("UPDATE executions SET engine_session_id = 'sess-1' WHERE id = ?", (execution_id,))
+            conn.execute(
+                "UPDATE executions SET engine_session_id = 'sess-1' WHERE id = ?", (execution_id,)
+            )
         conn.close()
         with pytest.raises(NotResumable) as caught:
             with daemon.client() as client:

@@ -29,8 +29,9 @@ def table(request):
 @pytest.fixture
 def child():
     marker = f"identity-test-{uuid.uuid4().hex}"
-    proc = subprocess.Popen([sys.executable, "-c", "import sys, time; time.sleep(120)", marker],
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; time.sleep(120)", marker], start_new_session=True
+    )
     yield proc, marker
     if proc.poll() is None:
         proc.kill()
@@ -59,15 +60,22 @@ def test_another_start_time_is_another_process(table, child):
     proc, _ = child
     identity = ProcessIdentity.of(proc.pid, table)
     shift = table.start_tolerance + 500
-    assert table.liveness(replace(identity, start_ticks=identity.start_ticks + shift)) is Liveness.DEAD
-    assert table.liveness(replace(identity, start_ticks=identity.start_ticks - shift)) is Liveness.DEAD
+    assert (
+        table.liveness(replace(identity, start_ticks=identity.start_ticks + shift)) is Liveness.DEAD
+    )
+    assert (
+        table.liveness(replace(identity, start_ticks=identity.start_ticks - shift)) is Liveness.DEAD
+    )
 
 
 def test_another_boot_is_death(table, child):
     proc, _ = child
     identity = ProcessIdentity.of(proc.pid, table)
-    other = (str(uuid.uuid4()) if table.name == "linux"
-             else f"{BOOT_PREFIX}{int(identity.boot_id.removeprefix(BOOT_PREFIX)) - 3600}")
+    other = (
+        str(uuid.uuid4())
+        if table.name == "linux"
+        else f"{BOOT_PREFIX}{int(identity.boot_id.removeprefix(BOOT_PREFIX)) - 3600}"
+    )
     assert table.liveness(replace(identity, boot_id=other)) is Liveness.DEAD
 
 
@@ -122,8 +130,15 @@ def test_peer_credentials_across_processes(table, tmp_path):
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
         server.bind(path)
         server.listen(1)
-        peer = subprocess.Popen([sys.executable, "-c", "import socket, sys, time; s = socket.socket(socket.AF_UNIX);"
-                                 f" s.connect({path!r}); sys.stdin.read()"], stdin=subprocess.PIPE)
+        peer = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                "import socket, sys, time; s = socket.socket(socket.AF_UNIX);"
+                f" s.connect({path!r}); sys.stdin.read()",
+            ],
+            stdin=subprocess.PIPE,
+        )
         try:
             conn, _ = server.accept()
             with conn:

@@ -31,9 +31,23 @@ INSPECTOR_TOOL_ERROR_EXIT = 5
 
 def inspector(home, *args: str) -> dict:
     """Run the Inspector CLI on `agent-run mcp` and parse its JSON output."""
-    result = subprocess.run([node_tool("mcp-inspector"), "--cli", sys.executable, "-m", "agent_run",
-                             "--home", str(home.root), "mcp", *args],
-                            capture_output=True, text=True, timeout=120, cwd="/tmp")
+    result = subprocess.run(
+        [
+            node_tool("mcp-inspector"),
+            "--cli",
+            sys.executable,
+            "-m",
+            "agent_run",
+            "--home",
+            str(home.root),
+            "mcp",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd="/tmp",
+    )
     assert result.returncode in (0, INSPECTOR_TOOL_ERROR_EXIT), result.stderr
     output = json.loads(result.stdout)
     assert (result.returncode == INSPECTOR_TOOL_ERROR_EXIT) == bool(output.get("isError")), result
@@ -50,18 +64,50 @@ def test_inspector_lists_tools_and_runs_start_wait_answer(daemon, workdir):
     assert start_tool["outputSchema"]["properties"]["id"]["type"] == "string"
     assert start_tool["annotations"]["readOnlyHint"] is False
 
-    started = inspector(daemon.home, "--method", "tools/call", "--tool-name", "start",
-                        "--tool-arg", "task=answer: hello inspector", "--tool-arg", f"workdir={workdir}")
+    started = inspector(
+        daemon.home,
+        "--method",
+        "tools/call",
+        "--tool-name",
+        "start",
+        "--tool-arg",
+        "task=answer: hello inspector",
+        "--tool-arg",
+        f"workdir={workdir}",
+    )
     assert started["isError"] is False
     agent_id = started["structuredContent"]["id"]
-    waited = inspector(daemon.home, "--method", "tools/call", "--tool-name", "wait",
-                       "--tool-arg", f"agent_id={agent_id}", "--tool-arg", "timeout_seconds=60")
+    waited = inspector(
+        daemon.home,
+        "--method",
+        "tools/call",
+        "--tool-name",
+        "wait",
+        "--tool-arg",
+        f"agent_id={agent_id}",
+        "--tool-arg",
+        "timeout_seconds=60",
+    )
     assert waited["structuredContent"]["agent"]["state"] == "succeeded"
-    answer = inspector(daemon.home, "--method", "tools/call", "--tool-name", "answer",
-                       "--tool-arg", f"agent_id={agent_id}")
+    answer = inspector(
+        daemon.home,
+        "--method",
+        "tools/call",
+        "--tool-name",
+        "answer",
+        "--tool-arg",
+        f"agent_id={agent_id}",
+    )
     assert answer["structuredContent"]["text"] == "hello inspector"
-    bad = inspector(daemon.home, "--method", "tools/call", "--tool-name", "answer",
-                    "--tool-arg", "agent_id=nope")
+    bad = inspector(
+        daemon.home,
+        "--method",
+        "tools/call",
+        "--tool-name",
+        "answer",
+        "--tool-arg",
+        "agent_id=nope",
+    )
     assert bad["isError"] is True and "structuredContent" not in bad
     assert json.loads(bad["content"][-1]["text"])["error"]["field"] == "agent_id"
 
@@ -77,9 +123,14 @@ def _doc_block(language: str, starts_with: str) -> str:
 def user_home():
     """A generated HOME for an engine CLI, with agent-run and the CLIs on PATH."""
     home = short_tmpdir("aru-")
-    env = {"HOME": str(home), "PATH": f"{VENV_BIN}:{node_bin()}:/usr/local/bin:/usr/bin:/bin",
-           "CLAUDE_CONFIG_DIR": str(home / ".claude"), "CODEX_HOME": str(home / ".codex"),
-           "DISABLE_AUTOUPDATER": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"}
+    env = {
+        "HOME": str(home),
+        "PATH": f"{VENV_BIN}:{node_bin()}:/usr/local/bin:/usr/bin:/bin",
+        "CLAUDE_CONFIG_DIR": str(home / ".claude"),
+        "CODEX_HOME": str(home / ".codex"),
+        "DISABLE_AUTOUPDATER": "1",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+    }
     (home / ".codex").mkdir()
     yield home, env
     from agent_run.home import Home
@@ -97,8 +148,9 @@ def user_home():
 def _run_doc_lines(block: str, env: dict, cwd: Path) -> list[subprocess.CompletedProcess]:
     results = []
     for line in block.strip().splitlines():
-        result = subprocess.run(line, shell=True, env=env, cwd=cwd, capture_output=True, text=True,
-                                timeout=120)
+        result = subprocess.run(
+            line, shell=True, env=env, cwd=cwd, capture_output=True, text=True, timeout=120
+        )
         assert result.returncode == 0, f"{line}: {result.stdout}{result.stderr}"
         results.append(result)
     return results
@@ -119,14 +171,23 @@ def test_codex_mcp_add_registers_agent_run_and_list_shows_it_enabled(user_home):
     listing = results[-1].stdout
     assert re.search(r"agent-run\s+agent-run\s+mcp\s.*enabled", listing), listing
     config = (home / ".codex" / "config.toml").read_text()
-    assert '[mcp_servers.agent-run]' in config and 'args = ["mcp"]' in config
+    assert "[mcp_servers.agent-run]" in config and 'args = ["mcp"]' in config
 
 
 def test_generic_python_client_snippet_runs_start_wait_answer(daemon, workdir):
     block = _doc_block("python", "import os")
-    env = {**os.environ, "AGENT_RUN_HOME": str(daemon.home.root),
-           "PATH": f"{VENV_BIN}:{os.environ['PATH']}"}
-    result = subprocess.run([sys.executable, "-c", block], cwd=workdir, env=env,
-                            capture_output=True, text=True, timeout=120)
+    env = {
+        **os.environ,
+        "AGENT_RUN_HOME": str(daemon.home.root),
+        "PATH": f"{VENV_BIN}:{os.environ['PATH']}",
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", block],
+        cwd=workdir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "succeeded hello over MCP"

@@ -9,9 +9,15 @@ from tests.harness import db_rows
 from tests.test_admission import admit_without_spawning
 
 
-def test_reconciliation_judges_live_and_orphaned_rows_while_another_writer_holds_the_lock(home, workdir):
-    live_agent, live_execution = admit_without_spawning(home, "steps: 400\nstep_seconds: 0.05", workdir)
-    spawn_supervisor(home, live_execution, home.execution_dir(live_agent, live_execution) / "supervisor.log")
+def test_reconciliation_judges_live_and_orphaned_rows_while_another_writer_holds_the_lock(
+    home, workdir
+):
+    live_agent, live_execution = admit_without_spawning(
+        home, "steps: 400\nstep_seconds: 0.05", workdir
+    )
+    spawn_supervisor(
+        home, live_execution, home.execution_dir(live_agent, live_execution) / "supervisor.log"
+    )
     orphan_agent, orphan_execution = admit_without_spawning(home, "answer: later", workdir)
 
     holder = sqlite3.connect(home.db_path, isolation_level=None)
@@ -38,8 +44,17 @@ def test_created_row_whose_supervisor_process_exists_is_not_an_orphan(home, work
     import sys
 
     _agent, execution = admit_without_spawning(home, "answer: mine", workdir)
-    stand_in = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()", "agent_run.supervisor",
-                                 "--execution", execution], stdin=subprocess.PIPE)
+    stand_in = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys; sys.stdin.read()",
+            "agent_run.supervisor",
+            "--execution",
+            execution,
+        ],
+        stdin=subprocess.PIPE,
+    )
     conn = connect(home.db_path)
     try:
         assert reconcile_once(conn, set()).orphans == []

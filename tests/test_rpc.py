@@ -84,7 +84,9 @@ def start_agent(daemon: DaemonProcess, workdir: Path, task: str) -> str:
 # -- error codes ------------------------------------------------------------------------------
 
 
-def test_invalid_json_gets_parse_error_with_null_id_and_the_connection_stays_usable(wire: Wire) -> None:
+def test_invalid_json_gets_parse_error_with_null_id_and_the_connection_stays_usable(
+    wire: Wire,
+) -> None:
     wire.send_bytes(b'{"jsonrpc": "2.0", "id": 7, "method": \n')
     reply = wire.reply()
     assert reply["jsonrpc"] == "2.0"
@@ -100,8 +102,9 @@ def test_invalid_utf8_gets_parse_error(wire: Wire) -> None:
     assert reply["error"]["code"] == -32700
 
 
-@pytest.mark.parametrize("line", [b"[]", b'[{"jsonrpc": "2.0", "id": 1, "method": "ping"}]', b"42",
-                                  b'"ping"', b"null"])
+@pytest.mark.parametrize(
+    "line", [b"[]", b'[{"jsonrpc": "2.0", "id": 1, "method": "ping"}]', b"42", b'"ping"', b"null"]
+)
 def test_a_request_that_is_not_a_json_object_is_an_invalid_request(wire: Wire, line: bytes) -> None:
     wire.send_bytes(line + b"\n")
     reply = wire.reply()
@@ -109,15 +112,20 @@ def test_a_request_that_is_not_a_json_object_is_an_invalid_request(wire: Wire, l
     assert reply["error"]["code"] == -32600
 
 
-@pytest.mark.parametrize("message", [
-    {"id": 5, "method": "ping"},
-    {"jsonrpc": "1.0", "id": 5, "method": "ping"},
-    {"jsonrpc": 2.0, "id": 5, "method": "ping"},
-    {"jsonrpc": "2.0", "id": 5},
-    {"jsonrpc": "2.0", "id": 5, "method": 3},
-], ids=["missing-jsonrpc", "jsonrpc-1.0", "jsonrpc-number", "missing-method", "method-not-string"])
+@pytest.mark.parametrize(
+    "message",
+    [
+        {"id": 5, "method": "ping"},
+        {"jsonrpc": "1.0", "id": 5, "method": "ping"},
+        {"jsonrpc": 2.0, "id": 5, "method": "ping"},
+        {"jsonrpc": "2.0", "id": 5},
+        {"jsonrpc": "2.0", "id": 5, "method": 3},
+    ],
+    ids=["missing-jsonrpc", "jsonrpc-1.0", "jsonrpc-number", "missing-method", "method-not-string"],
+)
 def test_missing_or_wrong_jsonrpc_or_method_is_an_invalid_request_echoing_the_id(
-        wire: Wire, message: dict[str, Any]) -> None:
+    wire: Wire, message: dict[str, Any]
+) -> None:
     wire.send(message)
     reply = wire.reply()
     assert reply["id"] == 5
@@ -132,21 +140,34 @@ def test_unknown_method_gets_method_not_found(wire: Wire) -> None:
     assert "no_such_method" in reply["error"]["message"]
 
 
-@pytest.mark.parametrize("method,params,field", [
-    ("agent", {"agent_id": "nope"}, "agent_id"),
-    ("agent", {}, "agent_id"),
-    ("agent", {"agent_id": "ag_abc", "colour": "red"}, "colour"),
-    ("start", {"workdir": "/tmp"}, "task"),
-    ("start", {"task": "answer: hi", "workdir": "/tmp", "profile": "root"}, "profile"),
-    ("wait", {"agent_id": "ag_abc", "timeout_seconds": -1}, "timeout_seconds"),
-    ("list_agents", {"state": ["running", "bogus"]}, "state.1"),
-    ("agent", [1, 2], "params"),
-    ("agent", "ag_abc", "params"),
-], ids=["agent-bad-id", "agent-missing-id", "agent-unknown-key", "start-missing-task",
-        "start-bad-profile", "wait-negative-timeout", "list-nested-state", "params-array",
-        "params-string"])
+@pytest.mark.parametrize(
+    "method,params,field",
+    [
+        ("agent", {"agent_id": "nope"}, "agent_id"),
+        ("agent", {}, "agent_id"),
+        ("agent", {"agent_id": "ag_abc", "colour": "red"}, "colour"),
+        ("start", {"workdir": "/tmp"}, "task"),
+        ("start", {"task": "answer: hi", "workdir": "/tmp", "profile": "root"}, "profile"),
+        ("wait", {"agent_id": "ag_abc", "timeout_seconds": -1}, "timeout_seconds"),
+        ("list_agents", {"state": ["running", "bogus"]}, "state.1"),
+        ("agent", [1, 2], "params"),
+        ("agent", "ag_abc", "params"),
+    ],
+    ids=[
+        "agent-bad-id",
+        "agent-missing-id",
+        "agent-unknown-key",
+        "start-missing-task",
+        "start-bad-profile",
+        "wait-negative-timeout",
+        "list-nested-state",
+        "params-array",
+        "params-string",
+    ],
+)
 def test_bad_params_get_invalid_params_naming_the_dotted_field(
-        wire: Wire, method: str, params: Any, field: str) -> None:
+    wire: Wire, method: str, params: Any, field: str
+) -> None:
     reply = wire.call(method, params, request_id=11)
     assert reply["id"] == 11
     error = reply["error"]
@@ -179,7 +200,9 @@ def _ping_padded_to(length: int) -> bytes:
     return body + b" " * (length - len(body))
 
 
-def test_line_over_one_mib_gets_line_too_long_and_the_connection_keeps_serving(shared_home: Home) -> None:
+def test_line_over_one_mib_gets_line_too_long_and_the_connection_keeps_serving(
+    shared_home: Home,
+) -> None:
     home = shared_home
     bystander = Wire(home)
     daemon_pid = bystander.call("ping", request_id=1)["result"]["pid"]
@@ -188,8 +211,11 @@ def test_line_over_one_mib_gets_line_too_long_and_the_connection_keeps_serving(s
 
     def send_long_line() -> None:
         try:
-            offender.send_bytes(b'{"jsonrpc":"2.0","id":1,"method":"ping","pad":"'
-                                + b"x" * (MAX_LINE_BYTES + 64 * 1024) + b'"}\n')
+            offender.send_bytes(
+                b'{"jsonrpc":"2.0","id":1,"method":"ping","pad":"'
+                + b"x" * (MAX_LINE_BYTES + 64 * 1024)
+                + b'"}\n'
+            )
         except OSError as exc:
             sender_errors.append(exc)
 
@@ -243,7 +269,8 @@ def test_blank_lines_between_requests_are_ignored(wire: Wire) -> None:
 
 
 def test_client_disconnecting_mid_wait_does_not_disturb_the_daemon_or_the_agent(
-        daemon: DaemonProcess, home: Home, workdir: Path) -> None:
+    daemon: DaemonProcess, home: Home, workdir: Path
+) -> None:
     agent_id = start_agent(daemon, workdir, "steps: 15\nstep_seconds: 0.1\nanswer: x")
     leaver = Wire(home)
     leaver.request("wait", {"agent_id": agent_id, "timeout_seconds": 20}, request_id="w")
@@ -263,7 +290,8 @@ def test_client_disconnecting_mid_wait_does_not_disturb_the_daemon_or_the_agent(
 
 
 def test_requests_on_one_connection_run_concurrently(
-        daemon: DaemonProcess, own_wire: Wire, workdir: Path) -> None:
+    daemon: DaemonProcess, own_wire: Wire, workdir: Path
+) -> None:
     agent_id = start_agent(daemon, workdir, "steps: 10\nstep_seconds: 0.1\nanswer: x")
     own_wire.request("wait", {"agent_id": agent_id, "timeout_seconds": 5}, request_id="slow-wait")
     own_wire.request("ping", request_id="quick-ping")
@@ -275,15 +303,27 @@ def test_requests_on_one_connection_run_concurrently(
 
 
 def test_a_notification_gets_no_reply_but_is_executed(
-        daemon: DaemonProcess, own_wire: Wire, workdir: Path) -> None:
-    own_wire.send({"jsonrpc": "2.0", "method": "start", "params": {"task": "answer: hi", "workdir": str(workdir)}})
+    daemon: DaemonProcess, own_wire: Wire, workdir: Path
+) -> None:
+    own_wire.send(
+        {
+            "jsonrpc": "2.0",
+            "method": "start",
+            "params": {"task": "answer: hi", "workdir": str(workdir)},
+        }
+    )
     own_wire.send({"jsonrpc": "2.0", "method": "no_such_method"})
     own_wire.send({"jsonrpc": "2.0", "method": "agent", "params": {"agent_id": "nope"}})
     own_wire.send({"jsonrpc": "2.0", "method": "ping"})
     # Every reply on the wire must belong to a request that carried an id.
-    listed = wait_for(lambda: own_wire.call("list_agents", {}, request_id="list")["result"]["items"],
-                      timeout=20, what="the notified start to create its agent")
-    done = own_wire.call("wait", {"agent_id": listed[0]["id"], "timeout_seconds": 20}, request_id="wait")
+    listed = wait_for(
+        lambda: own_wire.call("list_agents", {}, request_id="list")["result"]["items"],
+        timeout=20,
+        what="the notified start to create its agent",
+    )
+    done = own_wire.call(
+        "wait", {"agent_id": listed[0]["id"], "timeout_seconds": 20}, request_id="wait"
+    )
     assert done["id"] == "wait"
     assert done["result"]["agent"]["state"] == "succeeded"
     reply = own_wire.call("ping", request_id="last")
@@ -300,9 +340,11 @@ def test_tools_lists_every_tool_of_the_table_with_schemas_and_annotations(wire: 
         assert listed["description"] == tool.doc
         assert listed["inputSchema"] == tool.params.model_json_schema()
         assert listed["outputSchema"] == tool.result.model_json_schema()
-        assert listed["annotations"] == {"readOnlyHint": tool.read_only,
-                                         "destructiveHint": tool.destructive,
-                                         "idempotentHint": tool.idempotent}
+        assert listed["annotations"] == {
+            "readOnlyHint": tool.read_only,
+            "destructiveHint": tool.destructive,
+            "idempotentHint": tool.idempotent,
+        }
         assert set(listed["inputSchema"].get("properties", {})) == set(tool.params.model_fields)
 
 
@@ -344,7 +386,8 @@ def test_socket_is_0600_and_home_0700_even_under_a_permissive_umask() -> None:
 
 
 def test_second_daemon_on_the_same_home_refuses_and_the_first_keeps_serving(
-        daemon: DaemonProcess, home: Home) -> None:
+    daemon: DaemonProcess, home: Home
+) -> None:
     second = cli(home, "api", "serve", timeout=30)
     assert second.returncode != 0
     assert "already serves" in second.stderr
@@ -355,7 +398,9 @@ def test_second_daemon_on_the_same_home_refuses_and_the_first_keeps_serving(
     assert home.lock_path.read_text().strip() == str(daemon.proc.pid)
 
 
-def test_stale_socket_of_a_killed_daemon_is_reclaimed_by_a_new_one(daemon: DaemonProcess, home: Home) -> None:
+def test_stale_socket_of_a_killed_daemon_is_reclaimed_by_a_new_one(
+    daemon: DaemonProcess, home: Home
+) -> None:
     daemon.kill9()
     assert home.socket_path.exists(), "kill -9 leaves the socket file behind"
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -369,8 +414,11 @@ def test_stale_socket_of_a_killed_daemon_is_reclaimed_by_a_new_one(daemon: Daemo
         assert stat.S_IMODE(home.socket_path.stat().st_mode) == 0o600
     finally:
         successor.stop()
-    wait_for(lambda: not home.socket_path.exists(), timeout=10,
-             what="a daemon stopped by SIGTERM to remove its socket")
+    wait_for(
+        lambda: not home.socket_path.exists(),
+        timeout=10,
+        what="a daemon stopped by SIGTERM to remove its socket",
+    )
 
 
 _CONNECT_AS_OTHER_USER = """
@@ -389,17 +437,28 @@ sys.stdout.write("EOF\\n" if rest == b"" else "MORE\\n")
 """
 
 
-@pytest.mark.skipif(os.getuid() != 0 or not Path("/usr/bin/python3").exists(),
-                    reason="needs root to connect as another uid")
+@pytest.mark.skipif(
+    os.getuid() != 0 or not Path("/usr/bin/python3").exists(),
+    reason="needs root to connect as another uid",
+)
 def test_a_peer_of_another_uid_is_refused_even_when_the_socket_file_is_opened_up(
-        daemon: DaemonProcess, home: Home) -> None:
+    daemon: DaemonProcess, home: Home
+) -> None:
     # Defeat the file-mode layer on purpose, to reach the daemon's own peer-uid check.
     home.root.parent.chmod(0o711)
     home.root.chmod(0o711)
     home.socket_path.chmod(0o666)
-    result = subprocess.run(["/usr/bin/python3", "-c", _CONNECT_AS_OTHER_USER, str(home.socket_path)],
-                            capture_output=True, text=True, timeout=30, user=65534, group=65534,
-                            extra_groups=[], cwd="/", env={"PATH": "/usr/bin:/bin"})
+    result = subprocess.run(
+        ["/usr/bin/python3", "-c", _CONNECT_AS_OTHER_USER, str(home.socket_path)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        user=65534,
+        group=65534,
+        extra_groups=[],
+        cwd="/",
+        env={"PATH": "/usr/bin:/bin"},
+    )
     assert result.returncode == 0, result.stderr
     first, closed = result.stdout.splitlines()
     reply = json.loads(first)

@@ -87,42 +87,68 @@ def _error(code: int, message: str, data: dict[str, Any] | None = None) -> bytes
 
 CANNED: dict[str, tuple[bytes | None, type[e.DomainError], str]] = {  # method -> reply, class, code
     "parse": (_error(-32700, "parse error"), e.ParseError, "ParseError"),
-    "parse_typed": (_error(-32700, "bad", {"code": "InvalidUnicode", "message": "surrogate"}),
-                    e.InvalidUnicode, "InvalidUnicode"),
+    "parse_typed": (
+        _error(-32700, "bad", {"code": "InvalidUnicode", "message": "surrogate"}),
+        e.InvalidUnicode,
+        "InvalidUnicode",
+    ),
     "invalid": (_error(-32600, "not a request"), e.MalformedRequest, "MalformedRequest"),
-    "nesting": (_error(-32600, "deep", {"code": "NestingTooDeep", "message": "deep"}),
-                e.NestingTooDeep, "NestingTooDeep"),
-    "too_long": (_error(-32600, "long", {"code": "LineTooLong", "message": "long", "details": {"limit": 9}}),
-                 e.LineTooLong, "LineTooLong"),
+    "nesting": (
+        _error(-32600, "deep", {"code": "NestingTooDeep", "message": "deep"}),
+        e.NestingTooDeep,
+        "NestingTooDeep",
+    ),
+    "too_long": (
+        _error(-32600, "long", {"code": "LineTooLong", "message": "long", "details": {"limit": 9}}),
+        e.LineTooLong,
+        "LineTooLong",
+    ),
     "no_method": (_error(-32601, "method not found: x"), e.MethodNotFound, "MethodNotFound"),
     "params": (_error(-32602, "invalid params"), e.InvalidParams, "InvalidParams"),
     "internal": (_error(-32603, "boom"), e.InternalError, "InternalError"),
     "domain_untyped": (_error(-32000, "something"), e.DomainError, "DomainError"),
-    "domain": (_error(-32000, "gone", {"code": "AgentNotFound", "message": "gone", "field": "agent_id"}),
-               e.AgentNotFound, "AgentNotFound"),
-    "future_code": (_error(-32000, "new", {"code": "SomethingNew", "message": "new"}), e.DomainError, "SomethingNew"),
-    "denied": (_error(-32000, "permission denied", {"code": "PermissionDenied", "message": "uid"}),
-               e.PermissionDenied, "PermissionDenied"),
+    "domain": (
+        _error(-32000, "gone", {"code": "AgentNotFound", "message": "gone", "field": "agent_id"}),
+        e.AgentNotFound,
+        "AgentNotFound",
+    ),
+    "future_code": (
+        _error(-32000, "new", {"code": "SomethingNew", "message": "new"}),
+        e.DomainError,
+        "SomethingNew",
+    ),
+    "denied": (
+        _error(-32000, "permission denied", {"code": "PermissionDenied", "message": "uid"}),
+        e.PermissionDenied,
+        "PermissionDenied",
+    ),
     "unknown_rpc": (_error(-31999, "odd"), e.ProtocolError, "ProtocolError"),
     "not_json": (b"this is not json", e.ProtocolError, "ProtocolError"),
     "no_member": (b'{"jsonrpc": "2.0", "id": ID}', e.ProtocolError, "ProtocolError"),
-    "bad_error": (b'{"jsonrpc": "2.0", "id": ID, "error": "nope"}', e.ProtocolError, "ProtocolError"),
+    "bad_error": (
+        b'{"jsonrpc": "2.0", "id": ID, "error": "nope"}',
+        e.ProtocolError,
+        "ProtocolError",
+    ),
     "hang_up": (None, e.DaemonUnavailable, "DaemonUnavailable"),
 }
 
 
 @pytest.fixture(scope="module")
 def canned() -> Iterator[CannedServer]:
-    server = CannedServer({name: reply for name, (reply, _, _) in CANNED.items()}
-                          | {"ping": b'{"jsonrpc": "2.0", "id": ID, "result": {"pong": "yes"}}'})
+    server = CannedServer(
+        {name: reply for name, (reply, _, _) in CANNED.items()}
+        | {"ping": b'{"jsonrpc": "2.0", "id": ID, "result": {"pong": "yes"}}'}
+    )
     yield server
     server.close()
 
 
 @RAW
 @pytest.mark.parametrize("method", sorted(CANNED))
-def test_every_error_reply_maps_to_its_typed_error_in_both_faces(canned: CannedServer, call: Callable[..., Any],
-                                                                 method: str) -> None:
+def test_every_error_reply_maps_to_its_typed_error_in_both_faces(
+    canned: CannedServer, call: Callable[..., Any], method: str
+) -> None:
     _, cls, code = CANNED[method]
     with pytest.raises(e.DomainError) as raised:
         call(canned.home, method, {})
@@ -130,7 +156,9 @@ def test_every_error_reply_maps_to_its_typed_error_in_both_faces(canned: CannedS
 
 
 @RAW
-def test_a_reply_without_typed_data_keeps_its_rpc_code(canned: CannedServer, call: Callable[..., Any]) -> None:
+def test_a_reply_without_typed_data_keeps_its_rpc_code(
+    canned: CannedServer, call: Callable[..., Any]
+) -> None:
     with pytest.raises(e.MethodNotFound) as raised:
         call(canned.home, "no_method", {})
     assert raised.value.details == {"rpc_code": -32601}
@@ -138,13 +166,16 @@ def test_a_reply_without_typed_data_keeps_its_rpc_code(canned: CannedServer, cal
 
 
 @TYPED
-def test_a_result_that_does_not_fit_its_model_is_a_protocol_error(canned: CannedServer,
-                                                                  call: Callable[..., Any]) -> None:
+def test_a_result_that_does_not_fit_its_model_is_a_protocol_error(
+    canned: CannedServer, call: Callable[..., Any]
+) -> None:
     with pytest.raises(e.ProtocolError, match="does not fit its model"):
         call(canned.home, "ping", {})
 
 
-def test_the_async_face_never_sends_a_call_twice_when_the_daemon_hangs_up(canned: CannedServer) -> None:
+def test_the_async_face_never_sends_a_call_twice_when_the_daemon_hangs_up(
+    canned: CannedServer,
+) -> None:
     before = canned.seen.count("hang_up")
     with pytest.raises(e.DaemonUnavailable):
         _async_raw(canned.home, "hang_up", {})
@@ -156,7 +187,8 @@ def test_the_async_face_never_sends_a_call_twice_when_the_daemon_hangs_up(canned
 
 @RAW
 def test_the_daemon_answers_an_unknown_method_with_method_not_found_naming_the_field(
-        daemon: DaemonProcess, home: Home, call: Callable[..., Any]) -> None:
+    daemon: DaemonProcess, home: Home, call: Callable[..., Any]
+) -> None:
     with pytest.raises(e.MethodNotFound) as raised:
         call(home, "no_such_tool", {})
     assert raised.value.field == "method" and "no_such_tool" in raised.value.message
@@ -164,7 +196,8 @@ def test_the_daemon_answers_an_unknown_method_with_method_not_found_naming_the_f
 
 @RAW
 def test_the_daemon_answers_bad_params_with_invalid_params_naming_the_field(
-        daemon: DaemonProcess, home: Home, call: Callable[..., Any]) -> None:
+    daemon: DaemonProcess, home: Home, call: Callable[..., Any]
+) -> None:
     with pytest.raises(e.InvalidParams) as raised:
         call(home, "agent", {"agent_id": 5})
     assert raised.value.field == "agent_id"
@@ -174,14 +207,17 @@ def test_the_daemon_answers_bad_params_with_invalid_params_naming_the_field(
 
 
 @RAW
-def test_the_daemon_answers_a_domain_error_typed(daemon: DaemonProcess, home: Home, call: Callable[..., Any]) -> None:
+def test_the_daemon_answers_a_domain_error_typed(
+    daemon: DaemonProcess, home: Home, call: Callable[..., Any]
+) -> None:
     with pytest.raises(e.AgentNotFound):
         call(home, "agent", {"agent_id": "ag_doesnotexist"})
 
 
 @RAW
-def test_the_daemon_answers_a_bug_with_internal_error_and_its_log(daemon: DaemonProcess, home: Home,
-                                                                  call: Callable[..., Any]) -> None:
+def test_the_daemon_answers_a_bug_with_internal_error_and_its_log(
+    daemon: DaemonProcess, home: Home, call: Callable[..., Any]
+) -> None:
     conn = sqlite3.connect(home.db_path, timeout=30)
     conn.execute("ALTER TABLE batches RENAME TO batches_gone")
     conn.commit()
@@ -199,17 +235,21 @@ def _raw_line(home: Home, line: bytes) -> dict[str, Any]:
         return json.loads(sock.makefile("rb").readline())
 
 
-@pytest.mark.parametrize("line, cls", [
-    (b"{not json\n", e.ParseError),
-    (b'"\\ud800"\n', e.InvalidUnicode),
-    (b"[1, 2]\n", e.MalformedRequest),
-    (b'{"jsonrpc": "1.0", "id": 1, "method": "ping"}\n', e.MalformedRequest),
-    (b"[" * 100 + b"]" * 100 + b"\n", e.NestingTooDeep),
-    (b'{"jsonrpc": "2.0", "id": 1, "method": "nope"}\n', e.MethodNotFound),
-    (b'{"jsonrpc": "2.0", "id": 1, "method": "agent", "params": [1]}\n', e.InvalidParams),
-])
+@pytest.mark.parametrize(
+    "line, cls",
+    [
+        (b"{not json\n", e.ParseError),
+        (b'"\\ud800"\n', e.InvalidUnicode),
+        (b"[1, 2]\n", e.MalformedRequest),
+        (b'{"jsonrpc": "1.0", "id": 1, "method": "ping"}\n', e.MalformedRequest),
+        (b"[" * 100 + b"]" * 100 + b"\n", e.NestingTooDeep),
+        (b'{"jsonrpc": "2.0", "id": 1, "method": "nope"}\n', e.MethodNotFound),
+        (b'{"jsonrpc": "2.0", "id": 1, "method": "agent", "params": [1]}\n', e.InvalidParams),
+    ],
+)
 def test_every_hostile_line_the_daemon_answers_maps_to_its_typed_error(
-        daemon: DaemonProcess, home: Home, line: bytes, cls: type[e.DomainError]) -> None:
+    daemon: DaemonProcess, home: Home, line: bytes, cls: type[e.DomainError]
+) -> None:
     """What only a foreign client can send: the daemon's own reply, through the one mapping."""
     from agent_run.rpc.protocol import error_from_reply
 
@@ -219,8 +259,9 @@ def test_every_hostile_line_the_daemon_answers_maps_to_its_typed_error(
 
 
 @TYPED
-def test_typed_calls_return_the_tools_result_models(daemon: DaemonProcess, home: Home, workdir: Path,
-                                                    call: Callable[..., Any]) -> None:
+def test_typed_calls_return_the_tools_result_models(
+    daemon: DaemonProcess, home: Home, workdir: Path, call: Callable[..., Any]
+) -> None:
     assert isinstance(call(home, "ping", {}), Pong)
     agent = call(home, "start", {"task": "answer: typed", "workdir": str(workdir)})
     assert isinstance(agent, AgentView) and agent.id.startswith("ag_")
@@ -230,9 +271,13 @@ def test_typed_calls_return_the_tools_result_models(daemon: DaemonProcess, home:
 
 
 def test_a_long_wait_in_slices_times_out_with_the_view_and_then_sees_the_end(
-        daemon: DaemonProcess, home: Home, workdir: Path) -> None:
+    daemon: DaemonProcess, home: Home, workdir: Path
+) -> None:
     with Client(home.socket_path) as client:
-        agent = client.call("start", {"task": "steps: 40\nstep_seconds: 0.25\nanswer: slow", "workdir": str(workdir)})
+        agent = client.call(
+            "start",
+            {"task": "steps: 40\nstep_seconds: 0.25\nanswer: slow", "workdir": str(workdir)},
+        )
         short = client.wait(agent.id, 0.6, 0.2)  # three slices at most
         assert short.timed_out and short.agent.id == agent.id
         done = asyncio.run(AsyncClient(home).wait(agent.id, None, 1.0))

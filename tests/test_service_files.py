@@ -25,7 +25,9 @@ def _golden(name: str, text: str) -> None:
     path = GOLDEN / name
     if UPDATE or not path.exists():
         path.write_text(text)
-    assert text == path.read_text(), f"{name} changed; AGENT_RUN_UPDATE_SNAPSHOTS=1 rewrites it deliberately"
+    assert text == path.read_text(), (
+        f"{name} changed; AGENT_RUN_UPDATE_SNAPSHOTS=1 rewrites it deliberately"
+    )
 
 
 def test_launchd_plist_matches_its_golden_file() -> None:
@@ -42,8 +44,10 @@ def test_two_homes_get_different_labels_and_unit_names() -> None:
     assert systemd_unit_name(FIXED_HOME) != systemd_unit_name(other)
     plist = plistlib.loads(launchd_plist(other).encode())
     assert plist["Label"] == launchd_label(other)
-    assert f"launchctl bootstrap gui/$(id -u) ~/Library/LaunchAgents/{launchd_label(other)}.plist" \
+    assert (
+        f"launchctl bootstrap gui/$(id -u) ~/Library/LaunchAgents/{launchd_label(other)}.plist"
         in launchd_plist(other)
+    )
     assert "load -w" not in launchd_plist(other)
     assert systemd_unit_name(other) in systemd_unit(other)
 
@@ -51,16 +55,25 @@ def test_two_homes_get_different_labels_and_unit_names() -> None:
 def test_systemd_analyze_verify_accepts_the_unit() -> None:
     analyze = shutil.which("systemd-analyze")
     if analyze is None:
-        pytest.skip("systemd-analyze is not installed (apt package `systemd`): "
-                    "the unit is checked by its golden file only")
+        pytest.skip(
+            "systemd-analyze is not installed (apt package `systemd`): "
+            "the unit is checked by its golden file only"
+        )
     folder = short_tmpdir("aru-")
     try:
         home = Home(folder / "my home")
         unit = folder / systemd_unit_name(home)
         unit.write_text(systemd_unit(home))
-        done = subprocess.run([analyze, "verify", str(unit)], capture_output=True, text=True, timeout=60,
-                              env={**os.environ, "SYSTEMD_LOG_LEVEL": "warning"})
-        problems = [line for line in done.stderr.splitlines() if str(unit) in line or "ExecStart" in line]
+        done = subprocess.run(
+            [analyze, "verify", str(unit)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "SYSTEMD_LOG_LEVEL": "warning"},
+        )
+        problems = [
+            line for line in done.stderr.splitlines() if str(unit) in line or "ExecStart" in line
+        ]
         assert done.returncode == 0 and not problems, done.stderr
     finally:
         shutil.rmtree(folder, ignore_errors=True)

@@ -27,6 +27,7 @@ def config_for(engine: str, auth: str):
 def jwt(exp: float) -> str:
     def part(obj: dict) -> str:
         return base64.urlsafe_b64encode(json.dumps(obj).encode()).decode().rstrip("=")
+
     return f"{part({'alg': 'none'})}.{part({'exp': exp, 'sub': 'user'})}.sig"
 
 
@@ -38,7 +39,11 @@ def write_json(path: Path, data: dict) -> Path:
 
 
 def claude_credentials(access: str, refresh: str | None, expires_at: float) -> dict:
-    oauth = {"accessToken": access, "expiresAt": int(expires_at * 1000), "scopes": ["user:inference"]}
+    oauth = {
+        "accessToken": access,
+        "expiresAt": int(expires_at * 1000),
+        "scopes": ["user:inference"],
+    }
     if refresh:
         oauth["refreshToken"] = refresh
     return {"claudeAiOauth": oauth}
@@ -46,7 +51,10 @@ def claude_credentials(access: str, refresh: str | None, expires_at: float) -> d
 
 def test_config_takes_a_native_login_for_codex_and_claude_only():
     assert config_for("codex", '{ login = "native" }').runtimes["r"].auth.login == "native"
-    assert config_for("claude", '{ login = "native", dir = "~/other" }').runtimes["r"].auth.dir == "~/other"
+    assert (
+        config_for("claude", '{ login = "native", dir = "~/other" }').runtimes["r"].auth.dir
+        == "~/other"
+    )
     refusals = {
         ("qwen", '{ login = "native" }'): ("runtimes.r.auth.login", "discontinued"),
         ("glm", '{ login = "native" }'): ("runtimes.r.auth.login", "no native sign-in"),
@@ -57,7 +65,11 @@ def test_config_takes_a_native_login_for_codex_and_claude_only():
     for (engine, auth), (field, words) in refusals.items():
         with pytest.raises(ConfigInvalid) as caught:
             config_for(engine, auth)
-        assert caught.value.field == field and words in caught.value.message, (engine, auth, caught.value)
+        assert caught.value.field == field and words in caught.value.message, (
+            engine,
+            auth,
+            caught.value,
+        )
 
 
 def test_credential_files_are_read_for_presence_expiry_and_token_values(tmp_path):
@@ -65,12 +77,31 @@ def test_credential_files_are_read_for_presence_expiry_and_token_values(tmp_path
     auth = {"login": "native", "dir": str(tmp_path)}
     write_json(tmp_path / "auth.json", {"auth_mode": "apikey", "OPENAI_API_KEY": "key-value-1"})
     cred = read_credential(codex, auth, "cx")
-    assert (cred.mode, cred.usable, cred.secrets, cred.expires_at) == ("apikey", True, ["key-value-1"], None)
+    assert (cred.mode, cred.usable, cred.secrets, cred.expires_at) == (
+        "apikey",
+        True,
+        ["key-value-1"],
+        None,
+    )
     access = jwt(time.time() - 60)  # aged out: the engine refreshes it; the refresh token counts
-    write_json(tmp_path / "auth.json", {"auth_mode": "chatgpt", "tokens": {
-        "id_token": "id-tok", "access_token": access, "refresh_token": "refresh-tok", "account_id": "acct"}})
+    write_json(
+        tmp_path / "auth.json",
+        {
+            "auth_mode": "chatgpt",
+            "tokens": {
+                "id_token": "id-tok",
+                "access_token": access,
+                "refresh_token": "refresh-tok",
+                "account_id": "acct",
+            },
+        },
+    )
     cred = read_credential(codex, auth, "cx")
-    assert cred.mode == "chatgpt" and cred.usable and set(cred.secrets) == {"id-tok", access, "refresh-tok"}
+    assert (
+        cred.mode == "chatgpt"
+        and cred.usable
+        and set(cred.secrets) == {"id-tok", access, "refresh-tok"}
+    )
     assert cred.expires_at == pytest.approx(time.time() - 60, abs=5)
     write_json(tmp_path / "auth.json", {"auth_mode": "chatgpt", "tokens": {"access_token": access}})
     with pytest.raises(SignInMissing, match="agent-run login cx"):
@@ -79,14 +110,20 @@ def test_credential_files_are_read_for_presence_expiry_and_token_values(tmp_path
     soon = time.time() + 3600
     write_json(tmp_path / ".credentials.json", claude_credentials("acc-1", "ref-1", soon))
     cred = read_credential(claude, auth, "cl")
-    assert cred.usable and set(cred.secrets) == {"acc-1", "ref-1"} and cred.expires_at == pytest.approx(soon, abs=1)
+    assert (
+        cred.usable
+        and set(cred.secrets) == {"acc-1", "ref-1"}
+        and cred.expires_at == pytest.approx(soon, abs=1)
+    )
     write_json(tmp_path / ".credentials.json", claude_credentials("acc-1", None, time.time() - 1))
     with pytest.raises(SignInMissing, match="signed out or expired.*agent-run login cl"):
         read_credential(claude, auth, "cl")
     with pytest.raises(SignInMissing, match="macOS .* login keychain"):
         read_credential(claude, auth, "cl", platform="darwin")
     (tmp_path / ".credentials.json").unlink()
-    with pytest.raises(SignInMissing, match=r"no Claude Code sign-in at .*\.credentials\.json.*agent-run login cl"):
+    with pytest.raises(
+        SignInMissing, match=r"no Claude Code sign-in at .*\.credentials\.json.*agent-run login cl"
+    ):
         read_credential(claude, auth, "cl")
 
 
@@ -94,16 +131,22 @@ def test_keeper_publishes_an_engine_write_that_replaced_the_link_and_redacts_its
     """A guard: Codex 0.171.0 writes through its link, but an atomic write that did not follow
     it (temp file + rename onto the link's name) would fork the credential; the keeper puts
     such a file into the real one and restores the link."""
-    real = write_json(tmp_path / "user" / "auth.json", {"auth_mode": "apikey", "OPENAI_API_KEY": "old-key"})
+    real = write_json(
+        tmp_path / "user" / "auth.json", {"auth_mode": "apikey", "OPENAI_API_KEY": "old-key"}
+    )
     redact = Redactor(["old-key"])
-    keeper = SignInKeeper.start("codex", {"login": "native", "dir": str(real.parent)}, str(tmp_path / "gen"), redact)
+    keeper = SignInKeeper.start(
+        "codex", {"login": "native", "dir": str(real.parent)}, str(tmp_path / "gen"), redact
+    )
     link = tmp_path / "gen" / ".codex" / "auth.json"
     assert link.is_symlink() and link.resolve() == real.resolve()
     keeper.check()
     assert link.is_symlink(), "nothing to publish"
 
-    refreshed = {"auth_mode": "chatgpt",
-                 "tokens": {"access_token": "new-access-token", "refresh_token": "new-refresh-token"}}
+    refreshed = {
+        "auth_mode": "chatgpt",
+        "tokens": {"access_token": "new-access-token", "refresh_token": "new-refresh-token"},
+    }
     temp = link.with_name(".auth-1234")
     temp.write_text(json.dumps(refreshed))
     os.replace(temp, link)
@@ -118,25 +161,37 @@ def test_codex_gets_a_link_and_claude_code_its_store_variable(tmp_path):
     real = write_json(tmp_path / "u" / "auth.json", {"OPENAI_API_KEY": "k-123"})
     stale = write_json(tmp_path / "g" / ".codex" / "auth.json", {"OPENAI_API_KEY": "stale"})
     shared = share_credential("codex", {"login": "native", "dir": str(real.parent)}, tmp_path / "g")
-    assert shared is not None and stale.is_symlink() and json.loads(stale.read_text())["OPENAI_API_KEY"] == "k-123"
+    assert (
+        shared is not None
+        and stale.is_symlink()
+        and json.loads(stale.read_text())["OPENAI_API_KEY"] == "k-123"
+    )
     assert share_credential("codex", {"env": "K"}, tmp_path / "g") is None
     auth = {"login": "native", "dir": str(tmp_path / "c")}
     shared = share_credential("claude", auth, tmp_path / "g")
     assert shared is not None and shared.link is None and not (tmp_path / "g" / ".claude").exists()
-    assert SIGN_INS["claude"].engine_env(auth) == {"CLAUDE_SECURESTORAGE_CONFIG_DIR": str(tmp_path / "c")}
+    assert SIGN_INS["claude"].engine_env(auth) == {
+        "CLAUDE_SECURESTORAGE_CONFIG_DIR": str(tmp_path / "c")
+    }
     assert SIGN_INS["codex"].engine_env(auth) == {}
 
 
 def native_runtime(name: str, engine: str, base_url: str, folder: Path) -> str:
-    return (f'[runtimes.{name}]\nengine = "{engine}"\nmodels = ["m-1"]\ndefault_model = "m-1"\n'
-            f'allow_plain_http_loopback = true\nbase_url = "{base_url}"\n'
-            f'auth = {{ login = "native", dir = "{folder}" }}\n')
+    return (
+        f'[runtimes.{name}]\nengine = "{engine}"\nmodels = ["m-1"]\ndefault_model = "m-1"\n'
+        f'allow_plain_http_loopback = true\nbase_url = "{base_url}"\n'
+        f'auth = {{ login = "native", dir = "{folder}" }}\n'
+    )
 
 
 @pytest.mark.parametrize("engine", ["codex", "claude"])
-def test_missing_sign_in_ends_auth_failed_naming_login_with_no_model_request(engine, workdir, tmp_path):
+def test_missing_sign_in_ends_auth_failed_naming_login_with_no_model_request(
+    engine, workdir, tmp_path
+):
     with MockProvider() as provider:
-        home = make_home(TEST_CONFIG + native_runtime("mine", engine, provider.url, tmp_path / "nobody"))
+        home = make_home(
+            TEST_CONFIG + native_runtime("mine", engine, provider.url, tmp_path / "nobody")
+        )
         daemon = DaemonProcess(home).start()
         try:
             agent = daemon.call("start", {"task": "hi", "workdir": str(workdir), "runtime": "mine"})
@@ -145,7 +200,9 @@ def test_missing_sign_in_ends_auth_failed_naming_login_with_no_model_request(eng
             assert view["execution"]["failure_kind"] == "auth_failed"
             assert "agent-run login mine" in view["execution"]["failure_message"]
             assert provider.requests == [], "no model request without a sign-in"
-            rows = db_rows(home, "SELECT engine_pid FROM executions WHERE agent_id = ?", (agent["id"],))
+            rows = db_rows(
+                home, "SELECT engine_pid FROM executions WHERE agent_id = ?", (agent["id"],)
+            )
             assert rows[0]["engine_pid"] is None, "the engine was never started"
         finally:
             daemon.stop()
@@ -155,9 +212,15 @@ def test_missing_sign_in_ends_auth_failed_naming_login_with_no_model_request(eng
 def test_doctor_reports_each_sign_in_and_its_expiry_never_a_token(tmp_path):
     present, absent = tmp_path / "present", tmp_path / "absent"
     expires = time.time() + 7200
-    write_json(present / ".credentials.json", claude_credentials("doctor-access-tok", "doctor-refresh-tok", expires))
-    home = make_home(TEST_CONFIG + native_runtime("cl", "claude", "http://127.0.0.1:9", present)
-                     + native_runtime("cx", "codex", "http://127.0.0.1:9", absent))
+    write_json(
+        present / ".credentials.json",
+        claude_credentials("doctor-access-tok", "doctor-refresh-tok", expires),
+    )
+    home = make_home(
+        TEST_CONFIG
+        + native_runtime("cl", "claude", "http://127.0.0.1:9", present)
+        + native_runtime("cx", "codex", "http://127.0.0.1:9", absent)
+    )
     try:
         result = cli(home, "doctor", "--format", "json")
         checks = {c["check"]: c for c in json.loads(result.stdout)["checks"]}
@@ -165,7 +228,10 @@ def test_doctor_reports_each_sign_in_and_its_expiry_never_a_token(tmp_path):
         stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(expires))
         assert str(present / ".credentials.json") in checks["sign-in cl"]["detail"]
         assert f"expires {stamp}" in checks["sign-in cl"]["detail"]
-        assert not checks["sign-in cx"]["ok"] and "agent-run login cx" in checks["sign-in cx"]["detail"]
+        assert (
+            not checks["sign-in cx"]["ok"]
+            and "agent-run login cx" in checks["sign-in cx"]["detail"]
+        )
         assert result.returncode == 1
         assert "doctor-access-tok" not in result.stdout + result.stderr
         assert "doctor-refresh-tok" not in result.stdout + result.stderr
@@ -173,11 +239,17 @@ def test_doctor_reports_each_sign_in_and_its_expiry_never_a_token(tmp_path):
         remove_home(home)
 
 
-def test_login_refuses_a_runtime_without_native_login_and_a_browser_flow_without_a_terminal(tmp_path):
+def test_login_refuses_a_runtime_without_native_login_and_a_browser_flow_without_a_terminal(
+    tmp_path,
+):
     home = make_home(TEST_CONFIG + native_runtime("cl", "claude", "http://127.0.0.1:9", tmp_path))
     try:
         refused = cli(home, "login", "demo")
-        assert refused.returncode != 0 and "native" in refused.stdout and '"field": "runtime"' in refused.stdout
+        assert (
+            refused.returncode != 0
+            and "native" in refused.stdout
+            and '"field": "runtime"' in refused.stdout
+        )
         no_tty = cli(home, "login", "cl", input="")
         assert no_tty.returncode == 2 and "agent-run login cl` in a terminal" in no_tty.stderr
         key_flag = cli(home, "login", "cl", "--with-api-key", input="k\n")
@@ -195,13 +267,31 @@ def test_codex_native_login_has_no_key_variable_and_codex_reads_its_auth_json(ba
     from agent_run.engines.codex import KEY_VARIABLE, CodexEngine
     from agent_run.engines.plan import load_plan
 
-    runtime_config = {"engine": "codex", "auth": {"login": "native", "dir": str(tmp_path)},
-                      "base_url": base_url, "allow_plain_http_loopback": base_url is not None}
-    plan = load_plan(json.dumps({
-        "plan_version": 2, "agent_id": "ag", "execution_id": "ex", "runtime": "r", "engine": "codex",
-        "model": "m", "workdir": str(tmp_path), "profile": "write", "runtime_config": runtime_config,
-        "stall_seconds": 1.0, "wall_seconds": None, "cancel_grace_seconds": 1.0,
-        "engine_home": str(tmp_path / "home")}))
+    runtime_config = {
+        "engine": "codex",
+        "auth": {"login": "native", "dir": str(tmp_path)},
+        "base_url": base_url,
+        "allow_plain_http_loopback": base_url is not None,
+    }
+    plan = load_plan(
+        json.dumps(
+            {
+                "plan_version": 2,
+                "agent_id": "ag",
+                "execution_id": "ex",
+                "runtime": "r",
+                "engine": "codex",
+                "model": "m",
+                "workdir": str(tmp_path),
+                "profile": "write",
+                "runtime_config": runtime_config,
+                "stall_seconds": 1.0,
+                "wall_seconds": None,
+                "cancel_grace_seconds": 1.0,
+                "engine_home": str(tmp_path / "home"),
+            }
+        )
+    )
     worker = WorkerMcp(name="w", command="true", args=[], env={}, tools=["finish"])
     spec = CodexEngine().launch(plan, {}, worker, tmp_path)
     config = tomllib.loads((tmp_path / "home" / ".codex" / "config.toml").read_text())

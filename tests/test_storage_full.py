@@ -37,8 +37,11 @@ class Tmpfs:
 
     def __init__(self) -> None:
         self.root = short_tmpdir("arf-")
-        done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(self.root)],
-                              capture_output=True, text=True)
+        done = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(self.root)],
+            capture_output=True,
+            text=True,
+        )
         if done.returncode != 0:
             self.root.rmdir()
             pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
@@ -57,7 +60,7 @@ class Tmpfs:
                     break
                 written += count or 0
                 if count is not None and count < len(block):
-                    block = block[:max(1, len(block) - count)]
+                    block = block[: max(1, len(block) - count)]
         return written
 
     def free(self) -> None:
@@ -99,7 +102,9 @@ def workdir_on(fs: Tmpfs) -> Path:
 
 
 def events_of(home: Home, agent_id: str, kind: str) -> list:
-    return db_rows(home, "SELECT * FROM events WHERE agent_id = ? AND kind = ? ORDER BY seq", (agent_id, kind))
+    return db_rows(
+        home, "SELECT * FROM events WHERE agent_id = ? AND kind = ? ORDER BY seq", (agent_id, kind)
+    )
 
 
 def test_start_on_a_full_disk_is_storage_full_and_leaves_no_row(running):
@@ -123,19 +128,35 @@ def test_a_disk_that_fills_then_frees_loses_no_event(running):
     daemon = tmpfs_daemon(fs).start()
     made.append(daemon)
     agent = daemon.call("start", {"task": STREAM.format(steps=100), "workdir": str(workdir_on(fs))})
-    wait_for(lambda: len(events_of(daemon.home, agent["id"], "message")) >= 5, timeout=60,
-             what="the agent to stream")
+    wait_for(
+        lambda: len(events_of(daemon.home, agent["id"], "message")) >= 5,
+        timeout=60,
+        what="the agent to stream",
+    )
     fs.fill()
-    wait_for(lambda: (daemon.home.execution_dir(agent["id"], agent["execution"]["id"]) / "supervisor.log")
-             .read_text().count("storage_full:"), timeout=30, what="the supervisor to hit the full disk")
+    wait_for(
+        lambda: (
+            (daemon.home.execution_dir(agent["id"], agent["execution"]["id"]) / "supervisor.log")
+            .read_text()
+            .count("storage_full:")
+        ),
+        timeout=30,
+        what="the supervisor to hit the full disk",
+    )
     # While full, it stays running: nothing is guessed lost while its supervisor lives.
     assert daemon.call("agent", {"agent_id": agent["id"]})["state"] == "running"
     fs.free()
     done = daemon.call("wait", {"agent_id": agent["id"], "timeout_seconds": 90})["agent"]
     engine_log = daemon.home.execution_dir(agent["id"], agent["execution"]["id"]) / "engine.log"
-    assert done["state"] == "succeeded", (done["execution"]["failure_message"], engine_log.read_text()[-1500:])
-    progress = [r for r in db_rows(daemon.home, "SELECT * FROM messages WHERE agent_id = ?", (agent["id"],))
-                if "step" in r["content"]]
+    assert done["state"] == "succeeded", (
+        done["execution"]["failure_message"],
+        engine_log.read_text()[-1500:],
+    )
+    progress = [
+        r
+        for r in db_rows(daemon.home, "SELECT * FROM messages WHERE agent_id = ?", (agent["id"],))
+        if "step" in r["content"]
+    ]
     assert len(progress) == 100  # every step the engine streamed is in the transcript
     assert events_of(daemon.home, agent["id"], "storage_full")
     assert events_of(daemon.home, agent["id"], "storage_recovered")
@@ -147,8 +168,11 @@ def test_a_disk_that_stays_full_ends_failed_storage_full_not_lost(running):
     daemon = tmpfs_daemon(fs, buffer=16384).start()
     made.append(daemon)
     agent = daemon.call("start", {"task": STREAM.format(steps=400), "workdir": str(workdir_on(fs))})
-    wait_for(lambda: len(events_of(daemon.home, agent["id"], "message")) >= 3, timeout=60,
-             what="the agent to stream")
+    wait_for(
+        lambda: len(events_of(daemon.home, agent["id"], "message")) >= 3,
+        timeout=60,
+        what="the agent to stream",
+    )
     fs.fill()
     done = daemon.call("wait", {"agent_id": agent["id"], "timeout_seconds": 90})["agent"]
     assert done["state"] == "failed", done
@@ -183,17 +207,28 @@ def test_reconciliation_names_a_full_disk_the_dead_supervisor_reported(running):
     daemon = tmpfs_daemon(fs).start()
     made.append(daemon)
     agent = daemon.call("start", {"task": STREAM.format(steps=200), "workdir": str(workdir_on(fs))})
-    wait_for(lambda: len(events_of(daemon.home, agent["id"], "message")) >= 3, timeout=60,
-             what="the agent to stream")
+    wait_for(
+        lambda: len(events_of(daemon.home, agent["id"], "message")) >= 3,
+        timeout=60,
+        what="the agent to stream",
+    )
     fs.fill()
     log = daemon.home.execution_dir(agent["id"], agent["execution"]["id"]) / "supervisor.log"
-    wait_for(lambda: "storage_full:" in log.read_text(), timeout=30, what="the supervisor to hit the full disk")
-    row = db_rows(daemon.home, "SELECT * FROM executions WHERE id = ?", (agent["execution"]["id"],))[0]
+    wait_for(
+        lambda: "storage_full:" in log.read_text(),
+        timeout=30,
+        what="the supervisor to hit the full disk",
+    )
+    row = db_rows(
+        daemon.home, "SELECT * FROM executions WHERE id = ?", (agent["execution"]["id"],)
+    )[0]
     os.kill(row["supervisor_pid"], signal.SIGKILL)  # it dies holding its events in memory
     fs.free()
     done = daemon.call("wait", {"agent_id": agent["id"], "timeout_seconds": 60})["agent"]
     assert done["state"] == "lost"
-    assert "the disk was full" in done["execution"]["failure_message"], done["execution"]["failure_message"]
+    assert "the disk was full" in done["execution"]["failure_message"], done["execution"][
+        "failure_message"
+    ]
 
 
 def test_held_events_too_big_for_the_reserve_are_dropped_and_counted(running):
@@ -202,8 +237,11 @@ def test_held_events_too_big_for_the_reserve_are_dropped_and_counted(running):
     made.append(daemon)
     fast = "steps: 100000\nstep_seconds: 0.001\nanswer: never reached"
     agent = daemon.call("start", {"task": fast, "workdir": str(workdir_on(fs))})
-    wait_for(lambda: len(events_of(daemon.home, agent["id"], "message")) >= 3, timeout=60,
-             what="the agent to stream")
+    wait_for(
+        lambda: len(events_of(daemon.home, agent["id"], "message")) >= 3,
+        timeout=60,
+        what="the agent to stream",
+    )
     fs.fill()
     done = daemon.call("wait", {"agent_id": agent["id"], "timeout_seconds": 90})["agent"]
     assert done["state"] == "failed" and done["failure_kind"] == "storage_full", done["execution"]

@@ -21,7 +21,8 @@ def test_a_marked_test_gets_node_modules():
 
 def test_fast_deselects_every_slow_slice(pytester):
     pytester.makeconftest(open(__file__.replace("test_suite_slices.py", "conftest.py")).read())
-    pytester.makepyfile(test_x="""
+    pytester.makepyfile(
+        test_x="""
 import pytest
 
 def test_plain(): pass
@@ -34,7 +35,8 @@ def test_browser(): pass
 
 @pytest.mark.sshd
 def test_sshd(): pass
-""")
+"""
+    )
     fast = pytester.runpytest("--fast", "-p", "no:cacheprovider")
     fast.assert_outcomes(passed=1, deselected=3)
     full = pytester.runpytest("-p", "no:cacheprovider")

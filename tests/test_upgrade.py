@@ -28,14 +28,20 @@ def old_home():
 
 
 def test_a_schema5_home_migrates_and_serves_agent_answer_and_transcript(old_home):
-    assert db_rows(old_home, "PRAGMA user_version")[0][0] == 5  # the copy: the fixture stays untouched
+    assert (
+        db_rows(old_home, "PRAGMA user_version")[0][0] == 5
+    )  # the copy: the fixture stays untouched
     daemon = DaemonProcess(old_home).start()
     try:
         latest = max(int(p.name[:4]) for p in MIGRATIONS.glob("[0-9][0-9][0-9][0-9]_*.sql"))
         assert db_rows(old_home, "PRAGMA user_version")[0][0] == latest
 
         answered = daemon.call("agent", {"agent_id": ANSWERED})
-        assert (answered["state"], answered["runtime"], answered["engine"]) == ("succeeded", "demo", "demo")
+        assert (answered["state"], answered["runtime"], answered["engine"]) == (
+            "succeeded",
+            "demo",
+            "demo",
+        )
         assert daemon.call("answer", {"agent_id": ANSWERED})["text"] == "the frozen answer"
         items = daemon.call("transcript", {"agent_id": ANSWERED})["items"]
         assert [(i["role"], i["name"], i["content"]) for i in items] == [
@@ -54,6 +60,9 @@ def test_a_schema5_home_migrates_and_serves_agent_answer_and_transcript(old_home
 
 
 def test_the_frozen_plans_are_the_ones_written_then(old_home):
-    plans = [r["plan_json"] for r in db_rows(old_home, "SELECT plan_json FROM executions ORDER BY id")]
-    assert len(plans) == 2 and all('"runtime": "demo"' in p and '"worker_tools": ["finish"]' in p
-                                   for p in plans)
+    plans = [
+        r["plan_json"] for r in db_rows(old_home, "SELECT plan_json FROM executions ORDER BY id")
+    ]
+    assert len(plans) == 2 and all(
+        '"runtime": "demo"' in p and '"worker_tools": ["finish"]' in p for p in plans
+    )

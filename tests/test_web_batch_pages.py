@@ -13,46 +13,79 @@ def _runs(batch, stage):
 
 def test_validated_batch_page_shows_each_workers_verdict_and_the_winner(web, daemon):
     repo = make_repo()
-    started = daemon.call("batch_start", {"workflow": "validated", "project": str(repo), "runs": 2, "runtime": "demo",
-                                          "prompt": "write: answer.txt = 42\nresult: auto",
-                                          "validator_prompt": "verdict: auto"})
+    started = daemon.call(
+        "batch_start",
+        {
+            "workflow": "validated",
+            "project": str(repo),
+            "runs": 2,
+            "runtime": "demo",
+            "prompt": "write: answer.txt = 42\nresult: auto",
+            "validator_prompt": "verdict: auto",
+        },
+    )
     batch = wait_batch(daemon, started["id"])
     assert batch["state"] == "completed", batch["state_reason"]
     verdict = _runs(batch, "validator")[0]["result"]
     page = web.client().get(f"/batches/{batch['id']}").text
     assert "Workers and the validator's verdict" in page
     assert re.search(r'id="winner">worker (\d+)<', page).group(1) == str(verdict["winner"])
-    rows = re.findall(r'<tr data-run="(rn_[0-9a-z]+)" data-state="succeeded"( class="winner")?>(.*?)</tr>', page, re.S)
+    rows = re.findall(
+        r'<tr data-run="(rn_[0-9a-z]+)" data-state="succeeded"( class="winner")?>(.*?)</tr>',
+        page,
+        re.S,
+    )
     workers = {w["id"]: w for w in _runs(batch, "worker")}
     assert {row[0] for row in rows} == set(workers)
     for run_id, winner_class, cells in rows:
         index = workers[run_id]["index"]
         mine = next(v for v in verdict["workers"] if v["worker"] == index)
-        assert ("badge ok\">pass" if mine["pass"] else "badge bad\">fail") in cells
+        assert ('badge ok">pass' if mine["pass"] else 'badge bad">fail') in cells
         assert f'<td class="reason">{html.escape(mine["reason"])}</td>' in cells
         assert bool(winner_class) == (index == verdict["winner"])
 
 
 def test_validated_batch_page_before_the_verdict_says_the_validator_waits(web, daemon):
     repo = make_repo()
-    started = daemon.call("batch_start", {"workflow": "validated", "project": str(repo), "runs": 1, "runtime": "demo",
-                                          "prompt": "answer: forgot to submit"})
+    started = daemon.call(
+        "batch_start",
+        {
+            "workflow": "validated",
+            "project": str(repo),
+            "runs": 1,
+            "runtime": "demo",
+            "prompt": "answer: forgot to submit",
+        },
+    )
     batch = wait_batch(daemon, started["id"])
     assert batch["state"] == "blocked" and not _runs(batch, "validator")
     page = web.client().get(f"/batches/{batch['id']}").text
-    assert "The validator starts once every worker has succeeded." in page and 'id="winner"' not in page
+    assert (
+        "The validator starts once every worker has succeeded." in page
+        and 'id="winner"' not in page
+    )
 
 
 def test_generated_batch_page_lists_the_generated_tasks_with_their_runs(web, daemon):
     repo = make_repo()
-    started = daemon.call("batch_start", {"workflow": "generated", "project": str(repo), "runs": 3,
-                                          "runtime": "demo", "prompt": "tasks: auto"})
+    started = daemon.call(
+        "batch_start",
+        {
+            "workflow": "generated",
+            "project": str(repo),
+            "runs": 3,
+            "runtime": "demo",
+            "prompt": "tasks: auto",
+        },
+    )
     batch = wait_batch(daemon, started["id"])
     assert batch["state"] == "completed", batch["state_reason"]
     tasks = _runs(batch, "generator")[0]["result"]
     page = web.client().get(f"/batches/{batch['id']}").text
     assert "<h2>Generated tasks</h2>" in page
-    listed = re.findall(r'<li class="task"><strong>([^<]*)</strong> — <a href="/batches/[^/]+/runs/(rn_[0-9a-z]+)">',
-                        page)
+    listed = re.findall(
+        r'<li class="task"><strong>([^<]*)</strong> — <a href="/batches/[^/]+/runs/(rn_[0-9a-z]+)">',
+        page,
+    )
     workers = {w["index"]: w["id"] for w in _runs(batch, "worker")}
     assert listed == [(html.escape(t["title"]), workers[n]) for n, t in enumerate(tasks, start=1)]

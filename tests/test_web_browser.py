@@ -12,9 +12,11 @@ from tests.web_harness import WebProcess
 
 pytestmark = pytest.mark.browser
 
-CANDIDATE = ("Add GREETING.md for new contributors.\nsteps: 5\nstep_seconds: 0.3\n"
-             "write: GREETING.md = Welcome! Read README.md first.\ncommit: Add a greeting\n"
-             "answer: Added GREETING.md and committed it.")
+CANDIDATE = (
+    "Add GREETING.md for new contributors.\nsteps: 5\nstep_seconds: 0.3\n"
+    "write: GREETING.md = Welcome! Read README.md first.\ncommit: Add a greeting\n"
+    "answer: Added GREETING.md and committed it."
+)
 REVIEW = "Is the greeting friendly?\nsteps: 2\nstep_seconds: 0.3\nscore: auto"
 
 
@@ -44,7 +46,9 @@ def test_a_ranked_batch_from_the_form_updates_live_until_the_ranking_appears(web
         screenshot(page, "batch-running")
         batch = wait_batch(daemon, batch_id)
         assert batch["state"] == "completed", batch["state_reason"]
-        page.wait_for_selector("td.rank:text('#1')", timeout=30_000)  # the ranking, without a reload
+        page.wait_for_selector(
+            "td.rank:text('#1')", timeout=30_000
+        )  # the ranking, without a reload
         assert page.evaluate("window.__notReloaded") is True
         assert page.locator("td.rank:text('#2')").count() == 1
         screenshot(page, "batch-ranked")
@@ -57,8 +61,18 @@ def test_a_ranked_batch_from_the_form_updates_live_until_the_ranking_appears(web
 
 def test_a_runs_session_and_changes_tabs(web, daemon):
     repo = make_repo()
-    batch = daemon.call("batch_start", {"workflow": "ranked", "project": str(repo), "runs": 1, "reviewers": 1,
-                                        "runtime": "demo", "prompt": CANDIDATE, "review_prompt": REVIEW})
+    batch = daemon.call(
+        "batch_start",
+        {
+            "workflow": "ranked",
+            "project": str(repo),
+            "runs": 1,
+            "reviewers": 1,
+            "runtime": "demo",
+            "prompt": CANDIDATE,
+            "review_prompt": REVIEW,
+        },
+    )
     batch = wait_batch(daemon, batch["id"])
     run = next(r for r in batch["runs"] if r["stage"] == "candidate")
     answer = daemon.call("answer", {"agent_id": run["agent_id"]})
@@ -82,9 +96,17 @@ XSS = "<script>alert('xss-script')</script> <img src=x onerror=\"alert('xss-img'
 
 
 def test_xss_probes_in_a_task_and_an_answer_never_run(web, daemon, workdir):
-    agent = daemon.call("start", {"task": f"# {XSS}\n[link](javascript:alert('xss-link'))\nanswer: {XSS}",
-                                  "workdir": str(workdir)})
-    wait_for(lambda: daemon.call("agent", {"agent_id": agent["id"]})["state"] == "succeeded", what="agent done")
+    agent = daemon.call(
+        "start",
+        {
+            "task": f"# {XSS}\n[link](javascript:alert('xss-link'))\nanswer: {XSS}",
+            "workdir": str(workdir),
+        },
+    )
+    wait_for(
+        lambda: daemon.call("agent", {"agent_id": agent["id"]})["state"] == "succeeded",
+        what="agent done",
+    )
     with browser_page() as (page, seen):
         sign_in(page, web, f"/agents/{agent['id']}")
         page.wait_for_selector(".answer")
@@ -106,7 +128,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_the_page_reconnects_after_the_web_process_and_the_daemon_are_killed_and_restarted(daemon, workdir):
+def test_the_page_reconnects_after_the_web_process_and_the_daemon_are_killed_and_restarted(
+    daemon, workdir
+):
     web = WebProcess(daemon.home, port=free_port()).start()
     try:
         with browser_page(width=390, height=800) as (page, seen):  # a phone's width
@@ -115,7 +139,9 @@ def test_the_page_reconnects_after_the_web_process_and_the_daemon_are_killed_and
             web.kill9()
             page.wait_for_selector("#live-status[data-state=reconnecting]")
             # Changes while nobody serves the page: replayed after the restart, by Last-Event-ID.
-            agent = daemon.call("start", {"task": "answer: made while the web was down", "workdir": str(workdir)})
+            agent = daemon.call(
+                "start", {"task": "answer: made while the web was down", "workdir": str(workdir)}
+            )
             web = WebProcess(daemon.home, port=web.port).start()
             page.wait_for_selector(f"a:text('{agent['id']}')", timeout=60_000)
             assert page.evaluate("window.__notReloaded") is True
@@ -124,12 +150,16 @@ def test_the_page_reconnects_after_the_web_process_and_the_daemon_are_killed_and
             # The daemon too: killed, restarted, and what happens after shows up without a reload.
             daemon.kill9()
             daemon.start()
-            later = daemon.call("start", {"task": "answer: after the daemon restart", "workdir": str(workdir)})
+            later = daemon.call(
+                "start", {"task": "answer: after the daemon restart", "workdir": str(workdir)}
+            )
             page.wait_for_selector(f"a:text('{later['id']}')", timeout=60_000)
             assert page.evaluate("window.__notReloaded") is True
             # Compared with the store: every agent is on the page, none twice.
             stored = sorted(a["id"] for a in daemon.call("list_agents", {"limit": 100})["items"])
-            shown = page.eval_on_selector_all("table.agents a[href^='/agents/']", "els => els.map(e => e.textContent)")
+            shown = page.eval_on_selector_all(
+                "table.agents a[href^='/agents/']", "els => els.map(e => e.textContent)"
+            )
             assert sorted(shown) == stored, (shown, stored)
             assert not seen["dialogs"] and not seen["page_errors"], seen
     finally:

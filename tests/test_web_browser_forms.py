@@ -25,7 +25,9 @@ def test_the_model_select_follows_the_chosen_runtime(web, daemon, workdir):
         sign_in(page, web, "/agents/new")
 
         def offered():
-            return page.eval_on_selector_all("#f-model optgroup:not([disabled]) option", "els => els.map(e => e.value)")
+            return page.eval_on_selector_all(
+                "#f-model optgroup:not([disabled]) option", "els => els.map(e => e.value)"
+            )
 
         assert offered() == ["demo-1", "demo-2"]  # the default runtime's (demo)
         page.select_option("#f-runtime", "quick")

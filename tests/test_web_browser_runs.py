@@ -13,8 +13,16 @@ pytestmark = pytest.mark.browser
 
 
 def start_repeated(daemon, prompt):
-    return daemon.call("batch_start", {"workflow": "repeated", "project": str(make_repo()), "runs": 1,
-                                       "runtime": "demo", "prompt": prompt})
+    return daemon.call(
+        "batch_start",
+        {
+            "workflow": "repeated",
+            "project": str(make_repo()),
+            "runs": 1,
+            "runtime": "demo",
+            "prompt": prompt,
+        },
+    )
 
 
 def only_run(daemon, batch_id):
@@ -29,7 +37,9 @@ def test_stop_then_rerun_a_run_from_its_page(web, daemon):
         sign_in(page, web, f"/batches/{batch['id']}/runs/{run['id']}")
         assert page.locator("button:text('Rerun')").count() == 0  # not while it runs
         page.click("button:text('Stop')")
-        page.wait_for_selector("#run-head h1 .state-cancelled", timeout=60_000)  # live, after the redirect
+        page.wait_for_selector(
+            "#run-head h1 .state-cancelled", timeout=60_000
+        )  # live, after the redirect
         assert page.locator("button:text('Stop')").count() == 0
         page.click("button:text('Rerun')")
         page.wait_for_selector("a.chip:text('2 · rerun')")
@@ -50,7 +60,9 @@ def test_a_follow_up_on_a_repeated_batch_run_streams_its_new_turn(web, daemon):
         page.click("button:text('Follow up')")
         page.wait_for_selector("h3.turn:text('Turn 2')", timeout=60_000)
         page.evaluate("window.__notReloaded = true")
-        page.wait_for_selector(".answer:has-text('the second turn')", timeout=60_000)  # streamed in live
+        page.wait_for_selector(
+            ".answer:has-text('the second turn')", timeout=60_000
+        )  # streamed in live
         assert page.evaluate("window.__notReloaded") is True
         assert page.locator("a.chip:text('2 · followup')").count() == 1
         assert not seen["dialogs"] and not seen["page_errors"], seen
@@ -58,9 +70,18 @@ def test_a_follow_up_on_a_repeated_batch_run_streams_its_new_turn(web, daemon):
 
 def test_a_blocked_ranked_batch_says_why_and_unblocks_after_a_rerun(web, daemon):
     candidate = "require: UNBLOCK\nwrite: A.md = a\ncommit: Add A\nanswer: done"
-    batch = daemon.call("batch_start", {"workflow": "ranked", "project": str(make_repo()), "runs": 1,
-                                        "reviewers": 1, "runtime": "demo", "prompt": candidate,
-                                        "review_prompt": "score: auto"})
+    batch = daemon.call(
+        "batch_start",
+        {
+            "workflow": "ranked",
+            "project": str(make_repo()),
+            "runs": 1,
+            "reviewers": 1,
+            "runtime": "demo",
+            "prompt": candidate,
+            "review_prompt": "score: auto",
+        },
+    )
     blocked = wait_batch(daemon, batch["id"])
     assert blocked["state"] == "blocked"
     run = blocked["runs"][0]

@@ -27,7 +27,9 @@ def stored_ids(daemon, agent_id):
 
 
 def shown_ids(page):
-    return page.eval_on_selector_all("#transcript [data-item]", "els => els.map(e => Number(e.dataset.item))")
+    return page.eval_on_selector_all(
+        "#transcript [data-item]", "els => els.map(e => Number(e.dataset.item))"
+    )
 
 
 def test_a_long_running_agents_session_appends_by_cursor_across_a_web_restart(daemon, workdir):
@@ -38,30 +40,49 @@ def test_a_long_running_agents_session_appends_by_cursor_across_a_web_restart(da
     asked: list[dict[str, list[str]]] = []
     try:
         with browser_page() as (page, seen):
-            page.on("request", lambda r: asked.append(parse_qs(urlsplit(r.url).query))
-                    if "/transcript?" in r.url else None)
+            page.on(
+                "request",
+                lambda r: (
+                    asked.append(parse_qs(urlsplit(r.url).query))
+                    if "/transcript?" in r.url
+                    else None
+                ),
+            )
             sign_in(page, web, f"/agents/{agent_id}")
             page.wait_for_selector("#live-status[data-state=live]")
             at_load = len(shown_ids(page))
             assert daemon.call("agent", {"agent_id": agent_id})["state"] == "running"
-            wait_for(lambda: len(shown_ids(page)) >= at_load + 3, timeout=60,
-                     what=f"messages appended live (asked {asked}, {seen})")
+            wait_for(
+                lambda: len(shown_ids(page)) >= at_load + 3,
+                timeout=60,
+                what=f"messages appended live (asked {asked}, {seen})",
+            )
             web.kill9()
             page.wait_for_selector("#live-status[data-state=reconnecting]")
             away_from = len(stored_ids(daemon, agent_id))
-            wait_for(lambda: len(stored_ids(daemon, agent_id)) >= away_from + 5, timeout=60,
-                     what="messages made while the web process is down")
+            wait_for(
+                lambda: len(stored_ids(daemon, agent_id)) >= away_from + 5,
+                timeout=60,
+                what="messages made while the web process is down",
+            )
             web = WebProcess(daemon.home, port=web.port).start()
             daemon.call("wait", {"agent_id": agent_id, "timeout_seconds": 120})
             page.wait_for_selector(".answer:has-text('the long one is done')", timeout=60_000)
             final = stored_ids(daemon, agent_id)
-            wait_for(lambda: shown_ids(page) == final, timeout=30, what="the page to match the store")
+            wait_for(
+                lambda: shown_ids(page) == final, timeout=30, what="the page to match the store"
+            )
             # A new turn: its divider and messages are appended too, still exactly the store's.
-            daemon.call("resume", {"agent_id": agent_id, "prompt": "steps: 3\nstep_seconds: 0.1\nanswer: turn two"})
+            daemon.call(
+                "resume",
+                {"agent_id": agent_id, "prompt": "steps: 3\nstep_seconds: 0.1\nanswer: turn two"},
+            )
             daemon.call("wait", {"agent_id": agent_id, "timeout_seconds": 120})
             page.wait_for_selector("h3.turn:text('Turn 2')", timeout=60_000)
             final = stored_ids(daemon, agent_id)
-            wait_for(lambda: shown_ids(page) == final, timeout=30, what="the second turn on the page")
+            wait_for(
+                lambda: shown_ids(page) == final, timeout=30, what="the second turn on the page"
+            )
             assert page.locator("h3.turn").count() == 2
             assert page.evaluate("window.__notReloaded") is True
             assert not seen["dialogs"] and not seen["page_errors"], seen

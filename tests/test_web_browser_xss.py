@@ -12,11 +12,15 @@ from tests.harness import wait_for
 pytestmark = pytest.mark.browser
 
 UNTRACKED = "u<script>alert('untracked')<.txt"  # no "/" or "=": the demo's write takes it literally
-FIRST = ("# <script>alert('task')</script>\nwrite: probe.md = <img src=x onerror=alert('diff')>\n"
-         "commit: <img src=x onerror=alert('commit')>\n"
-         "answer: <img src=x onerror=alert('answer')> <script>alert('answer')</script>")
-SECOND = (f"write: {UNTRACKED} = <img src=x onerror=alert('preview')>\n"
-          "answer: again <script>alert('turn')</script>")
+FIRST = (
+    "# <script>alert('task')</script>\nwrite: probe.md = <img src=x onerror=alert('diff')>\n"
+    "commit: <img src=x onerror=alert('commit')>\n"
+    "answer: <img src=x onerror=alert('answer')> <script>alert('answer')</script>"
+)
+SECOND = (
+    f"write: {UNTRACKED} = <img src=x onerror=alert('preview')>\n"
+    "answer: again <script>alert('turn')</script>"
+)
 
 
 def assert_inert(page, seen, where):
@@ -27,16 +31,29 @@ def assert_inert(page, seen, where):
 
 def test_xss_probes_in_every_agent_made_field_stay_text(web, daemon):
     # A ranked candidate: the one stage that commits (create_commit).
-    batch = daemon.call("batch_start", {"workflow": "ranked", "project": str(make_repo()), "runs": 1,
-                                        "reviewers": 1, "review_prompt": "score: auto", "runtime": "demo",
-                                        "prompt": FIRST})
+    batch = daemon.call(
+        "batch_start",
+        {
+            "workflow": "ranked",
+            "project": str(make_repo()),
+            "runs": 1,
+            "reviewers": 1,
+            "review_prompt": "score: auto",
+            "runtime": "demo",
+            "prompt": FIRST,
+        },
+    )
     done = wait_batch(daemon, batch["id"])
     run = next(r for r in done["runs"] if r["stage"] == "candidate")
     assert run["state"] == "succeeded", (run, done["state_reason"])
     daemon.call("run_followup", {"run_id": run["id"], "text": SECOND, "reopen": True})
 
     def settled():
-        now = next(r for r in daemon.call("batch", {"batch_id": batch["id"]})["runs"] if r["id"] == run["id"])
+        now = next(
+            r
+            for r in daemon.call("batch", {"batch_id": batch["id"]})["runs"]
+            if r["id"] == run["id"]
+        )
         return now["attempt"] == 2 and now["state"] == "succeeded"
 
     wait_for(settled, timeout=90, what="the follow-up settled")
@@ -58,14 +75,19 @@ def test_xss_probes_in_every_agent_made_field_stay_text(web, daemon):
         assert_inert(page, seen, "session")
         page.goto(f"{web.base}{run_url}?tab=changes")
         changes = page.inner_text(".changes")
-        for probe in ("<img src=x onerror=alert('diff')>", "<img src=x onerror=alert('commit')>",
-                      UNTRACKED, "<img src=x onerror=alert('preview')>"):
+        for probe in (
+            "<img src=x onerror=alert('diff')>",
+            "<img src=x onerror=alert('commit')>",
+            UNTRACKED,
+            "<img src=x onerror=alert('preview')>",
+        ):
             assert probe in changes, probe
         assert_inert(page, seen, "changes")
         page.goto(f"{web.base}{run_url}?tab=log")
         assert_inert(page, seen, "log")
         page.goto(f"{web.base}/agents/{run['agent_id']}")
         page.click("details.prompt summary")
-        assert "<script>alert('task')</script>" in page.inner_text("details.prompt") or \
-            "alert('task')" in page.inner_text("details.prompt")
+        assert "<script>alert('task')</script>" in page.inner_text(
+            "details.prompt"
+        ) or "alert('task')" in page.inner_text("details.prompt")
         assert_inert(page, seen, "agent")

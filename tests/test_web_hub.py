@@ -34,13 +34,20 @@ def test_the_hub_asks_at_most_ten_times_a_second_and_misses_no_change(daemon, wo
         hub = ChangeHub(proxy)
         hub.start()
         await until(lambda: hub.connected, what="the hub to follow the daemon")
-        agents = [await proxy.call("start", {"task": f"steps: 20\nstep_seconds: 0.05\nanswer: {n}",
-                                              "workdir": str(workdir)}) for n in range(8)]
+        agents = [
+            await proxy.call(
+                "start",
+                {"task": f"steps: 20\nstep_seconds: 0.05\nanswer: {n}", "workdir": str(workdir)},
+            )
+            for n in range(8)
+        ]
         for agent in agents:
             await proxy.call("wait", {"agent_id": agent["id"], "timeout_seconds": 60})
         calls = list(proxy.changes_calls)
         final = (await proxy.call("changes", {"after_revision": 0}))["revision"]
-        await until(lambda: hub.revision is not None and hub.revision >= final, what="the hub to catch up")
+        await until(
+            lambda: hub.revision is not None and hub.revision >= final, what="the hub to catch up"
+        )
         seen = frozenset().union(*(c.agents for c in hub.history))
         return calls, seen, {a["id"] for a in agents}
 

@@ -99,17 +99,25 @@ def test_a_refresh_for_a_newer_revision_renders_afresh_and_shows_the_change(web,
 
 
 ITEM = re.compile(r'data-item="(\d+)"')
-BLOCK = re.compile(r'<div class="block" data-block data-kind="(\w+)" data-turn="(\d+)" '
-                   r'data-after="(\d+)" data-last="(\d+)">')
+BLOCK = re.compile(
+    r'<div class="block" data-block data-kind="(\w+)" data-turn="(\d+)" '
+    r'data-after="(\d+)" data-last="(\d+)">'
+)
 
 
 def test_the_transcript_endpoint_answers_only_the_blocks_after_the_cursor(web, daemon, workdir):
-    task = ("steps: 3\nstep_seconds: 0.05\nwrite: a.txt = 1\nwrite: b.txt = 2\nanswer: first")
+    task = "steps: 3\nstep_seconds: 0.05\nwrite: a.txt = 1\nwrite: b.txt = 2\nanswer: first"
     agent = daemon.call("start", {"task": task, "workdir": str(workdir)})
     daemon.call("wait", {"agent_id": agent["id"], "timeout_seconds": 60})
-    daemon.call("resume", {"agent_id": agent["id"], "prompt": "steps: 2\nstep_seconds: 0.05\nanswer: second"})
+    daemon.call(
+        "resume",
+        {"agent_id": agent["id"], "prompt": "steps: 2\nstep_seconds: 0.05\nanswer: second"},
+    )
     daemon.call("wait", {"agent_id": agent["id"], "timeout_seconds": 60})
-    stored = [i["id"] for i in daemon.call("transcript", {"agent_id": agent["id"], "limit": 1000})["items"]]
+    stored = [
+        i["id"]
+        for i in daemon.call("transcript", {"agent_id": agent["id"], "limit": 1000})["items"]
+    ]
     client = web.client()
     page = client.get(f"/agents/{agent['id']}").text
     assert [int(i) for i in ITEM.findall(page)] == stored
@@ -117,12 +125,16 @@ def test_the_transcript_endpoint_answers_only_the_blocks_after_the_cursor(web, d
     assert [kind for kind, *_ in blocks].count("tools") >= 1 and page.count('class="turn"') == 2
 
     def after(cursor, turn=0):
-        response = client.get(f"/agents/{agent['id']}/transcript", params={"after": cursor, "turn": turn})
+        response = client.get(
+            f"/agents/{agent['id']}/transcript", params={"after": cursor, "turn": turn}
+        )
         assert response.status_code == 200
         return response.json()
 
     everything = after(0)
-    assert [int(i) for i in ITEM.findall(everything["html"])] == stored and everything["cursor"] == stored[-1]
+    assert [int(i) for i in ITEM.findall(everything["html"])] == stored and everything[
+        "cursor"
+    ] == stored[-1]
     assert everything["more"] is False and everything["count"] == len(stored)
     # From each block's start (a tool group asks from its start): exactly the items from there on.
     for n, (_kind, _turn, start, _last) in enumerate(blocks):
@@ -139,11 +151,15 @@ def test_the_transcript_endpoint_answers_only_the_blocks_after_the_cursor(web, d
 
 
 def test_a_live_refresh_of_an_agent_page_does_not_read_the_transcript(web, daemon, workdir):
-    agent = daemon.call("start", {"task": "steps: 2\nstep_seconds: 0.05\nanswer: live", "workdir": str(workdir)})
+    agent = daemon.call(
+        "start", {"task": "steps: 2\nstep_seconds: 0.05\nanswer: live", "workdir": str(workdir)}
+    )
     daemon.call("wait", {"agent_id": agent["id"], "timeout_seconds": 60})
     done = threading.Event()
     follow_events(web, done)
-    live = live_get(web, f"/agents/{agent['id']}", daemon.call("changes", {"after_revision": 0})["revision"])
+    live = live_get(
+        web, f"/agents/{agent['id']}", daemon.call("changes", {"after_revision": 0})["revision"]
+    )
     done.set()
     assert ITEM.search(live.text) is None  # the page follows the transcript itself
     assert f'data-agent="{agent["id"]}"' in live.text and "verified" in live.text

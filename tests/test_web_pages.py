@@ -10,25 +10,43 @@ import httpx2
 from tests.batch_harness import make_repo, wait_batch
 from tests.harness import wait_for
 
-CANDIDATE = ("Add GREETING.md.\nsteps: 2\nstep_seconds: 0.1\nwrite: GREETING.md = Hello <b>there</b>\n"
-             "commit: Add greeting\nanswer: added the greeting")
+CANDIDATE = (
+    "Add GREETING.md.\nsteps: 2\nstep_seconds: 0.1\nwrite: GREETING.md = Hello <b>there</b>\n"
+    "commit: Add greeting\nanswer: added the greeting"
+)
 REVIEW = "Judge it.\nsteps: 1\nstep_seconds: 0.1\nscore: auto"
 
 
 def post_form(web, client, path, form):
-    return client.post(path, data={**form, "csrf": web.csrf(client)}, headers={"origin": web.origin})
+    return client.post(
+        path, data={**form, "csrf": web.csrf(client)}, headers={"origin": web.origin}
+    )
 
 
 def test_json_api_returns_what_the_socket_returns_including_typed_errors(web, daemon, workdir):
     client = web.client(headers={"authorization": f"Bearer {web.token}"})
-    agent = client.post("/api/tools/start", json={"task": "answer: via http", "workdir": str(workdir)}).json()
-    wait_for(lambda: daemon.call("agent", {"agent_id": agent["id"]})["state"] == "succeeded", what="agent done")
-    for name, params in (("answer", {"agent_id": agent["id"]}), ("transcript", {"agent_id": agent["id"]}),
-                         ("doc", {"topic": "states"})):
-        assert client.post(f"/api/tools/{name}", json=params).json() == daemon.call(name, params), name
-    for name, params in (("agent", {"agent_id": "not an id"}), ("agent", {"agent_id": "ag_missing"}),
-                         ("start", {"task": "x"}), ("batch", {"batch_id": "bt_nope"}),
-                         ("list_agents", {"limit": 0, "bogus": 1})):
+    agent = client.post(
+        "/api/tools/start", json={"task": "answer: via http", "workdir": str(workdir)}
+    ).json()
+    wait_for(
+        lambda: daemon.call("agent", {"agent_id": agent["id"]})["state"] == "succeeded",
+        what="agent done",
+    )
+    for name, params in (
+        ("answer", {"agent_id": agent["id"]}),
+        ("transcript", {"agent_id": agent["id"]}),
+        ("doc", {"topic": "states"}),
+    ):
+        assert client.post(f"/api/tools/{name}", json=params).json() == daemon.call(name, params), (
+            name
+        )
+    for name, params in (
+        ("agent", {"agent_id": "not an id"}),
+        ("agent", {"agent_id": "ag_missing"}),
+        ("start", {"task": "x"}),
+        ("batch", {"batch_id": "bt_nope"}),
+        ("list_agents", {"limit": 0, "bogus": 1}),
+    ):
         response = client.post(f"/api/tools/{name}", json=params)
         try:
             daemon.call(name, params)
@@ -49,14 +67,22 @@ def test_tool_list_over_http_is_the_socket_tool_list(web, daemon):
 
 def test_a_bad_batch_form_comes_back_with_the_tools_message_next_to_the_field(web, daemon):
     client = web.client()
-    response = post_form(web, client, "/batches", {"workflow": "ranked", "project": "/nowhere", "runs": "99",
-                                                   "prompt": "do it"})
+    response = post_form(
+        web,
+        client,
+        "/batches",
+        {"workflow": "ranked", "project": "/nowhere", "runs": "99", "prompt": "do it"},
+    )
     assert response.status_code == 422
     error = re.search(r'id="e-runs">([^<]*)<', response.text)
     assert error and "less than or equal to 50" in error.group(1)
     assert 'value="/nowhere"' in response.text  # what was typed is kept
-    response = post_form(web, client, "/batches", {"workflow": "ranked", "project": "/nowhere", "runs": "2",
-                                                   "prompt": "do it"})
+    response = post_form(
+        web,
+        client,
+        "/batches",
+        {"workflow": "ranked", "project": "/nowhere", "runs": "2", "prompt": "do it"},
+    )
     assert response.status_code == 422 and re.search(r'id="e-project">[^<]+<', response.text)
     assert daemon.call("list_batches", {})["total"] == 0
 
@@ -64,9 +90,21 @@ def test_a_bad_batch_form_comes_back_with_the_tools_message_next_to_the_field(we
 def test_a_ranked_batch_from_the_form_shows_ranking_session_and_changes(web, daemon):
     repo = make_repo()
     client = web.client()
-    started = post_form(web, client, "/batches", {
-        "workflow": "ranked", "project": str(repo), "runs": "2", "reviewers": "2", "runtime": "demo",
-        "prompt": CANDIDATE, "review_prompt": REVIEW, "verify_command": "test -s GREETING.md"})
+    started = post_form(
+        web,
+        client,
+        "/batches",
+        {
+            "workflow": "ranked",
+            "project": str(repo),
+            "runs": "2",
+            "reviewers": "2",
+            "runtime": "demo",
+            "prompt": CANDIDATE,
+            "review_prompt": REVIEW,
+            "verify_command": "test -s GREETING.md",
+        },
+    )
     assert started.status_code == 303, started.text
     batch_id = started.headers["location"].rsplit("/", 1)[1]
     batch = wait_batch(daemon, batch_id)
@@ -118,10 +156,16 @@ def test_event_ids_are_revisions_and_last_event_id_replays_what_was_missed(web, 
     listener.start()
     agent = daemon.call("start", {"task": "answer: evented", "workdir": str(workdir)})
     listener.join(timeout=60)
-    assert got and int(got[0]["id"]) > revision and agent["id"] in json.loads(got[0]["data"])["agents"]
-    wait_for(lambda: daemon.call("agent", {"agent_id": agent["id"]})["state"] == "succeeded", what="done")
+    assert (
+        got and int(got[0]["id"]) > revision and agent["id"] in json.loads(got[0]["data"])["agents"]
+    )
+    wait_for(
+        lambda: daemon.call("agent", {"agent_id": agent["id"]})["state"] == "succeeded", what="done"
+    )
     # A client that was away since `revision` gets everything after it at once, with a later id.
-    with web.client().stream("GET", "/events", headers={"last-event-id": str(revision)}) as response:
+    with web.client().stream(
+        "GET", "/events", headers={"last-event-id": str(revision)}
+    ) as response:
         replay = read_events(response, 1)[0]
     assert agent["id"] in json.loads(replay["data"])["agents"]
     assert int(replay["id"]) == daemon.call("changes", {"after_revision": 0})["revision"]
@@ -129,8 +173,12 @@ def test_event_ids_are_revisions_and_last_event_id_replays_what_was_missed(web, 
 
 def test_killing_the_web_process_harms_no_agent(web, daemon, workdir):
     client = web.client()
-    started = post_form(web, client, "/agents", {"task": "steps: 10\nstep_seconds: 0.2\nanswer: survived",
-                                                 "workdir": str(workdir)})
+    started = post_form(
+        web,
+        client,
+        "/agents",
+        {"task": "steps: 10\nstep_seconds: 0.2\nanswer: survived", "workdir": str(workdir)},
+    )
     agent_id = started.headers["location"].rsplit("/", 1)[1]
     web.kill9()
     result = daemon.call("wait", {"agent_id": agent_id, "timeout_seconds": 60})
@@ -148,14 +196,21 @@ def test_events_are_coalesced_to_ten_a_second_and_together_miss_nothing(web, dae
     final = {}
 
     def work():
-        agents = [daemon.call("start", {"task": f"steps: 5\nstep_seconds: 0.05\nanswer: {n}",
-                                        "workdir": str(workdir)}) for n in range(12)]
+        agents = [
+            daemon.call(
+                "start",
+                {"task": f"steps: 5\nstep_seconds: 0.05\nanswer: {n}", "workdir": str(workdir)},
+            )
+            for n in range(12)
+        ]
         for agent in agents:
             daemon.call("wait", {"agent_id": agent["id"], "timeout_seconds": 60})
         final.update(daemon.call("changes", {"after_revision": revision}))
 
     seen_agents, stamps, ids, current = set(), [], [], {}
-    with web.client().stream("GET", "/events", headers={"last-event-id": str(revision)}) as response:
+    with web.client().stream(
+        "GET", "/events", headers={"last-event-id": str(revision)}
+    ) as response:
         worker = threading.Thread(target=work)
         worker.start()
         for line in response.iter_lines():  # a keep-alive comes at least every 15 s
@@ -169,20 +224,27 @@ def test_events_are_coalesced_to_ten_a_second_and_together_miss_nothing(web, dae
             if final and ids and ids[-1] >= final["revision"]:
                 break
         worker.join()
-    assert len(ids) >= 3 and ids == sorted(set(ids))  # several events, strictly increasing revisions
+    assert len(ids) >= 3 and ids == sorted(
+        set(ids)
+    )  # several events, strictly increasing revisions
     assert seen_agents == set(final["agents"])  # nothing missed
     for n in range(len(stamps) - 10):
         assert stamps[n + 10] - stamps[n] >= 1.0  # never more than 10 in a second
 
 
 def test_home_puts_agents_that_say_they_are_blocked_under_needs_you(web, daemon, workdir):
-    blocked = daemon.call("start", {"task": "finish: need a token\nfinish_status: blocked\nanswer: blocked",
-                                    "workdir": str(workdir)})
+    blocked = daemon.call(
+        "start",
+        {
+            "task": "finish: need a token\nfinish_status: blocked\nanswer: blocked",
+            "workdir": str(workdir),
+        },
+    )
     fine = daemon.call("start", {"task": "answer: fine", "workdir": str(workdir)})
     for agent in (blocked, fine):
         daemon.call("wait", {"agent_id": agent["id"], "timeout_seconds": 60})
     listed = {a["id"]: a for a in daemon.call("list_agents", {})["items"]}
     assert listed[blocked["id"]]["verdict"] == "blocked" and listed[fine["id"]]["verdict"] is None
     html = web.client().get("/").text
-    needs_you = html[html.index("Needs you"):html.index("<h2>Batches")]
+    needs_you = html[html.index("Needs you") : html.index("<h2>Batches")]
     assert blocked["id"] in needs_you and fine["id"] not in needs_you

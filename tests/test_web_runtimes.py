@@ -9,7 +9,9 @@ import pytest
 from agent_run.home import Home
 from tests.harness import TEST_CONFIG, make_home, remove_home
 
-RUNTIMES = TEST_CONFIG.replace('models = ["demo-1"]', 'models = ["demo-1", "demo-2"]') + """
+RUNTIMES = (
+    TEST_CONFIG.replace('models = ["demo-1"]', 'models = ["demo-1", "demo-2"]')
+    + """
 [runtimes.quick]
 engine = "demo"
 models = ["quick-1"]
@@ -19,6 +21,7 @@ engine = "demo"
 enabled = false
 models = ["off-1"]
 """
+)
 
 
 @pytest.fixture(name="home")
@@ -44,10 +47,14 @@ def test_the_forms_offer_the_enabled_runtimes_and_their_models(web, daemon, work
     for path in ("/agents/new", "/batches/new"):
         html = client.get(path).text
         runtimes = re.findall(r'<option value="([^"]*)"', options(html, "f-runtime"))
-        assert runtimes == ["", "demo", "quick"], path  # "off" is disabled; "" is the default (demo)
+        assert runtimes == ["", "demo", "quick"], (
+            path
+        )  # "off" is disabled; "" is the default (demo)
         assert "default (demo)" in html
         models = options(html, "f-model")
-        groups = dict(re.findall(r'<optgroup label="(\w+)" data-runtime="\w+">(.*?)</optgroup>', models, re.S))
+        groups = dict(
+            re.findall(r'<optgroup label="(\w+)" data-runtime="\w+">(.*?)</optgroup>', models, re.S)
+        )
         assert set(groups) == {"demo", "quick"}
         assert re.findall(r'value="([^"]+)"', groups["demo"]) == ["demo-1", "demo-2"]
         assert "demo-1 (default)" in groups["demo"] and "off-1" not in html
@@ -61,7 +68,9 @@ def test_the_forms_offer_the_enabled_runtimes_and_their_models(web, daemon, work
     assert re.search(r'id="e-model">[^<]+<', refused.text), refused.text
     # What was chosen stays chosen, in its runtime's group.
     assert re.search(r'<option value="quick" selected>', refused.text)
-    assert re.search(r'<option value="demo-2" selected>demo-2 \(not offered\)</option>', refused.text)
+    assert re.search(
+        r'<option value="demo-2" selected>demo-2 \(not offered\)</option>', refused.text
+    )
 
 
 def test_a_runtime_without_a_model_list_keeps_the_model_free_text(web, daemon, workdir):

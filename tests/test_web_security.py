@@ -20,7 +20,9 @@ def test_the_token_becomes_an_httponly_samesite_strict_cookie_and_leaves_the_url
     bad = web.client(signed_in=False).get("/?token=wrong")
     assert bad.status_code == 401 and "set-cookie" not in bad.headers
     token_file = web.home.root / "web.token"
-    assert token_file.stat().st_mode & 0o777 == 0o600 and token_file.read_text().strip() == web.token
+    assert (
+        token_file.stat().st_mode & 0o777 == 0o600 and token_file.read_text().strip() == web.token
+    )
 
 
 def test_it_listens_on_127_0_0_1_only(web):
@@ -32,14 +34,25 @@ def test_it_listens_on_127_0_0_1_only(web):
 
 def test_a_foreign_host_is_refused_with_400_even_with_the_token(web):
     client = web.client()
-    for host in ("evil.example", f"evil.example:{web.port}", f"127.0.0.1:{web.port + 1}", "127.0.0.1"):
+    for host in (
+        "evil.example",
+        f"evil.example:{web.port}",
+        f"127.0.0.1:{web.port + 1}",
+        "127.0.0.1",
+    ):
         assert client.get("/", headers={"host": host}).status_code == 400, host
     assert client.get("/", headers={"host": f"localhost:{web.port}"}).status_code == 200
 
 
 def test_without_the_token_every_page_api_and_stream_is_401(web):
     anonymous = web.client(signed_in=False)
-    for path in [*PAGES, "/events", "/api/tools", "/agents/ag_x", "/agents/ag_x/transcript?after=0"]:
+    for path in [
+        *PAGES,
+        "/events",
+        "/api/tools",
+        "/agents/ag_x",
+        "/agents/ag_x/transcript?after=0",
+    ]:
         assert anonymous.get(path).status_code == 401, path
     assert anonymous.post("/api/tools/list_agents", json={}).status_code == 401
     forged = web.client(signed_in=False, cookies={web.cookie: "not-the-token"})
@@ -57,15 +70,23 @@ def test_state_changing_requests_need_our_origin_and_the_csrf_token(web, daemon,
         client.post("/agents", data=form, headers={"origin": f"http://localhost:{web.port + 1}"}),
         client.post("/agents", data=form),  # no Origin at all
         client.post("/agents", data={**form, "csrf": "0" * 64}, headers={"origin": web.origin}),
-        client.post("/agents", data={k: v for k, v in form.items() if k != "csrf"}, headers={"origin": web.origin}),
+        client.post(
+            "/agents",
+            data={k: v for k, v in form.items() if k != "csrf"},
+            headers={"origin": web.origin},
+        ),
         client.post("/api/tools/list_agents", json={}, headers={"origin": web.origin}),
-        client.post("/api/tools/list_agents", json={}, headers={"origin": web.origin, "x-csrf-token": "bad"}),
+        client.post(
+            "/api/tools/list_agents", json={}, headers={"origin": web.origin, "x-csrf-token": "bad"}
+        ),
     ]
     assert [r.status_code for r in refused] == [403] * len(refused)
     assert daemon.call("list_agents", {})["total"] == 0  # nothing was started
     ok = client.post("/agents", data=form, headers={"origin": web.origin})
     assert ok.status_code == 303 and ok.headers["location"].startswith("/agents/ag_")
-    api = client.post("/api/tools/list_agents", json={}, headers={"origin": web.origin, "x-csrf-token": csrf})
+    api = client.post(
+        "/api/tools/list_agents", json={}, headers={"origin": web.origin, "x-csrf-token": csrf}
+    )
     assert api.status_code == 200 and api.json()["total"] == 1
 
 
@@ -75,7 +96,11 @@ def test_every_page_has_a_csp_without_inline_script(web, daemon, workdir):
     for path in [*PAGES, f"/agents/{agent['id']}", "/agents/ag_missing"]:
         response = client.get(path)
         csp = response.headers["content-security-policy"]
-        assert "default-src 'self'" in csp and "script-src 'self'" in csp and "unsafe-inline" not in csp
+        assert (
+            "default-src 'self'" in csp
+            and "script-src 'self'" in csp
+            and "unsafe-inline" not in csp
+        )
         assert response.headers["x-frame-options"] == "DENY"
         scripts = re.findall(r"<script[^>]*>", response.text)
         assert scripts and all('src="/static/' in s for s in scripts), (path, scripts)
@@ -89,11 +114,18 @@ XSS_IMG = '<img src=x onerror="alert(1)">'
 def test_agent_made_task_and_answer_are_escaped(web, daemon, workdir):
     task = f"# title {XSS_SCRIPT}\n{XSS_IMG}\n[click](javascript:alert(2))\nanswer: {XSS_SCRIPT} {XSS_IMG}"
     agent = daemon.call("start", {"task": task, "workdir": str(workdir)})
-    wait_for(lambda: daemon.call("agent", {"agent_id": agent["id"]})["state"] == "succeeded", what="agent done")
+    wait_for(
+        lambda: daemon.call("agent", {"agent_id": agent["id"]})["state"] == "succeeded",
+        what="agent done",
+    )
     assert XSS_SCRIPT in daemon.call("answer", {"agent_id": agent["id"]})["text"]
     client = web.client()
     for path in (f"/agents/{agent['id']}", "/"):
         html = client.get(path).text
-        assert "<script>alert" not in html and "<img src=x" not in html and 'href="javascript:' not in html
+        assert (
+            "<script>alert" not in html
+            and "<img src=x" not in html
+            and 'href="javascript:' not in html
+        )
         assert "&lt;script&gt;alert(" in html or "&lt;script&gt;alert(&#39;task&#39;)" in html, path
     assert "&lt;img src=x onerror=" in client.get(f"/agents/{agent['id']}").text

@@ -20,8 +20,13 @@ class WebProcess:
     """`agent-run web --port N` (0: any free port) as a child; autostart off, so it never
     leaves a daemon of its own behind."""
 
-    def __init__(self, home: Home, port: int = 0, args: tuple[str, ...] = (),
-                 env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        home: Home,
+        port: int = 0,
+        args: tuple[str, ...] = (),
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.home = home
         self.port = port
         self.args, self.extra_env = args, env or {}
@@ -33,10 +38,25 @@ class WebProcess:
         env = {k: v for k, v in os.environ.items() if k != "AGENT_RUN_HOME"}
         env["AGENT_RUN_NO_AUTOSTART"] = "1"
         env.update(self.extra_env)
-        self.proc = subprocess.Popen([sys.executable, "-m", "agent_run", "--home", str(self.home.root),
-                                      "web", "--port", str(self.port), *self.args], stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True, env=env,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "agent_run",
+                "--home",
+                str(self.home.root),
+                "web",
+                "--port",
+                str(self.port),
+                *self.args,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            env=env,
+            start_new_session=True,
+        )
         threading.Thread(target=self._read, daemon=True).start()
         match = wait_for(self._url, timeout=30, what="agent-run web to print its URL")
         self.url, port, self.token = match.group(1), match.group(2), match.group(3)
@@ -55,7 +75,9 @@ class WebProcess:
             if match:
                 return match
         if self.proc.poll() is not None:
-            raise AssertionError(f"agent-run web exited {self.proc.returncode}: {''.join(self.output)}")
+            raise AssertionError(
+                f"agent-run web exited {self.proc.returncode}: {''.join(self.output)}"
+            )
         return None
 
     @property

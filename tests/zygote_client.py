@@ -21,8 +21,13 @@ class Zygote:
     _instance: "Zygote | None" = None
 
     def __init__(self) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", "tests.support.zygote"], cwd=ROOT,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=dict(os.environ))
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.support.zygote"],
+            cwd=ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=dict(os.environ),
+        )
         self.changed = threading.Condition()
         self.spawned: list[tuple[int, int]] = []  # (pid, serial) in request order
         self.exits: dict[int, int] = {}  # serial -> Popen-style return code
@@ -61,7 +66,9 @@ class Zygote:
                     self.exits[message["exited"]] = message["code"]
                 self.changed.notify_all()
 
-    def spawn(self, argv: list[str], env: dict[str, str], log: Path, nofile_soft: int | None) -> "Forked":
+    def spawn(
+        self, argv: list[str], env: dict[str, str], log: Path, nofile_soft: int | None
+    ) -> "Forked":
         assert self.proc.stdin is not None
         with self.request_lock:
             request = {"argv": argv, "env": env, "log": str(log), "nofile_soft": nofile_soft}
@@ -109,5 +116,7 @@ class Forked:
         self.send_signal(signal.SIGKILL)
 
 
-def spawn(argv: list[str], env: dict[str, Any], log: Path, nofile_soft: int | None = None) -> Forked:
+def spawn(
+    argv: list[str], env: dict[str, Any], log: Path, nofile_soft: int | None = None
+) -> Forked:
     return Zygote.get().spawn(argv, env, log, nofile_soft)

@@ -32,7 +32,9 @@ def type_text(schema: dict[str, Any], defs: dict[str, Any]) -> str:
     if "const" in schema:
         return json.dumps(schema["const"])
     if schema.get("type") == "array":
-        return f"list of {type_text(schema.get('items', {}), defs)}" + _bounds(schema, "minItems", "maxItems", " items")
+        return f"list of {type_text(schema.get('items', {}), defs)}" + _bounds(
+            schema, "minItems", "maxItems", " items"
+        )
     return str(schema.get("type", "any")) + _constraints(schema)
 
 
@@ -68,8 +70,11 @@ def params_block(tool: Tool) -> str:
     defs, required = schema.get("$defs", {}), set(schema.get("required", []))
     lines = [BEGIN]
     for name, prop in schema.get("properties", {}).items():
-        need = "required" if name in required else (
-            f"default `{json.dumps(prop['default'])}`" if "default" in prop else "optional")
+        need = (
+            "required"
+            if name in required
+            else (f"default `{json.dumps(prop['default'])}`" if "default" in prop else "optional")
+        )
         about = f": {prop['description']}" if prop.get("description") else ""
         lines.append(f"- `{name}` ({type_text(prop, defs)}; {need}){about}")
     if len(lines) == 1:

@@ -67,9 +67,12 @@ def warn_version_skew(pong: dict[str, Any] | None) -> None:
     from agent_run import __version__
 
     if pong is not None and pong.get("version") != __version__:
-        click.echo(f"agent-run: the daemon (pid {pong.get('pid')}) runs agent-run {pong.get('version')}, this "
-                   f"CLI is {__version__}: `agent-run api restart` starts the installed one (agents keep "
-                   "running)", err=True)
+        click.echo(
+            f"agent-run: the daemon (pid {pong.get('pid')}) runs agent-run {pong.get('version')}, this "
+            f"CLI is {__version__}: `agent-run api restart` starts the installed one (agents keep "
+            "running)",
+            err=True,
+        )
 
 
 _CLICK_TYPES = {"int": click.INT, "float": click.FLOAT, "bool": click.BOOL, "string": click.STRING}
@@ -97,19 +100,34 @@ def click_params(spec_params: list[dict[str, Any]]) -> list[click.Parameter]:
             params.append(click.Argument([name], type=ctype, required=required))
         elif p["kind"] == "flag":
             flag = name.replace("_", "-")
-            params.append(click.Option([f"--{flag}/--no-{flag}", name], default=None, help=p["help"]))
+            params.append(
+                click.Option([f"--{flag}/--no-{flag}", name], default=None, help=p["help"])
+            )
         else:
-            params.append(click.Option(option_names(name) + [name], type=ctype, multiple=p["multiple"],
-                                       required=required, help=p["help"], show_default=not required))
+            params.append(
+                click.Option(
+                    option_names(name) + [name],
+                    type=ctype,
+                    multiple=p["multiple"],
+                    required=required,
+                    help=p["help"],
+                    show_default=not required,
+                )
+            )
     return params
 
 
 def _given(kwargs: dict[str, Any]) -> dict[str, Any]:
-    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in kwargs.items()
-            if v is not None and v != ()}
+    return {
+        k: (list(v) if isinstance(v, tuple) else v)
+        for k, v in kwargs.items()
+        if v is not None and v != ()
+    }
 
 
-def _wait_until_done(session: Session, agent_id: str, timeout: float | None, extras: dict[str, Any]) -> int:
+def _wait_until_done(
+    session: Session, agent_id: str, timeout: float | None, extras: dict[str, Any]
+) -> int:
     """Wait in slices (`WaitSlices`), print the last result; the exit status of its end state."""
     result = session.client.wait(agent_id, timeout, extras["slice_seconds"])
     session.emit(result)
@@ -136,9 +154,14 @@ def _follow_batch(session: Session, params: dict[str, Any], extras: dict[str, An
     return follow_batch(session, params["batch_id"], extras["exit_codes"])
 
 
-FOLLOWERS = {"transcript": _follow_transcript, "batch": _follow_batch}  # `--follow` by CliExtras.follow
-FOLLOW_HELP = {"transcript": "keep printing until the agent ends",
-               "batch": "draw live progress until the batch ends or is blocked"}
+FOLLOWERS = {
+    "transcript": _follow_transcript,
+    "batch": _follow_batch,
+}  # `--follow` by CliExtras.follow
+FOLLOW_HELP = {
+    "transcript": "keep printing until the agent ends",
+    "batch": "draw live progress until the batch ends or is blocked",
+}
 
 
 def _set_format(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
@@ -148,17 +171,28 @@ def _set_format(ctx: click.Context, _param: click.Parameter, value: str | None) 
 
 def format_option() -> click.Option:
     """`--format` accepted after the verb too (`agent-run agents --format text`)."""
-    return click.Option(["--format"], type=click.Choice(["json", "text"]), default=None,
-                        expose_value=False, callback=_set_format, is_eager=False,
-                        help="json (default): one object per line; text: for people")
+    return click.Option(
+        ["--format"],
+        type=click.Choice(["json", "text"]),
+        default=None,
+        expose_value=False,
+        callback=_set_format,
+        is_eager=False,
+        help="json (default): one object per line; text: for people",
+    )
 
 
 def extra_params(extras: dict[str, Any]) -> list[click.Parameter]:
     """`--format` on every verb, `--wait` and `--follow` where the tool's CLI extras ask."""
     params: list[click.Parameter] = [format_option()]
     if extras["wait_flag"]:
-        params.append(click.Option(["--wait", "wait_for_it"], is_flag=True,
-                                   help="wait until the agent ends; exit 0/2/3 like `wait`"))
+        params.append(
+            click.Option(
+                ["--wait", "wait_for_it"],
+                is_flag=True,
+                help="wait until the agent ends; exit 0/2/3 like `wait`",
+            )
+        )
     if extras["follow"]:
         params.append(click.Option(["--follow"], is_flag=True, help=FOLLOW_HELP[extras["follow"]]))
     return params
@@ -169,10 +203,16 @@ def make_command(tool: dict[str, Any]) -> click.Command:
     name, extras = tool["name"], tool["cli"]
 
     @click.pass_obj
-    def callback(session: Session, wait_for_it: bool = False, follow: bool = False, **kwargs: Any) -> None:
+    def callback(
+        session: Session, wait_for_it: bool = False, follow: bool = False, **kwargs: Any
+    ) -> None:
         params = _given(kwargs)
         if extras["waits"]:
-            sys.exit(_wait_until_done(session, params["agent_id"], params.get("timeout_seconds", 30.0), extras))
+            sys.exit(
+                _wait_until_done(
+                    session, params["agent_id"], params.get("timeout_seconds", 30.0), extras
+                )
+            )
         if follow:
             sys.exit(FOLLOWERS[extras["follow"]](session, params, extras))
         if not wait_for_it:
@@ -183,8 +223,13 @@ def make_command(tool: dict[str, Any]) -> click.Command:
         sys.exit(_wait_until_done(session, result.id, None, extras))
 
     doc = tool["doc"]
-    return click.Command(tool["verb"].split()[-1], callback=callback, help=doc, short_help=doc.split(". ")[0],
-                         params=click_params(tool["params"]) + extra_params(extras))
+    return click.Command(
+        tool["verb"].split()[-1],
+        callback=callback,
+        help=doc,
+        short_help=doc.split(". ")[0],
+        params=click_params(tool["params"]) + extra_params(extras),
+    )
 
 
 class AgentRunGroup(click.Group):
@@ -236,9 +281,16 @@ def _print_error(ctx: click.Context, data: dict[str, Any]) -> None:
 
 
 @click.group(cls=AgentRunGroup)
-@click.option("--home", default=None, help="agent-run home (default: $AGENT_RUN_HOME or ~/.agent-run)")
-@click.option("--format", "output", type=click.Choice(["json", "text"]), default="json",
-              help="json: one object per line (default); text: for people")
+@click.option(
+    "--home", default=None, help="agent-run home (default: $AGENT_RUN_HOME or ~/.agent-run)"
+)
+@click.option(
+    "--format",
+    "output",
+    type=click.Choice(["json", "text"]),
+    default="json",
+    help="json: one object per line (default); text: for people",
+)
 @click.version_option(package_name="agent-run")
 @click.pass_context
 def cli(ctx: click.Context, home: str | None, output: str) -> None:
@@ -254,9 +306,11 @@ def command_for(group: click.Group, verb: str) -> click.Command | None:
     return node
 
 
-_GROUP_HELP = {"batch": "Batches: many agents in parallel git worktrees.",
-               "run": "One run of a batch: stop, rerun, resume, follow up.",
-               "folders": "Folders under the allowed roots: list them, inspect one as a project."}
+_GROUP_HELP = {
+    "batch": "Batches: many agents in parallel git worktrees.",
+    "run": "One run of a batch: stop, rerun, resume, follow up.",
+    "folders": "Folders under the allowed roots: list them, inspect one as a project.",
+}
 
 for _tool in cli_spec.load():
     *_groups, _name = _tool["verb"].split()

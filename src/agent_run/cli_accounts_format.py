@@ -24,7 +24,10 @@ def models(result: Any) -> str:
         listed = ", ".join(f"{m}*" if m == r.default_model else m for m in r.models) or "any model"
         lines.append(f"{r.runtime} [{r.engine}]{marks}: {listed}")
         if r.accounts:
-            lines.append("  accounts: " + ", ".join(f"{a}*" if a == r.default_account else a for a in r.accounts))
+            lines.append(
+                "  accounts: "
+                + ", ".join(f"{a}*" if a == r.default_account else a for a in r.accounts)
+            )
     return "\n".join(lines) + "\n(* default)"
 
 
@@ -36,12 +39,18 @@ def usage(result: Any) -> str:
     lines = []
     for row in result.rows:
         found = row.key._data if hasattr(row.key, "_data") else row.key  # a Record or a dict
-        key = "  ".join(f"{name}={value if value is not None else '-'}" for name, value in found.items())
-        lines.append(f"{key}: {row.executions} runs, {row.input_tokens} in / {row.output_tokens} out tokens, "
-                     f"{_cost(row.cost_usd)}")
+        key = "  ".join(
+            f"{name}={value if value is not None else '-'}" for name, value in found.items()
+        )
+        lines.append(
+            f"{key}: {row.executions} runs, {row.input_tokens} in / {row.output_tokens} out tokens, "
+            f"{_cost(row.cost_usd)}"
+        )
     t = result.total
-    lines.append(f"total: {t.executions} runs, {t.total_tokens} tokens, {_cost(t.cost_usd)}"
-                 f" ({t.cost_reported_by} reported a cost)")
+    lines.append(
+        f"total: {t.executions} runs, {t.total_tokens} tokens, {_cost(t.cost_usd)}"
+        f" ({t.cost_reported_by} reported a cost)"
+    )
     return "\n".join(lines)
 
 

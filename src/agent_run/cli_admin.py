@@ -94,8 +94,13 @@ def mcp_cmd(ctx: click.Context) -> None:
 
 
 @click.command("web")
-@click.option("--port", default=WEB_PORT, show_default=True, type=click.IntRange(0, 65535),
-              help="port on 127.0.0.1 (0: any free port)")
+@click.option(
+    "--port",
+    default=WEB_PORT,
+    show_default=True,
+    type=click.IntRange(0, 65535),
+    help="port on 127.0.0.1 (0: any free port)",
+)
 @click.option("--open", "open_browser", is_flag=True, help="open the URL in your browser")
 @click.pass_context
 def web_cmd(ctx: click.Context, port: int, open_browser: bool) -> None:

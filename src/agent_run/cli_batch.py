@@ -7,8 +7,13 @@ from typing import Any
 from agent_run.domain.batch_states import BATCH_ENDED, BatchState, RunState
 
 SETTLED = (*BATCH_ENDED, BatchState.BLOCKED)  # where `--follow` stops watching
-_MARK = {RunState.QUEUED: ".", RunState.RUNNING: ">", RunState.SUCCEEDED: "+", RunState.FAILED: "x",
-         RunState.CANCELLED: "-"}
+_MARK = {
+    RunState.QUEUED: ".",
+    RunState.RUNNING: ">",
+    RunState.SUCCEEDED: "+",
+    RunState.FAILED: "x",
+    RunState.CANCELLED: "-",
+}
 
 
 def _s(value: Any) -> str:
@@ -33,9 +38,12 @@ def _run_line(run: Any) -> str:
 
 def render_batch(b: Any) -> str:
     """A `BatchView`: its state, project and base, one line per run."""
-    lines = [f"{b.id}  {_s(b.workflow)}  {_s(b.state)}" + (f"  ({b.state_reason})" if b.state_reason else ""),
-             f"  project {b.project_root}{'/' + b.project_subdir if b.project_subdir else ''}"
-             f"  base {b.base_ref} @ {b.base_sha[:12]}"]
+    lines = [
+        f"{b.id}  {_s(b.workflow)}  {_s(b.state)}"
+        + (f"  ({b.state_reason})" if b.state_reason else ""),
+        f"  project {b.project_root}{'/' + b.project_subdir if b.project_subdir else ''}"
+        f"  base {b.base_ref} @ {b.base_sha[:12]}",
+    ]
     return "\n".join(lines + [_run_line(run) for run in b.runs])
 
 
@@ -43,7 +51,11 @@ def render_ranking(b: Any) -> str:
     ranked = sorted((r for r in b.runs if r.rank is not None), key=lambda r: r.rank)
     lines = ["ranking:"]
     for run in ranked:
-        verify = "" if run.verify_passed is None else ("  verify ok" if run.verify_passed else "  verify FAILED")
+        verify = (
+            ""
+            if run.verify_passed is None
+            else ("  verify ok" if run.verify_passed else "  verify FAILED")
+        )
         lines.append(f"  #{run.rank}  {run.title:<14} score {run.score:>5g}  {run.branch}{verify}")
     return "\n".join(lines)
 

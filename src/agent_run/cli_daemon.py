@@ -50,8 +50,10 @@ def stop_daemon(home: Home) -> dict[str, Any] | None:
     deadline = time.monotonic() + STOP_TIMEOUT_SECONDS
     while not _lock_free(home):
         if time.monotonic() > deadline:
-            raise DaemonUnavailable(f"the daemon (pid {pid}) did not stop within "
-                                    f"{STOP_TIMEOUT_SECONDS:.0f}s after SIGTERM")
+            raise DaemonUnavailable(
+                f"the daemon (pid {pid}) did not stop within "
+                f"{STOP_TIMEOUT_SECONDS:.0f}s after SIGTERM"
+            )
         time.sleep(0.05)
     return {"stopped": True, "pid": pid, "live_agents": live_agents}
 
@@ -72,7 +74,9 @@ def api_stop(ctx: click.Context) -> None:
     session = ctx.obj
     stopped = stop_daemon(session.home)
     if stopped is None:
-        _echo(session, {"stopped": False, "message": "no daemon was running"}, "no daemon was running")
+        _echo(
+            session, {"stopped": False, "message": "no daemon was running"}, "no daemon was running"
+        )
         return
     _echo(session, {**stopped, "message": _stop_line(stopped)}, _stop_line(stopped))
 
@@ -87,9 +91,19 @@ def api_restart(ctx: click.Context) -> None:
     stopped = stop_daemon(session.home)
     with connect(session.home) as client:
         status = client.call("status")
-    line = (_stop_line(stopped) + "; " if stopped else "") + f"daemon pid {status.pid} serves {status.home}"
-    _echo(session, {"stopped": stopped, "pid": status.pid, "config_revision": status.config_revision,
-                    "message": line}, line)
+    line = (
+        _stop_line(stopped) + "; " if stopped else ""
+    ) + f"daemon pid {status.pid} serves {status.home}"
+    _echo(
+        session,
+        {
+            "stopped": stopped,
+            "pid": status.pid,
+            "config_revision": status.config_revision,
+            "message": line,
+        },
+        line,
+    )
 
 
 def _check(check: str, level: str, detail: str, fix: str | None = None) -> dict[str, Any]:
@@ -102,18 +116,31 @@ def local_checks(home: Home) -> list[dict[str, Any]]:
 
     checks = []
     if not home.root.exists():
-        checks.append(_check("home", "ok", f"{home.root} does not exist yet (created on first use)"))
+        checks.append(
+            _check("home", "ok", f"{home.root} does not exist yet (created on first use)")
+        )
     else:
         mode = home.root.stat().st_mode & 0o777
-        checks.append(_check("home", "ok" if mode == 0o700 else "bad",
-                             f"{home.root} mode {mode:o}" + ("" if mode == 0o700 else " (want 700)"),
-                             None if mode == 0o700 else f"chmod 700 {home.root}"))
+        checks.append(
+            _check(
+                "home",
+                "ok" if mode == 0o700 else "bad",
+                f"{home.root} mode {mode:o}" + ("" if mode == 0o700 else " (want 700)"),
+                None if mode == 0o700 else f"chmod 700 {home.root}",
+            )
+        )
     try:
         report = spawn_canary(home)
         own = report["sid"] == report["pid"]
-        checks.append(_check("supervisor spawn", "ok" if own else "bad",
-                             f"supervisor pid {report['pid']} ran in its own session" if own
-                             else f"supervisor did not get its own session: {report}"))
+        checks.append(
+            _check(
+                "supervisor spawn",
+                "ok" if own else "bad",
+                f"supervisor pid {report['pid']} ran in its own session"
+                if own
+                else f"supervisor did not get its own session: {report}",
+            )
+        )
     except Exception as exc:  # a doctor reports, it does not crash
         checks.append(_check("supervisor spawn", "bad", repr(exc)))
     return checks
@@ -130,10 +157,20 @@ def daemon_checks(session: Any) -> tuple[int | None, list[dict[str, Any]]]:
         checks = [_check("daemon", "bad", f"{exc.code}: {exc.message}")]
         try:
             config = load_config(session.home)
-            checks.append(_check("config", "ok", f"runtimes {', '.join(config.runtimes)} (read by this CLI)"))
+            checks.append(
+                _check("config", "ok", f"runtimes {', '.join(config.runtimes)} (read by this CLI)")
+            )
         except DomainError as invalid:
-            checks.append(_check("config", "bad", f"{invalid.code}: {invalid.message}",
-                                 f"fix `{invalid.field}` in {session.home.config_path}" if invalid.field else None))
+            checks.append(
+                _check(
+                    "config",
+                    "bad",
+                    f"{invalid.code}: {invalid.message}",
+                    f"fix `{invalid.field}` in {session.home.config_path}"
+                    if invalid.field
+                    else None,
+                )
+            )
         return None, checks
     pong = session.client.call_raw("ping")
     own = _check("daemon", "ok", f"pid {pong['pid']} answers (version {pong['version']})")
@@ -149,10 +186,12 @@ def _text_line(check: dict[str, Any]) -> str:
 
 
 # The `doctor` tool's doc (tools.py), word for word: the CLI verb shows the tool's help.
-DOCTOR_HELP = ("Checks run in the daemon, with its PATH and environment: config (revision, refusal, "
-               "permissions), each runtime's binary and --version, auth variables set (never values), "
-               "native sign-in, base_url reachable, engine home writable; engine CLIs installed but "
-               "not configured, with the block to enable them.")
+DOCTOR_HELP = (
+    "Checks run in the daemon, with its PATH and environment: config (revision, refusal, "
+    "permissions), each runtime's binary and --version, auth variables set (never values), "
+    "native sign-in, base_url reachable, engine home writable; engine CLIs installed but "
+    "not configured, with the block to enable them."
+)
 
 
 @click.command("doctor", help=DOCTOR_HELP)

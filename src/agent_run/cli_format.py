@@ -66,12 +66,15 @@ def _get(result: Any, name: str) -> Any:
 
 def agent(a: "vw.AgentView") -> str:
     ex = a.execution
-    lines = [f"{a.id}  {_s(a.state)}" + (f" ({_s(a.failure_kind)})" if a.failure_kind else ""),
-             f"  runtime {a.runtime} / {a.model}" + (f"  account {a.account}" if _get(a, "account") else "")
-             + f"  profile {_s(a.profile)}  created {_ago(a.created_at)}",
-             f"  workdir {a.workdir}",
-             f"  task    {a.task.splitlines()[0][:100] if a.task else ''}",
-             f"  execution #{ex.number} {ex.id}  events {a.event_count}"]
+    lines = [
+        f"{a.id}  {_s(a.state)}" + (f" ({_s(a.failure_kind)})" if a.failure_kind else ""),
+        f"  runtime {a.runtime} / {a.model}"
+        + (f"  account {a.account}" if _get(a, "account") else "")
+        + f"  profile {_s(a.profile)}  created {_ago(a.created_at)}",
+        f"  workdir {a.workdir}",
+        f"  task    {a.task.splitlines()[0][:100] if a.task else ''}",
+        f"  execution #{ex.number} {ex.id}  events {a.event_count}",
+    ]
     if ex.failure_advice:
         lines.append(f"  why     {ex.failure_message or ''}")
         lines.append(f"  advice  {ex.failure_advice}")
@@ -80,8 +83,10 @@ def agent(a: "vw.AgentView") -> str:
     if ex.answer_sha256:
         lines.append(f"  answer  {ex.answer_bytes} bytes, sha256 {ex.answer_sha256}")
         if ex.answer_verified is False:
-            lines.append("  answer  NOT VERIFIED: answer.md no longer matches its sha256"
-                         " (see its integrity_failed event)")
+            lines.append(
+                "  answer  NOT VERIFIED: answer.md no longer matches its sha256"
+                " (see its integrity_failed event)"
+            )
     elif a.last_message:
         lines.append(f"  last    {a.last_message.splitlines()[0][:100]}")
     return "\n".join(lines)
@@ -92,8 +97,11 @@ def wait_result(w: "vw.WaitResult") -> str:
 
 
 def agent_list(page: "vw.AgentList") -> str:
-    rows = [f"{i.id}  {_s(i.state):<10} {i.runtime:<8} {_ago(i.created_at):>8}  {i.task_preview[:60]}"
-            + ("  [answer NOT VERIFIED]" if i.answer_verified is False else "") for i in page.items]
+    rows = [
+        f"{i.id}  {_s(i.state):<10} {i.runtime:<8} {_ago(i.created_at):>8}  {i.task_preview[:60]}"
+        + ("  [answer NOT VERIFIED]" if i.answer_verified is False else "")
+        for i in page.items
+    ]
     return "\n".join(rows + [f"{len(page.items)} of {page.total} agents"])
 
 
@@ -110,8 +118,10 @@ def transcript(page: "vw.TranscriptPage") -> str:
 
 
 def events(page: "vw.EventsPage") -> str:
-    return "\n".join(f"{e.seq:>6}  {e.kind:<16} {e.execution_id}  {json.dumps(_plain(e.data), ensure_ascii=False)}"
-                     for e in page.items)
+    return "\n".join(
+        f"{e.seq:>6}  {e.kind:<16} {e.execution_id}  {json.dumps(_plain(e.data), ensure_ascii=False)}"
+        for e in page.items
+    )
 
 
 def _plain(value: Any) -> Any:
@@ -123,7 +133,10 @@ def agent_message(result: "vw.CancelResult | vw.SteerResult") -> str:
 
 
 def batch_list(page: "bm.BatchList") -> str:
-    rows = [f"{i.id}  {_s(i.workflow):<9} {_s(i.state):<9} {i.runs:>3} runs  {_ago(i.created_at)}" for i in page.items]
+    rows = [
+        f"{i.id}  {_s(i.workflow):<9} {_s(i.state):<9} {i.runs:>3} runs  {_ago(i.created_at)}"
+        for i in page.items
+    ]
     return "\n".join(rows + [f"{len(page.items)} of {page.total} batches"])
 
 
@@ -141,39 +154,55 @@ def batch_review(review: "bm.BatchReview") -> str:
 
 
 def batch_clean(result: "bm.BatchCleanResult") -> str:
-    rows = [f"{i.action:<12} {i.worktree}  dirty {len(i.dirty_files)}  unmerged {i.unmerged_commits}"
-            for i in result.items]
+    rows = [
+        f"{i.action:<12} {i.worktree}  dirty {len(i.dirty_files)}  unmerged {i.unmerged_commits}"
+        for i in result.items
+    ]
     return "\n".join(rows + [result.message])
 
 
 def dir_listing(listing: "bm.DirListing") -> str:
-    return "\n".join([listing.path or "(roots)"] + [f"  {e.name}{'  (git)' if e.is_repository else ''}"
-                                                    for e in listing.entries])
+    return "\n".join(
+        [listing.path or "(roots)"]
+        + [f"  {e.name}{'  (git)' if e.is_repository else ''}" for e in listing.entries]
+    )
 
 
 def daemon_status(s: Any) -> str:
-    lines = [f"daemon pid {s.pid}, agent-run {s.version}, up {s.uptime_seconds:.0f}s, serving {s.home}",
-             f"config {s.config_path if s.config_file_exists else '(built-in defaults)'} "
-             f"revision {s.config_revision}", f"{s.live_agents} live agent(s)"]
+    lines = [
+        f"daemon pid {s.pid}, agent-run {s.version}, up {s.uptime_seconds:.0f}s, serving {s.home}",
+        f"config {s.config_path if s.config_file_exists else '(built-in defaults)'} "
+        f"revision {s.config_revision}",
+        f"{s.live_agents} live agent(s)",
+    ]
     if s.config_refused is not None:
-        lines.append(f"REFUSED config revision {s.config_refused.revision}: {s.config_refused.message} "
-                     f"(running with revision {s.config_revision})")
+        lines.append(
+            f"REFUSED config revision {s.config_refused.revision}: {s.config_refused.message} "
+            f"(running with revision {s.config_revision})"
+        )
     return "\n".join(lines)
+
+
 # --- capacity (docs/capacity.md)
 def _pct(value: Any) -> str:
     return "    ?" if value is None else f"{value:4.0f}%"
 
 
 def limits(result: Any) -> str:
-    rows = [f"{w.runtime}{'/' + w.account if w.account else ''}  {w.lane}  {w.window:<4} {_pct(w.remaining_percent)}"
-            f"  {w.risk:<7} {w.advice}" for w in result.windows]
+    rows = [
+        f"{w.runtime}{'/' + w.account if w.account else ''}  {w.lane}  {w.window:<4} {_pct(w.remaining_percent)}"
+        f"  {w.risk:<7} {w.advice}"
+        for w in result.windows
+    ]
     return "\n".join(rows or ["no readings yet: `agent-run capacity collect`, or run an agent"])
 
 
 def capacity_order(result: Any) -> str:
-    rows = [f"{n}. {r.runtime}{'/' + r.account if r.account else ''}  {r.lane}  priority {r.priority:.2f}"
-            f"  (score {r.score:.2f} x weight {r.weight:g}; {r.limiting_window} {_pct(r.remaining_percent).strip()})"
-            for n, r in enumerate(result.routes, 1)]
+    rows = [
+        f"{n}. {r.runtime}{'/' + r.account if r.account else ''}  {r.lane}  priority {r.priority:.2f}"
+        f"  (score {r.score:.2f} x weight {r.weight:g}; {r.limiting_window} {_pct(r.remaining_percent).strip()})"
+        for n, r in enumerate(result.routes, 1)
+    ]
     rows += [f"omitted  {a.runtime}  {a.lane}: {a.reason}" for a in result.omitted]
     rows += [f"deferred {a.runtime}  {a.lane}: {a.reason}" for a in result.deferred]
     rows += [f"unavailable {name}: no reading" for name in result.unavailable_runtimes]
@@ -183,20 +212,40 @@ def capacity_order(result: Any) -> str:
 
 
 def collect_result(result: Any) -> str:
-    return "\n".join(f"{s.runtime}  {s.source}: " + (f"{s.windows} window(s)" if s.error is None else
-                                                     f"no evidence ({s.error})") for s in result.sources) \
+    return (
+        "\n".join(
+            f"{s.runtime}  {s.source}: "
+            + (f"{s.windows} window(s)" if s.error is None else f"no evidence ({s.error})")
+            for s in result.sources
+        )
         or "no runtime has a command or codex_appserver source"
+    )
+
+
 # --- end capacity
 
 
 RENDERERS: dict[str, Callable[[Any], str]] = {  # result model class name -> renderer
-    "AgentView": agent, "WaitResult": wait_result, "AgentList": agent_list, "AnswerView": answer,
-    "TranscriptPage": transcript, "TranscriptItem": transcript_item, "EventsPage": events,
-    "CancelResult": agent_message, "SteerResult": agent_message, "DocResult": lambda d: d.text,
-    "BatchView": render_batch, "BatchList": batch_list, "RunActionResult": run_action,
-    "BatchReview": batch_review, "BatchCleanResult": batch_clean, "DirListing": dir_listing,
+    "AgentView": agent,
+    "WaitResult": wait_result,
+    "AgentList": agent_list,
+    "AnswerView": answer,
+    "TranscriptPage": transcript,
+    "TranscriptItem": transcript_item,
+    "EventsPage": events,
+    "CancelResult": agent_message,
+    "SteerResult": agent_message,
+    "DocResult": lambda d: d.text,
+    "BatchView": render_batch,
+    "BatchList": batch_list,
+    "RunActionResult": run_action,
+    "BatchReview": batch_review,
+    "BatchCleanResult": batch_clean,
+    "DirListing": dir_listing,
     "DaemonStatus": daemon_status,
-    "LimitsResult": limits, "CapacityOrderResult": capacity_order, "CollectResult": collect_result,
+    "LimitsResult": limits,
+    "CapacityOrderResult": capacity_order,
+    "CollectResult": collect_result,
     **ACCOUNT_RENDERERS,
 }
 
@@ -205,6 +254,8 @@ def render(result: Any) -> str:
     """The text of a result model (or of a `Record`): its renderer, or its JSON when it has none."""
     if isinstance(result, Record):
         renderer = RENDERERS.get(result._model)
-        return renderer(result) if renderer else json.dumps(result._data, indent=1, ensure_ascii=False)
+        return (
+            renderer(result) if renderer else json.dumps(result._data, indent=1, ensure_ascii=False)
+        )
     renderer = RENDERERS.get(type(result).__name__)
     return renderer(result) if renderer else result.model_dump_json(indent=1)

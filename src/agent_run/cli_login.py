@@ -22,7 +22,9 @@ from agent_run.domain.errors import ConfigInvalid
 _KEY_FLAGS = {"codex": "--with-api-key"}  # sign-ins that can read a key from stdin
 
 
-def _native_runtime(session: Any, name: str, account: str | None) -> tuple[Any, Any, dict[str, Any]]:
+def _native_runtime(
+    session: Any, name: str, account: str | None
+) -> tuple[Any, Any, dict[str, Any]]:
     """(runtime config, its SignIn, the auth to sign in: the account's, in its own folder)."""
     from agent_run.config import load_config
     from agent_run.engines.accounts import account_auth
@@ -34,14 +36,26 @@ def _native_runtime(session: Any, name: str, account: str | None) -> tuple[Any, 
     if account is not None:
         if account not in runtime.accounts:
             known = ", ".join(sorted(runtime.accounts)) or "none is configured"
-            raise ConfigInvalid(f"runtime {name!r} has no account {account!r} (accounts: {known})", field="account")
+            raise ConfigInvalid(
+                f"runtime {name!r} has no account {account!r} (accounts: {known})", field="account"
+            )
         if runtime.accounts[account].auth.login is None:
-            raise ConfigInvalid(f'account {account!r} does not use a native login: set `auth = {{ login = '
-                                f'"native" }}` under [runtimes.{name}.accounts.{account}]', field="account")
-        return runtime, SIGN_INS[runtime.engine], account_auth(runtime, name, account, session.home.root).model_dump()
+            raise ConfigInvalid(
+                f"account {account!r} does not use a native login: set `auth = {{ login = "
+                f'"native" }}` under [runtimes.{name}.accounts.{account}]',
+                field="account",
+            )
+        return (
+            runtime,
+            SIGN_INS[runtime.engine],
+            account_auth(runtime, name, account, session.home.root).model_dump(),
+        )
     if runtime.auth is None or runtime.auth.login is None:
-        raise ConfigInvalid(f'runtime {name!r} does not use a native login: set '
-                            f'`auth = {{ login = "native" }}` under [runtimes.{name}]', field="runtime")
+        raise ConfigInvalid(
+            f"runtime {name!r} does not use a native login: set "
+            f'`auth = {{ login = "native" }}` under [runtimes.{name}]',
+            field="runtime",
+        )
     return runtime, SIGN_INS[runtime.engine], runtime.auth.model_dump()
 
 
@@ -63,10 +77,18 @@ def describe_signin(sign_in: Any, auth: dict[str, Any], runtime: str) -> tuple[b
 
 @click.command("login")
 @click.argument("runtime")
-@click.option("--account", default=None, help="sign in one of the runtime's accounts, in its own folder "
-              "(<home>/accounts/RUNTIME/LABEL unless it names `dir`)")
-@click.option("--with-api-key", "with_key", is_flag=True,
-              help="read an API key from stdin instead of a browser sign-in (codex)")
+@click.option(
+    "--account",
+    default=None,
+    help="sign in one of the runtime's accounts, in its own folder "
+    "(<home>/accounts/RUNTIME/LABEL unless it names `dir`)",
+)
+@click.option(
+    "--with-api-key",
+    "with_key",
+    is_flag=True,
+    help="read an API key from stdin instead of a browser sign-in (codex)",
+)
 @click.pass_context
 def login_cmd(ctx: click.Context, runtime: str, account: str | None, with_key: bool) -> None:
     """Sign in with the engine's own CLI for a runtime (or --account) that uses `auth = { login = "native" }`."""
@@ -76,12 +98,17 @@ def login_cmd(ctx: click.Context, runtime: str, account: str | None, with_key: b
     argv = [config.binary or shutil.which(sign_in.engine) or sign_in.engine, *sign_in.login_argv]
     if with_key:
         if sign_in.engine not in _KEY_FLAGS:
-            raise ConfigInvalid(f"the {sign_in.engine} sign-in cannot read a key from stdin", field="with_api_key")
+            raise ConfigInvalid(
+                f"the {sign_in.engine} sign-in cannot read a key from stdin", field="with_api_key"
+            )
         argv.append(_KEY_FLAGS[sign_in.engine])
     elif not sys.stdin.isatty():
-        click.echo(f"agent-run: `{' '.join(argv[1:])}` opens a browser sign-in: run "
-                   f"`{command}` in a terminal"
-                   + (" (or pipe a key to `--with-api-key`)" if sign_in.engine in _KEY_FLAGS else ""), err=True)
+        click.echo(
+            f"agent-run: `{' '.join(argv[1:])}` opens a browser sign-in: run "
+            f"`{command}` in a terminal"
+            + (" (or pipe a key to `--with-api-key`)" if sign_in.engine in _KEY_FLAGS else ""),
+            err=True,
+        )
         sys.exit(2)
     env = dict(os.environ)
     if auth.get("dir"):  # else the engine's default folder, as when the user runs it directly
@@ -95,8 +122,17 @@ def login_cmd(ctx: click.Context, runtime: str, account: str | None, with_key: b
     code = subprocess.run(argv, env=env, check=False).returncode
     ok, detail = describe_signin(sign_in, auth, runtime)
     if session.output == "json":
-        click.echo(json.dumps({"runtime": runtime, "account": account, "ok": ok and code == 0,
-                               "exit_code": code, "detail": detail}))
+        click.echo(
+            json.dumps(
+                {
+                    "runtime": runtime,
+                    "account": account,
+                    "ok": ok and code == 0,
+                    "exit_code": code,
+                    "detail": detail,
+                }
+            )
+        )
     else:
         click.echo(f"{'signed in' if ok else 'NOT signed in'}: {detail}")
     sys.exit(0 if ok and code == 0 else 1)

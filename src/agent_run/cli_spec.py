@@ -47,10 +47,23 @@ def _params(tool: Any) -> list[dict[str, Any]]:
     params = []
     for name, field in tool.params.model_fields.items():
         ptype, multiple = param_type(field.annotation)
-        kind = ("argument" if name in tool.positional
-                else "flag" if _unwrap_optional(field.annotation) is bool else "option")
-        params.append({"name": name, "kind": kind, "type": ptype, "multiple": multiple,
-                       "required": field.is_required(), "help": field.description})
+        kind = (
+            "argument"
+            if name in tool.positional
+            else "flag"
+            if _unwrap_optional(field.annotation) is bool
+            else "option"
+        )
+        params.append(
+            {
+                "name": name,
+                "kind": kind,
+                "type": ptype,
+                "multiple": multiple,
+                "required": field.is_required(),
+                "help": field.description,
+            }
+        )
     return params
 
 
@@ -64,9 +77,17 @@ def _extras(tool: Any) -> dict[str, Any]:
 def build() -> list[dict[str, Any]]:
     from agent_run.tools import TOOLS
 
-    return [{"name": t.name, "verb": t.cli_verb, "doc": t.doc, "params": _params(t), "cli": _extras(t),
-             "result": t.result.__name__}
-            for t in TOOLS.values()]
+    return [
+        {
+            "name": t.name,
+            "verb": t.cli_verb,
+            "doc": t.doc,
+            "params": _params(t),
+            "cli": _extras(t),
+            "result": t.result.__name__,
+        }
+        for t in TOOLS.values()
+    ]
 
 
 def write() -> None:

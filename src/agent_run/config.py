@@ -34,21 +34,26 @@ class SupervisorConfig(StrictModel):
     stall_seconds: float = Field(default=600.0, gt=0)
     wall_seconds: float | None = Field(default=None, gt=0)
     cancel_grace_seconds: float = Field(default=5.0, ge=0)
-    storage_buffer_bytes: int = Field(default=4 * 1024 * 1024, ge=4096,
-                                      description="events held in memory while the disk is full")
-    storage_wait_seconds: float = Field(default=600.0, ge=0,
-                                        description="how long a finished run waits for disk space")
+    storage_buffer_bytes: int = Field(
+        default=4 * 1024 * 1024, ge=4096, description="events held in memory while the disk is full"
+    )
+    storage_wait_seconds: float = Field(
+        default=600.0, ge=0, description="how long a finished run waits for disk space"
+    )
 
 
 class DaemonConfig(StrictModel):
     reconcile_interval_seconds: float = Field(default=2.0, gt=0)
-    answer_scrub_seconds: float = Field(default=3600.0, gt=0,
-                                        description="each sealed answer is re-hashed once per this period")
+    answer_scrub_seconds: float = Field(
+        default=3600.0, gt=0, description="each sealed answer is re-hashed once per this period"
+    )
 
 
 class WebConfig(StrictModel):
-    roots: list[str] = Field(default_factory=list,
-                             description="folders the web UI's picker may show (default: $HOME); never /")
+    roots: list[str] = Field(
+        default_factory=list,
+        description="folders the web UI's picker may show (default: $HOME); never /",
+    )
 
     @field_validator("roots")
     @classmethod
@@ -68,8 +73,13 @@ class CommandCollectorConfig(StrictModel):
     argv: list[str] = Field(min_length=1, description="the collector's argv (no shell)")
     deadline_seconds: float = Field(default=30.0, ge=1, le=300, allow_inf_nan=False)
     output_cap_bytes: int = Field(default=2 * 1024 * 1024, ge=1024, le=2 * 1024 * 1024)
-    valid_seconds: float = Field(default=900.0, gt=0, le=86_400, allow_inf_nan=False,
-                                 description="a window without valid_until is fresh this long")
+    valid_seconds: float = Field(
+        default=900.0,
+        gt=0,
+        le=86_400,
+        allow_inf_nan=False,
+        description="a window without valid_until is fresh this long",
+    )
 
 
 class CapacityConfig(StrictModel):
@@ -81,7 +91,9 @@ class CapacityConfig(StrictModel):
 
 
 def _default_runtimes() -> dict[str, RuntimeOptions]:
-    return {"demo": runtime_options({"engine": "demo", "models": ["demo-1"], "default_model": "demo-1"})}
+    return {
+        "demo": runtime_options({"engine": "demo", "models": ["demo-1"], "default_model": "demo-1"})
+    }
 
 
 class Config(StrictModel):
@@ -97,7 +109,9 @@ class Config(StrictModel):
     def _default_runtime_exists(self) -> "Config":
         runtime = self.runtimes.get(self.default_runtime)
         if runtime is None:
-            raise ValueError(f"default_runtime {self.default_runtime!r} is not a configured runtime")
+            raise ValueError(
+                f"default_runtime {self.default_runtime!r} is not a configured runtime"
+            )
         if not runtime.enabled:
             raise ValueError(f"default_runtime {self.default_runtime!r} is disabled")
         return self
@@ -106,8 +120,10 @@ class Config(StrictModel):
     def _command_source_has_a_collector(self) -> "Config":
         for name, runtime in self.runtimes.items():
             if runtime.limits_source == "command" and self.capacity.command is None:
-                raise PydanticCustomError(f"{_FIELD_ERROR}runtimes.{name}.limits_source",
-                                          'limits_source = "command" needs [capacity.command] argv')
+                raise PydanticCustomError(
+                    f"{_FIELD_ERROR}runtimes.{name}.limits_source",
+                    'limits_source = "command" needs [capacity.command] argv',
+                )
         return self
 
 
@@ -145,8 +161,14 @@ def parse_config(text: str, source: str = "config.toml") -> Config:
             message = f"{source}: `{field}`: {first['msg']}"
         raise ConfigInvalid(message, field=field) from None
     for name, runtime in config.runtimes.items():
-        if runtime.auth is not None and runtime.auth.file and (why := auth_file_too_open(runtime.auth.file)):
-            raise ConfigInvalid(f"{source}: `runtimes.{name}.auth.file`: {why}", field=f"runtimes.{name}.auth.file")
+        if (
+            runtime.auth is not None
+            and runtime.auth.file
+            and (why := auth_file_too_open(runtime.auth.file))
+        ):
+            raise ConfigInvalid(
+                f"{source}: `runtimes.{name}.auth.file`: {why}", field=f"runtimes.{name}.auth.file"
+            )
     return config
 
 
@@ -197,16 +219,23 @@ def render_init_config(found_binaries: dict[str, str], *, enable: bool = False) 
         block = tomli_w.dumps({"runtimes": {name: {**spec.config_example, "binary": binary}}})
         lines += ["", f"# {name}: found {binary}" + ("." if enable else "; uncomment to enable.")]
         if name in _API_KEY_VARIABLES:
-            lines += [f"# It runs on your own sign-in (`agent-run login {name}`; SECURITY.md); for an",
-                      f'# API key instead: auth = {{ env = "{_API_KEY_VARIABLES[name]}" }}']
-        lines += (block.strip().splitlines() if enable
-                  else [f"# {line}" if line else "#" for line in block.strip().splitlines()])
+            lines += [
+                f"# It runs on your own sign-in (`agent-run login {name}`; SECURITY.md); for an",
+                f'# API key instead: auth = {{ env = "{_API_KEY_VARIABLES[name]}" }}',
+            ]
+        lines += (
+            block.strip().splitlines()
+            if enable
+            else [f"# {line}" if line else "#" for line in block.strip().splitlines()]
+        )
     return "\n".join(lines) + "\n"
 
 
 def find_engine_binaries() -> dict[str, str]:
     found = {}
-    for binary in sorted({spec.default_binary for spec in all_engine_specs() if spec.default_binary}):
+    for binary in sorted(
+        {spec.default_binary for spec in all_engine_specs() if spec.default_binary}
+    ):
         path = shutil.which(binary)
         if path:
             found[binary] = path

@@ -73,13 +73,18 @@ def endpoint(ctx: ServiceContext, tool: Tool) -> Endpoint:
         if params is None:
             params = {}
         if not isinstance(params, dict):
-            raise p.RpcFailure(p.INVALID_PARAMS, "params must be an object",
-                               {"code": "InvalidParams", "message": "params must be an object", "field": "params"})
+            raise p.RpcFailure(
+                p.INVALID_PARAMS,
+                "params must be an object",
+                {"code": "InvalidParams", "message": "params must be an object", "field": "params"},
+            )
         try:
             parsed = tool.params.model_validate(params)
         except ValidationError as exc:
             data = p.validation_error_data(exc)
-            raise p.RpcFailure(p.INVALID_PARAMS, f"invalid params: {data['message']}", data) from None
+            raise p.RpcFailure(
+                p.INVALID_PARAMS, f"invalid params: {data['message']}", data
+            ) from None
         try:
             result = await handler(ctx, parsed)
         except DomainError:
@@ -102,13 +107,16 @@ class Daemon:
         self.ctx = ServiceContext(home, self.config, log=self.log)
         self.ctx.live = live
         endpoints = {name: endpoint(self.ctx, tool) for name, tool in ALL_TOOLS.items()}
-        self.server = RpcServer(self.home.socket_path, endpoints,
-                                self.log, self.home.logs_dir / "daemon.log")
+        self.server = RpcServer(
+            self.home.socket_path, endpoints, self.log, self.home.logs_dir / "daemon.log"
+        )
 
     async def serve(self) -> None:
         if len(str(self.home.socket_path)) > MAX_SOCKET_PATH:
-            raise SystemExit(f"socket path {self.home.socket_path} is longer than {MAX_SOCKET_PATH} "
-                             "bytes; choose a shorter --home")
+            raise SystemExit(
+                f"socket path {self.home.socket_path} is longer than {MAX_SOCKET_PATH} "
+                "bytes; choose a shorter --home"
+            )
         lock_fd = acquire_lock(self.home)
         fd_limit = raise_fd_limit()
         self.ctx.warm_up()  # migrates the store once, before serving
@@ -121,13 +129,20 @@ class Daemon:
         from agent_run.batches.service import scheduler
         from agent_run.services.capacity import collect_forever
 
-        background = [asyncio.create_task(self.ctx.watcher.run()),
-                      asyncio.create_task(self._reconcile_loop()),
-                      asyncio.create_task(self._scrub_loop()),
-                      asyncio.create_task(scheduler(self.ctx).run_forever(self.log)),
-                      asyncio.create_task(collect_forever(self.ctx, self.log))]  # capacity
-        self.log.info("daemon.started", pid=os.getpid(), socket=str(self.home.socket_path), fd_limit=fd_limit,
-                      config_revision=self.ctx.live.revision)
+        background = [
+            asyncio.create_task(self.ctx.watcher.run()),
+            asyncio.create_task(self._reconcile_loop()),
+            asyncio.create_task(self._scrub_loop()),
+            asyncio.create_task(scheduler(self.ctx).run_forever(self.log)),
+            asyncio.create_task(collect_forever(self.ctx, self.log)),
+        ]  # capacity
+        self.log.info(
+            "daemon.started",
+            pid=os.getpid(),
+            socket=str(self.home.socket_path),
+            fd_limit=fd_limit,
+            config_revision=self.ctx.live.revision,
+        )
         async with server:
             await stop.wait()
         self.log.info("daemon.stopping")
@@ -153,7 +168,9 @@ class Daemon:
             try:
                 result = await self.ctx.db(scrub_once, period)
                 for execution_id in result.failed:
-                    self.log.warning("answer.integrity_failed", execution_id=execution_id, by="scrub")
+                    self.log.warning(
+                        "answer.integrity_failed", execution_id=execution_id, by="scrub"
+                    )
             except Exception as exc:  # keep scrubbing; the next pass may succeed
                 self.log.error("scrub.error", error=repr(exc))
             await asyncio.sleep(max(0.2, min(SCRUB_TICK_SECONDS, period / 20)))
@@ -164,8 +181,11 @@ class Daemon:
             self.log.warning("execution.lost", execution_id=item.execution_id, reason=item.reason)
         for orphan in done.orphans:
             if await adopt_orphan(self.ctx, orphan.agent_id, orphan.execution_id):
-                self.log.warning("execution.adopted", execution_id=orphan.execution_id,
-                                 reason="admitted but never spawned (its spawner died)")
+                self.log.warning(
+                    "execution.adopted",
+                    execution_id=orphan.execution_id,
+                    reason="admitted but never spawned (its spawner died)",
+                )
 
 
 def serve_forever(home: Home) -> None:

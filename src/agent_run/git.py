@@ -15,8 +15,14 @@ _GIT_IDENTITY = ["-c", "user.name=agent-run", "-c", "user.email=agent-run@localh
 
 
 def git(cwd: Path, *args: str, check: bool = True) -> str:
-    result = subprocess.run(["git", *_GIT_IDENTITY, *args], cwd=cwd, capture_output=True, text=True,
-                            timeout=GIT_TIMEOUT_SECONDS, stdin=subprocess.DEVNULL)
+    result = subprocess.run(
+        ["git", *_GIT_IDENTITY, *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=GIT_TIMEOUT_SECONDS,
+        stdin=subprocess.DEVNULL,
+    )
     if check and result.returncode != 0:
         raise GitError(f"git {' '.join(args)} failed in {cwd}: {result.stderr.strip()[:500]}")
     return result.stdout
@@ -35,9 +41,16 @@ class Project:
 def locate_project(folder: str) -> Project:
     path = Path(folder).expanduser()
     if not path.is_absolute() or not path.is_dir():
-        raise InvalidRequest(f"project {folder} is not an absolute path to a directory", field="project")
-    result = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=path, capture_output=True,
-                            text=True, timeout=GIT_TIMEOUT_SECONDS)
+        raise InvalidRequest(
+            f"project {folder} is not an absolute path to a directory", field="project"
+        )
+    result = subprocess.run(
+        ["git", "rev-parse", "--show-toplevel"],
+        cwd=path,
+        capture_output=True,
+        text=True,
+        timeout=GIT_TIMEOUT_SECONDS,
+    )
     if result.returncode != 0:
         raise InvalidRequest(f"project {folder} is not inside a git repository", field="project")
     root = Path(result.stdout.strip()).resolve()
@@ -46,8 +59,13 @@ def locate_project(folder: str) -> Project:
 
 
 def resolve_commit(root: Path, ref: str) -> str:
-    result = subprocess.run(["git", "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], cwd=root,
-                            capture_output=True, text=True, timeout=GIT_TIMEOUT_SECONDS)
+    result = subprocess.run(
+        ["git", "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=GIT_TIMEOUT_SECONDS,
+    )
     if result.returncode != 0:
         raise InvalidRequest(f"base ref {ref!r} is not a commit in {root}", field="base_ref")
     return result.stdout.strip()
@@ -63,8 +81,14 @@ def ref_label(root: Path, ref: str, sha: str) -> str:
     safe for a folder name."""
     if ref == "HEAD":
         ref = current_branch(root) or ref
-    is_branch = subprocess.run(["git", "show-ref", "--verify", "--quiet", f"refs/heads/{ref}"], cwd=root,
-                               timeout=GIT_TIMEOUT_SECONDS).returncode == 0
+    is_branch = (
+        subprocess.run(
+            ["git", "show-ref", "--verify", "--quiet", f"refs/heads/{ref}"],
+            cwd=root,
+            timeout=GIT_TIMEOUT_SECONDS,
+        ).returncode
+        == 0
+    )
     label = ref if is_branch else sha[:7]
     return re.sub(r"[^A-Za-z0-9._-]+", "-", label).strip("-") or sha[:7]
 
@@ -135,7 +159,9 @@ def diff_against(worktree: Path, base_sha: str) -> tuple[str, bool]:
 
 
 def dirty_files(worktree: Path) -> list[str]:
-    return [line[3:] for line in git(worktree, "status", "--porcelain").splitlines() if line.strip()]
+    return [
+        line[3:] for line in git(worktree, "status", "--porcelain").splitlines() if line.strip()
+    ]
 
 
 def unmerged_commits(root: Path, branch: str, into: str) -> int:

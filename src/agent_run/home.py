@@ -69,7 +69,7 @@ def write_private_file(path: Path, data: bytes) -> None:
     try:
         view = memoryview(data)
         while view:  # os.write may write less than asked (a disk filling up mid-write)
-            view = view[os.write(fd, view):]
+            view = view[os.write(fd, view) :]
         os.fsync(fd)
         os.close(fd)
         fd = -1

@@ -37,17 +37,24 @@ INSTRUCTIONS = (
 def mcp_tool(tool: Tool) -> types.Tool:
     schema = tool.schema()
     return types.Tool(
-        name=tool.name, description=tool.doc, input_schema=schema["inputSchema"],
+        name=tool.name,
+        description=tool.doc,
+        input_schema=schema["inputSchema"],
         output_schema=schema["outputSchema"],
-        annotations=types.ToolAnnotations(read_only_hint=tool.read_only,
-                                          destructive_hint=tool.destructive,
-                                          idempotent_hint=tool.idempotent, open_world_hint=False),
+        annotations=types.ToolAnnotations(
+            read_only_hint=tool.read_only,
+            destructive_hint=tool.destructive,
+            idempotent_hint=tool.idempotent,
+            open_world_hint=False,
+        ),
     )
 
 
 def ok_result(result: BaseModel) -> types.CallToolResult:
-    return types.CallToolResult(content=[types.TextContent(text=cli_format.render(result))],
-                                structured_content=result.model_dump(mode="json"))
+    return types.CallToolResult(
+        content=[types.TextContent(text=cli_format.render(result))],
+        structured_content=result.model_dump(mode="json"),
+    )
 
 
 def error_result(data: dict[str, Any]) -> types.CallToolResult:
@@ -56,8 +63,10 @@ def error_result(data: dict[str, Any]) -> types.CallToolResult:
     field = f" (field `{data['field']}`)" if data.get("field") else ""
     text = f"{data['code']}{field}: {data['message']}"
     error = {"error": {k: data[k] for k in ("code", "message", "field") if data.get(k) is not None}}
-    return types.CallToolResult(content=[types.TextContent(text=text),
-                                         types.TextContent(text=json.dumps(error))], is_error=True)
+    return types.CallToolResult(
+        content=[types.TextContent(text=text), types.TextContent(text=json.dumps(error))],
+        is_error=True,
+    )
 
 
 def error_data(result: types.CallToolResult) -> dict[str, Any]:
@@ -65,8 +74,9 @@ def error_data(result: types.CallToolResult) -> dict[str, Any]:
     return json.loads(result.content[-1].text)["error"]
 
 
-async def _wait_with_progress(client: AsyncClient, ctx: ServerRequestContext[Any, Any],
-                              params: WaitParams) -> WaitResult:
+async def _wait_with_progress(
+    client: AsyncClient, ctx: ServerRequestContext[Any, Any], params: WaitParams
+) -> WaitResult:
     """Wait in slices (the client's `WaitSlices`), a progress notification after each that
     finds the agent running."""
     token = (ctx.meta or {}).get("progress_token")
@@ -76,28 +86,43 @@ async def _wait_with_progress(client: AsyncClient, ctx: ServerRequestContext[Any
             return
         agent = result.agent
         last = (agent.last_message or "").splitlines()
-        message = f"{agent.state}; {agent.event_count} events" + (f"; last: {last[0][:120]}" if last else "")
+        message = f"{agent.state}; {agent.event_count} events" + (
+            f"; last: {last[0][:120]}" if last else ""
+        )
         await ctx.session.send_progress_notification(
-            token, round(elapsed, 3), total=params.timeout_seconds, message=message,
-            related_request_id=ctx.request_id)
+            token,
+            round(elapsed, 3),
+            total=params.timeout_seconds,
+            message=message,
+            related_request_id=ctx.request_id,
+        )
 
-    return await client.wait(params.agent_id, params.timeout_seconds, WAIT_PROGRESS_SECONDS, progress)
+    return await client.wait(
+        params.agent_id, params.timeout_seconds, WAIT_PROGRESS_SECONDS, progress
+    )
 
 
 def build_server(home: Home) -> Server[Any]:
     client = AsyncClient(home)
     tools = [mcp_tool(tool) for tool in TOOLS.values()]
 
-    async def list_tools(_ctx: ServerRequestContext[Any, Any],
-                         _params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+    async def list_tools(
+        _ctx: ServerRequestContext[Any, Any], _params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
         return types.ListToolsResult(tools=tools)
 
-    async def call_tool(ctx: ServerRequestContext[Any, Any],
-                        params: types.CallToolRequestParams) -> types.CallToolResult:
+    async def call_tool(
+        ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
         tool = TOOLS.get(params.name)
         if tool is None:
-            return error_result({"code": "UnknownTool", "field": "name",
-                                 "message": f"no tool {params.name!r}; tools: {', '.join(TOOLS)}"})
+            return error_result(
+                {
+                    "code": "UnknownTool",
+                    "field": "name",
+                    "message": f"no tool {params.name!r}; tools: {', '.join(TOOLS)}",
+                }
+            )
         arguments = dict(params.arguments or {})
         try:
             if tool.name == "wait":
@@ -110,14 +135,24 @@ def build_server(home: Home) -> Server[Any]:
                 result = await client.call(tool.name, arguments)
         except DaemonUnavailable as exc:
             no_start = f"; {NO_AUTOSTART_ENV}=1 is set" if _autostart_off() else ""
-            return error_result({"code": exc.code, "message": f"{exc.message}{no_start}. Nothing was "
-                                 "executed: agent-run runs tools only in its daemon."})
+            return error_result(
+                {
+                    "code": exc.code,
+                    "message": f"{exc.message}{no_start}. Nothing was "
+                    "executed: agent-run runs tools only in its daemon.",
+                }
+            )
         except DomainError as exc:  # every error the client maps, protocol ones included
             return error_result(exc.to_data())
         return ok_result(result)
 
-    return Server("agent-run", version=__version__, instructions=INSTRUCTIONS,
-                  on_list_tools=list_tools, on_call_tool=call_tool)
+    return Server(
+        "agent-run",
+        version=__version__,
+        instructions=INSTRUCTIONS,
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+    )
 
 
 def _autostart_off() -> bool:

@@ -48,19 +48,34 @@ def run_quickstart(session: Any, candidates: int) -> int:
         return 1
     repo = make_demo_repo()
     print(f"demo repository: {repo}")
-    batch = session.call("batch_start", {
-        "workflow": "ranked", "project": str(repo), "runs": candidates, "reviewers": 2, "concurrency": 4,
-        "runtime": "demo", "prompt": CANDIDATE_PROMPT, "review_prompt": REVIEW_PROMPT,
-        "verify_command": "test -s GREETING.md", "request_id": f"demo-{repo.parent.name}"})
-    print(f"started ranked batch {batch.id}: {candidates} candidates in their own worktrees, "
-          "2 reviewers each, through the daemon\n")
+    batch = session.call(
+        "batch_start",
+        {
+            "workflow": "ranked",
+            "project": str(repo),
+            "runs": candidates,
+            "reviewers": 2,
+            "concurrency": 4,
+            "runtime": "demo",
+            "prompt": CANDIDATE_PROMPT,
+            "review_prompt": REVIEW_PROMPT,
+            "verify_command": "test -s GREETING.md",
+            "request_id": f"demo-{repo.parent.name}",
+        },
+    )
+    print(
+        f"started ranked batch {batch.id}: {candidates} candidates in their own worktrees, "
+        "2 reviewers each, through the daemon\n"
+    )
     batch = watch_batch(session, batch.id)
     if batch.state != "completed":
         print(f"\nthe batch ended {batch.state}: {batch.state_reason}")
         return 1
     print("\n" + render_ranking(batch))
     print("\nverified answers:")
-    candidates_ranked = sorted((r for r in batch.runs if r.stage == "candidate"), key=lambda r: r.rank)
+    candidates_ranked = sorted(
+        (r for r in batch.runs if r.stage == "candidate"), key=lambda r: r.rank
+    )
     for run in candidates_ranked:
         answer = session.call("answer", {"agent_id": run.agent_id})
         # Check the proof ourselves too: the file on disk hashes to what the daemon reports.
@@ -69,13 +84,19 @@ def run_quickstart(session: Any, candidates: int) -> int:
         print(f"  #{run.rank} {run.title}: {answer.text}")
         print(f"         sha256 {answer.sha256} ({answer.bytes} bytes, {mark})")
     winner = candidates_ranked[0]
-    home = "" if session.home.root == type(session.home).resolve().root else f" --home {session.home.root}"
+    home = (
+        ""
+        if session.home.root == type(session.home).resolve().root
+        else f" --home {session.home.root}"
+    )
     print("\nlook further:")
     print(f"  agent-run{home} batch show {batch.id} --format text")
     print(f"  agent-run{home} batch review {batch.id} --format text")
     print(f"  agent-run{home} answer {winner.agent_id} --format text")
     print(f"  agent-run{home} transcript {winner.agent_id} --format text")
-    print(f"  agent-run{home} batch clean {batch.id}          # preview; add --confirm --force to remove")
+    print(
+        f"  agent-run{home} batch clean {batch.id}          # preview; add --confirm --force to remove"
+    )
     print("\nin the browser:")
     print(f"  agent-run{home} web --open     # prints a signed-in URL; then this batch is at")
     print(f"  http://127.0.0.1:{WEB_PORT}/batches/{batch.id}")

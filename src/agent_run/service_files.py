@@ -27,7 +27,7 @@ def _argv(home: Home) -> list[str]:
 
 def _systemd_quote(arg: str) -> str:
     """Quote one ExecStart argument the way systemd.syntax(7) reads it."""
-    if arg and not any(c in arg for c in ' \t"\'\\;$%'):
+    if arg and not any(c in arg for c in " \t\"'\\;$%"):
         return arg
     escaped = arg.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%").replace("$", "$$")
     return f'"{escaped}"'
@@ -57,15 +57,20 @@ WantedBy=default.target
 
 def launchd_plist(home: Home) -> str:
     label = launchd_label(home)
-    body = plistlib.dumps({
-        "Label": label,
-        "ProgramArguments": _argv(home),
-        "KeepAlive": {"SuccessfulExit": False},  # `agent-run api stop` (exit 0) stays stopped
-        "RunAtLoad": True,
-        "AbandonProcessGroup": True,  # agents outlive the daemon
-        "StandardErrorPath": str(home.logs_dir / "daemon.out"),
-    }, sort_keys=False).decode()
+    body = plistlib.dumps(
+        {
+            "Label": label,
+            "ProgramArguments": _argv(home),
+            "KeepAlive": {"SuccessfulExit": False},  # `agent-run api stop` (exit 0) stays stopped
+            "RunAtLoad": True,
+            "AbandonProcessGroup": True,  # agents outlive the daemon
+            "StandardErrorPath": str(home.logs_dir / "daemon.out"),
+        },
+        sort_keys=False,
+    ).decode()
     head, rest = body.split("\n", 1)
-    return (f"{head}\n<!-- ~/Library/LaunchAgents/{label}.plist\n"
-            f"     agent-run api stop   (an autostarted daemon holds the home's lock: stop it first)\n"
-            f"     launchctl bootstrap gui/$(id -u) ~/Library/LaunchAgents/{label}.plist -->\n{rest}")
+    return (
+        f"{head}\n<!-- ~/Library/LaunchAgents/{label}.plist\n"
+        f"     agent-run api stop   (an autostarted daemon holds the home's lock: stop it first)\n"
+        f"     launchctl bootstrap gui/$(id -u) ~/Library/LaunchAgents/{label}.plist -->\n{rest}"
+    )

@@ -22,10 +22,23 @@ def collector(mode: str) -> None:
     assert "SECRET_OF_THE_DAEMON" not in os.environ  # the collector gets an allowlisted environment
     if mode == "ok":
         remaining = 80.0 if request["runtime"] == "alpha" else 30.0
-        windows = [{"lane": "default", "window": "5h", "remaining_percent": remaining,
-                    "reset_at": now + 3600, "observed_at": now, "valid_until": now + 600},
-                   {"lane": "default", "window": "7d", "remaining_percent": 90.0, "observed_at": now,
-                    "reset_at": now + 86400}]
+        windows = [
+            {
+                "lane": "default",
+                "window": "5h",
+                "remaining_percent": remaining,
+                "reset_at": now + 3600,
+                "observed_at": now,
+                "valid_until": now + 600,
+            },
+            {
+                "lane": "default",
+                "window": "7d",
+                "remaining_percent": 90.0,
+                "observed_at": now,
+                "reset_at": now + 86400,
+            },
+        ]
         print(json.dumps({"version": 1, "runtime_seen": request["runtime"], "windows": windows}))
     elif mode == "slow":
         time.sleep(60)
@@ -34,8 +47,21 @@ def collector(mode: str) -> None:
     elif mode == "garbage":
         print("this is not json")
     elif mode == "wrong":
-        print(json.dumps({"version": 1, "windows": [{"lane": "default", "window": "5h",
-                                                     "remaining_percent": 150, "observed_at": now}]}))
+        print(
+            json.dumps(
+                {
+                    "version": 1,
+                    "windows": [
+                        {
+                            "lane": "default",
+                            "window": "5h",
+                            "remaining_percent": 150,
+                            "observed_at": now,
+                        }
+                    ],
+                }
+            )
+        )
 
 
 def appserver(mode: str) -> None:
@@ -51,9 +77,13 @@ def appserver(mode: str) -> None:
                 now = int(time.time())
                 good = {"usedPercent": 40, "windowDurationMins": 300, "resetsAt": now + 3600}
                 bad = {"usedPercent": "lots", "windowDurationMins": 10080}
-                result = {"rateLimits": {"primary": {"usedPercent": 99, "windowDurationMins": 300}},
-                          "rateLimitsByLimitId": {"codex": {"primary": good, "secondary": bad},
-                                                  "codex_other": {"primary": {**good, "usedPercent": 10}}}}
+                result = {
+                    "rateLimits": {"primary": {"usedPercent": 99, "windowDurationMins": 300}},
+                    "rateLimitsByLimitId": {
+                        "codex": {"primary": good, "secondary": bad},
+                        "codex_other": {"primary": {**good, "usedPercent": 10}},
+                    },
+                }
                 reply = {"id": message["id"], "result": result}
             print(json.dumps(reply), flush=True)
 

@@ -40,8 +40,9 @@ class EchoOptions(RuntimeOptions):
 class EchoEngine:
     name = "echo"
 
-    def launch(self, plan: ExecutionPlan, secrets: dict[str, str], worker: WorkerMcp,
-               scratch: Path) -> LaunchSpec:
+    def launch(
+        self, plan: ExecutionPlan, secrets: dict[str, str], worker: WorkerMcp, scratch: Path
+    ) -> LaunchSpec:
         options = plan.runtime_config
         assert isinstance(options, EchoOptions)
         session = plan.resume_session_id or str(uuid.uuid4())
@@ -78,5 +79,9 @@ class EchoEngine:
         return FailureKind.ERROR_REPLY if completion.is_error else None
 
 
-SPEC = EngineSpec(name="echo", factory=EchoEngine, options=EchoOptions,
-                  summary="test-only: answers each line with a greeting")
+SPEC = EngineSpec(
+    name="echo",
+    factory=EchoEngine,
+    options=EchoOptions,
+    summary="test-only: answers each line with a greeting",
+)

@@ -157,8 +157,14 @@ class Fault:
     times: int | None = 1
 
     @classmethod
-    def http(cls, status: int, *, retry_after: float | str | None = None,
-             message: str | None = None, times: int | None = 1) -> Fault:
+    def http(
+        cls,
+        status: int,
+        *,
+        retry_after: float | str | None = None,
+        message: str | None = None,
+        times: int | None = 1,
+    ) -> Fault:
         value = None if retry_after is None else str(retry_after)
         return cls("http", status=status, retry_after=value, message=message, times=times)
 
@@ -226,7 +232,9 @@ class RecordedRequest:
         for item in self.messages():
             if self.api == "responses":
                 if item.get("type") in ("function_call_output", "custom_tool_call_output"):
-                    results.append(ToolResult(item.get("call_id", ""), _flatten(item.get("output"))))
+                    results.append(
+                        ToolResult(item.get("call_id", ""), _flatten(item.get("output")))
+                    )
             elif self.api == "messages":
                 content = item.get("content")
                 for block in content if isinstance(content, list) else []:
@@ -235,7 +243,9 @@ class RecordedRequest:
                             ToolResult(block.get("tool_use_id", ""), _flatten(block.get("content")))
                         )
             elif self.api == "chat" and item.get("role") == "tool":
-                results.append(ToolResult(item.get("tool_call_id", ""), _flatten(item.get("content"))))
+                results.append(
+                    ToolResult(item.get("tool_call_id", ""), _flatten(item.get("content")))
+                )
         return results
 
     def text(self) -> str:
@@ -255,8 +265,11 @@ class RecordedRequest:
         if not isinstance(self.body, dict):
             return ""
         parts = [_flatten(self.body.get("system")), _flatten(self.body.get("instructions"))]
-        parts += [_flatten(m.get("content")) for m in self.messages()
-                  if m.get("role") in ("system", "developer")]
+        parts += [
+            _flatten(m.get("content"))
+            for m in self.messages()
+            if m.get("role") in ("system", "developer")
+        ]
         return "\n".join(part for part in parts if part)
 
     def first_user_text(self) -> str:
@@ -308,7 +321,6 @@ def _advertised_tools(body: Any) -> list[tuple[str, dict[str, Any]]]:
 AUXILIARY_SIGNATURES = (
     "managed memory extraction subagent",  # Qwen Code, after each turn, unless disabled
 )
-
 
 
 class _SilentClose(Exception):
@@ -495,8 +507,14 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         request = self._read_request()
         if request.path.rstrip("/").endswith("/models"):
-            models = [{"id": self.provider.model_name, "object": "model", "owned_by": "mock",
-                       "created": 0}]
+            models = [
+                {
+                    "id": self.provider.model_name,
+                    "object": "model",
+                    "owned_by": "mock",
+                    "created": 0,
+                }
+            ]
             self._send_json(200, {"object": "list", "data": models})
         else:
             self._send_json(404, {"error": {"message": "not found", "type": "not_found"}})
@@ -574,8 +592,9 @@ class _Handler(BaseHTTPRequestHandler):
         if isinstance(reply, Fault):
             self._fault(request, reply)
             return
-        builder = {"responses": _ResponsesStream, "messages": _MessagesStream,
-                   "chat": _ChatStream}[request.api](request, self.provider.model_name)
+        builder = {"responses": _ResponsesStream, "messages": _MessagesStream, "chat": _ChatStream}[
+            request.api
+        ](request, self.provider.model_name)
         if not self._wants_stream(request):
             self._send_json(200, builder.whole(reply), self.provider.response_headers)
             return
@@ -604,8 +623,9 @@ class _Handler(BaseHTTPRequestHandler):
         if fault.kind == "silent_after_headers":
             stopping.wait()
             raise _SilentClose
-        builder = {"responses": _ResponsesStream, "messages": _MessagesStream,
-                   "chat": _ChatStream}[request.api](request, self.provider.model_name)
+        builder = {"responses": _ResponsesStream, "messages": _MessagesStream, "chat": _ChatStream}[
+            request.api
+        ](request, self.provider.model_name)
         opening = list(builder.events(Text("partial answer that never finishes")))
         if fault.kind == "malformed":
             self._send_event(opening[0])
@@ -680,9 +700,15 @@ def _estimate_tokens(body: Any) -> int:
 
 
 def _error_body(api: str, fault: Fault) -> dict[str, Any]:
-    kinds = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-             404: "not_found_error", 429: "rate_limit_error", 500: "api_error",
-             529: "overloaded_error"}
+    kinds = {
+        400: "invalid_request_error",
+        401: "authentication_error",
+        403: "permission_error",
+        404: "not_found_error",
+        429: "rate_limit_error",
+        500: "api_error",
+        529: "overloaded_error",
+    }
     kind = kinds.get(fault.status, "api_error")
     message = fault.message or f"mock provider fault: HTTP {fault.status} ({kind})"
     if api == "messages":
@@ -704,13 +730,22 @@ class _ResponsesStream:
         self.response_id = _new_id("resp")
 
     def _response(self, status: str, output: list[dict[str, Any]]) -> dict[str, Any]:
-        usage = {"input_tokens": _estimate_tokens(self.request.body),
-                 "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 5,
-                 "output_tokens_details": {"reasoning_tokens": 0}}
+        usage = {
+            "input_tokens": _estimate_tokens(self.request.body),
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": 5,
+            "output_tokens_details": {"reasoning_tokens": 0},
+        }
         usage["total_tokens"] = usage["input_tokens"] + usage["output_tokens"]
-        return {"id": self.response_id, "object": "response", "created_at": int(time.time()),
-                "model": self.model, "status": status, "output": output,
-                "usage": usage if status == "completed" else None}
+        return {
+            "id": self.response_id,
+            "object": "response",
+            "created_at": int(time.time()),
+            "model": self.model,
+            "status": status,
+            "output": output,
+            "usage": usage if status == "completed" else None,
+        }
 
     def _tool_item(self, call: ToolCall) -> dict[str, Any]:
         name, namespace = call.name, call.namespace
@@ -722,21 +757,41 @@ class _ResponsesStream:
         spec = advertised.get(f"{namespace}/{name}" if namespace else name, {})
         call_id = call.call_id or _new_id("call")
         if spec.get("type") == "custom":
-            text = call.arguments if isinstance(call.arguments, str) else str(
-                call.arguments.get("input", ""))
-            item = {"type": "custom_tool_call", "id": _new_id("ctc"), "call_id": call_id,
-                    "name": name, "input": text, "status": "completed"}
+            text = (
+                call.arguments
+                if isinstance(call.arguments, str)
+                else str(call.arguments.get("input", ""))
+            )
+            item = {
+                "type": "custom_tool_call",
+                "id": _new_id("ctc"),
+                "call_id": call_id,
+                "name": name,
+                "input": text,
+                "status": "completed",
+            }
         else:
-            item = {"type": "function_call", "id": _new_id("fc"), "call_id": call_id,
-                    "name": name, "arguments": _arguments_json(call), "status": "completed"}
+            item = {
+                "type": "function_call",
+                "id": _new_id("fc"),
+                "call_id": call_id,
+                "name": name,
+                "arguments": _arguments_json(call),
+                "status": "completed",
+            }
         if namespace:
             item["namespace"] = namespace
         return item
 
     @staticmethod
     def _message_item(item_id: str, text: str) -> dict[str, Any]:
-        return {"type": "message", "id": item_id, "role": "assistant", "status": "completed",
-                "content": [{"type": "output_text", "text": text, "annotations": []}]}
+        return {
+            "type": "message",
+            "id": item_id,
+            "role": "assistant",
+            "status": "completed",
+            "content": [{"type": "output_text", "text": text, "annotations": []}],
+        }
 
     def events(self, reply: Text | ToolCall) -> Iterator[tuple[str, Any]]:
         def event(kind: str, **data: Any) -> tuple[str, Any]:
@@ -748,17 +803,36 @@ class _ResponsesStream:
         if text:
             item_id = _new_id("msg")
             index = len(output)
-            added = {"type": "message", "id": item_id, "role": "assistant",
-                     "status": "in_progress", "content": []}
+            added = {
+                "type": "message",
+                "id": item_id,
+                "role": "assistant",
+                "status": "in_progress",
+                "content": [],
+            }
             yield event("response.output_item.added", output_index=index, item=added)
-            yield event("response.content_part.added", item_id=item_id, output_index=index,
-                        content_index=0, part={"type": "output_text", "text": "",
-                                               "annotations": []})
+            yield event(
+                "response.content_part.added",
+                item_id=item_id,
+                output_index=index,
+                content_index=0,
+                part={"type": "output_text", "text": "", "annotations": []},
+            )
             for piece in _chunks(text):
-                yield event("response.output_text.delta", item_id=item_id, output_index=index,
-                            content_index=0, delta=piece)
-            yield event("response.output_text.done", item_id=item_id, output_index=index,
-                        content_index=0, text=text)
+                yield event(
+                    "response.output_text.delta",
+                    item_id=item_id,
+                    output_index=index,
+                    content_index=0,
+                    delta=piece,
+                )
+            yield event(
+                "response.output_text.done",
+                item_id=item_id,
+                output_index=index,
+                content_index=0,
+                text=text,
+            )
             done = self._message_item(item_id, text)
             yield event("response.output_item.done", output_index=index, item=done)
             output.append(done)
@@ -770,10 +844,18 @@ class _ResponsesStream:
                 pending["arguments"] = ""
             yield event("response.output_item.added", output_index=index, item=pending)
             if item["type"] == "function_call":
-                yield event("response.function_call_arguments.delta", item_id=item["id"],
-                            output_index=index, delta=item["arguments"])
-                yield event("response.function_call_arguments.done", item_id=item["id"],
-                            output_index=index, arguments=item["arguments"])
+                yield event(
+                    "response.function_call_arguments.delta",
+                    item_id=item["id"],
+                    output_index=index,
+                    delta=item["arguments"],
+                )
+                yield event(
+                    "response.function_call_arguments.done",
+                    item_id=item["id"],
+                    output_index=index,
+                    arguments=item["arguments"],
+                )
             yield event("response.output_item.done", output_index=index, item=item)
             output.append(item)
         yield event("response.completed", response=self._response("completed", output))
@@ -795,8 +877,12 @@ class _MessagesStream:
         self.message_id = _new_id("msg")
 
     def _usage(self) -> dict[str, int]:
-        return {"input_tokens": _estimate_tokens(self.request.body), "output_tokens": 5,
-                "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
+        return {
+            "input_tokens": _estimate_tokens(self.request.body),
+            "output_tokens": 5,
+            "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": 0,
+        }
 
     def _blocks(self, reply: Text | ToolCall) -> list[dict[str, Any]]:
         text = reply.text if isinstance(reply, Text) else reply.text_before
@@ -804,38 +890,80 @@ class _MessagesStream:
         if text:
             blocks.append({"type": "text", "text": text})
         if isinstance(reply, ToolCall):
-            arguments = reply.arguments if isinstance(reply.arguments, dict) else json.loads(
-                reply.arguments)
-            blocks.append({"type": "tool_use", "id": reply.call_id or _new_id("toolu"),
-                           "name": reply.name, "input": arguments})
+            arguments = (
+                reply.arguments
+                if isinstance(reply.arguments, dict)
+                else json.loads(reply.arguments)
+            )
+            blocks.append(
+                {
+                    "type": "tool_use",
+                    "id": reply.call_id or _new_id("toolu"),
+                    "name": reply.name,
+                    "input": arguments,
+                }
+            )
         return blocks
 
     def events(self, reply: Text | ToolCall) -> Iterator[tuple[str, Any]]:
         stop_reason = "tool_use" if isinstance(reply, ToolCall) else "end_turn"
-        start = {"id": self.message_id, "type": "message", "role": "assistant",
-                 "model": self.model, "content": [], "stop_reason": None,
-                 "stop_sequence": None, "usage": dict(self._usage(), output_tokens=1)}
+        start = {
+            "id": self.message_id,
+            "type": "message",
+            "role": "assistant",
+            "model": self.model,
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": dict(self._usage(), output_tokens=1),
+        }
         yield "message_start", {"type": "message_start", "message": start}
         yield "ping", {"type": "ping"}
         for index, block in enumerate(self._blocks(reply)):
             if block["type"] == "text":
-                yield "content_block_start", {"type": "content_block_start", "index": index,
-                                              "content_block": {"type": "text", "text": ""}}
+                yield (
+                    "content_block_start",
+                    {
+                        "type": "content_block_start",
+                        "index": index,
+                        "content_block": {"type": "text", "text": ""},
+                    },
+                )
                 for piece in _chunks(block["text"]):
-                    yield "content_block_delta", {"type": "content_block_delta", "index": index,
-                                                  "delta": {"type": "text_delta", "text": piece}}
+                    yield (
+                        "content_block_delta",
+                        {
+                            "type": "content_block_delta",
+                            "index": index,
+                            "delta": {"type": "text_delta", "text": piece},
+                        },
+                    )
             else:
                 opening = dict(block, input={})
-                yield "content_block_start", {"type": "content_block_start", "index": index,
-                                              "content_block": opening}
-                yield "content_block_delta", {
-                    "type": "content_block_delta", "index": index,
-                    "delta": {"type": "input_json_delta",
-                              "partial_json": json.dumps(block["input"])}}
+                yield (
+                    "content_block_start",
+                    {"type": "content_block_start", "index": index, "content_block": opening},
+                )
+                yield (
+                    "content_block_delta",
+                    {
+                        "type": "content_block_delta",
+                        "index": index,
+                        "delta": {
+                            "type": "input_json_delta",
+                            "partial_json": json.dumps(block["input"]),
+                        },
+                    },
+                )
             yield "content_block_stop", {"type": "content_block_stop", "index": index}
-        yield "message_delta", {"type": "message_delta",
-                                "delta": {"stop_reason": stop_reason, "stop_sequence": None},
-                                "usage": {"output_tokens": 5}}
+        yield (
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": stop_reason, "stop_sequence": None},
+                "usage": {"output_tokens": 5},
+            },
+        )
         yield "message_stop", {"type": "message_stop"}
 
     @staticmethod
@@ -844,10 +972,16 @@ class _MessagesStream:
         return len(events) - 3
 
     def whole(self, reply: Text | ToolCall) -> dict[str, Any]:
-        return {"id": self.message_id, "type": "message", "role": "assistant",
-                "model": self.model, "content": self._blocks(reply),
-                "stop_reason": "tool_use" if isinstance(reply, ToolCall) else "end_turn",
-                "stop_sequence": None, "usage": self._usage()}
+        return {
+            "id": self.message_id,
+            "type": "message",
+            "role": "assistant",
+            "model": self.model,
+            "content": self._blocks(reply),
+            "stop_reason": "tool_use" if isinstance(reply, ToolCall) else "end_turn",
+            "stop_sequence": None,
+            "usage": self._usage(),
+        }
 
 
 class _ChatStream:
@@ -864,13 +998,23 @@ class _ChatStream:
         return {"prompt_tokens": prompt, "completion_tokens": 5, "total_tokens": prompt + 5}
 
     def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
-        return {"id": self.completion_id, "object": "chat.completion.chunk",
-                "created": self.created, "model": self.model,
-                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+        return {
+            "id": self.completion_id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        }
 
     def _tool_calls(self, call: ToolCall) -> list[dict[str, Any]]:
-        return [{"index": 0, "id": call.call_id or _new_id("call"), "type": "function",
-                 "function": {"name": call.name, "arguments": _arguments_json(call)}}]
+        return [
+            {
+                "index": 0,
+                "id": call.call_id or _new_id("call"),
+                "type": "function",
+                "function": {"name": call.name, "arguments": _arguments_json(call)},
+            }
+        ]
 
     def events(self, reply: Text | ToolCall) -> Iterator[tuple[None, Any]]:
         yield None, self._chunk({"role": "assistant", "content": ""})
@@ -901,9 +1045,17 @@ class _ChatStream:
                 {key: value for key, value in call.items() if key != "index"}
                 for call in self._tool_calls(reply)
             ]
-        return {"id": self.completion_id, "object": "chat.completion", "created": self.created,
-                "model": self.model,
-                "choices": [{"index": 0, "message": message,
-                             "finish_reason": "tool_calls" if isinstance(reply, ToolCall)
-                             else "stop"}],
-                "usage": self._usage()}
+        return {
+            "id": self.completion_id,
+            "object": "chat.completion",
+            "created": self.created,
+            "model": self.model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": message,
+                    "finish_reason": "tool_calls" if isinstance(reply, ToolCall) else "stop",
+                }
+            ],
+            "usage": self._usage(),
+        }

@@ -25,13 +25,23 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 Answer = Callable[[str, str, str, bytes], tuple[int, Any]]
 
 
-def _certificate(subject: x509.Name, issuer: x509.Name, public_key: Any, signer: Any,
-                 extensions: list[tuple[Any, bool]]) -> x509.Certificate:
+def _certificate(
+    subject: x509.Name,
+    issuer: x509.Name,
+    public_key: Any,
+    signer: Any,
+    extensions: list[tuple[Any, bool]],
+) -> x509.Certificate:
     now = datetime.datetime.now(datetime.UTC)
-    builder = (x509.CertificateBuilder().subject_name(subject).issuer_name(issuer).public_key(public_key)
-               .serial_number(x509.random_serial_number())
-               .not_valid_before(now - datetime.timedelta(hours=1))
-               .not_valid_after(now + datetime.timedelta(days=1)))
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(issuer)
+        .public_key(public_key)
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(hours=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+    )
     for extension, critical in extensions:
         builder = builder.add_extension(extension, critical=critical)
     return builder.sign(signer, hashes.SHA256())
@@ -41,19 +51,43 @@ def make_ca_and_server_cert(folder: Path, hosts: list[str]) -> Path:
     """ca.pem (to trust), cert.pem + key.pem (the proxy's, valid for `hosts`); returns ca.pem."""
     ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "agent-run test CA")])
-    usage = x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True, content_commitment=False,
-                          key_encipherment=False, data_encipherment=False, key_agreement=False,
-                          encipher_only=False, decipher_only=False)
-    ca = _certificate(ca_name, ca_name, ca_key.public_key(), ca_key,
-                      [(x509.BasicConstraints(ca=True, path_length=None), True), (usage, True)])
-    cert = _certificate(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hosts[0])]), ca_name,
-                        key.public_key(), ca_key,
-                        [(x509.SubjectAlternativeName([x509.DNSName(h) for h in hosts]), False),
-                         (x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), False)])
+    usage = x509.KeyUsage(
+        digital_signature=True,
+        key_cert_sign=True,
+        crl_sign=True,
+        content_commitment=False,
+        key_encipherment=False,
+        data_encipherment=False,
+        key_agreement=False,
+        encipher_only=False,
+        decipher_only=False,
+    )
+    ca = _certificate(
+        ca_name,
+        ca_name,
+        ca_key.public_key(),
+        ca_key,
+        [(x509.BasicConstraints(ca=True, path_length=None), True), (usage, True)],
+    )
+    cert = _certificate(
+        x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hosts[0])]),
+        ca_name,
+        key.public_key(),
+        ca_key,
+        [
+            (x509.SubjectAlternativeName([x509.DNSName(h) for h in hosts]), False),
+            (x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), False),
+        ],
+    )
     (folder / "ca.pem").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
     (folder / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    (folder / "key.pem").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                                       serialization.NoEncryption()))
+    (folder / "key.pem").write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
     return folder / "ca.pem"
 
 
@@ -116,5 +150,8 @@ class OAuthMitm:
             self.seen.append((method, host, path, body))
             status, data = self.answer(method, host, path, body)
             payload = json.dumps(data).encode()
-            tls.sendall(f"HTTP/1.1 {status} X\r\ncontent-type: application/json\r\n"
-                        f"content-length: {len(payload)}\r\n\r\n".encode() + payload)
+            tls.sendall(
+                f"HTTP/1.1 {status} X\r\ncontent-type: application/json\r\n"
+                f"content-length: {len(payload)}\r\n\r\n".encode()
+                + payload
+            )

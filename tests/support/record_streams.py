@@ -19,17 +19,27 @@ from tests.support.mock_provider import MockProvider, Text, ToolCall
 
 OUT = Path(__file__).parent.parent / "fixtures" / "streams"
 ENGINES = {
-    "claude": ("claude-sonnet-4-5", "", ToolCall("Bash", {"command": "echo tool-ran", "description": "x"})),
+    "claude": (
+        "claude-sonnet-4-5",
+        "",
+        ToolCall("Bash", {"command": "echo tool-ran", "description": "x"}),
+    ),
     "codex": ("gpt-5.5", "", ToolCall("exec_command", {"cmd": "echo tool-ran"})),
-    "qwen": ("qwen3-coder-plus", "/v1", ToolCall("run_shell_command", {"command": "echo tool-ran",
-                                                                          "description": "x"})),
+    "qwen": (
+        "qwen3-coder-plus",
+        "/v1",
+        ToolCall("run_shell_command", {"command": "echo tool-ran", "description": "x"}),
+    ),
 }
 
 
 def record(engine: str) -> Path:
     model, suffix, call = ENGINES[engine]
     with MockProvider([call, Text("The command printed tool-ran.")]) as provider:
-        with engine_daemon(runtime_block("r", engine, provider.url + suffix, model)) as (home, daemon):
+        with engine_daemon(runtime_block("r", engine, provider.url + suffix, model)) as (
+            home,
+            daemon,
+        ):
             view = run_agent(daemon, "r", "Run the marker command.", short_tmpdir())
             assert view["state"] == "succeeded", view
             raw = next(home.agents_dir.rglob("runtime.jsonl"))

@@ -98,9 +98,17 @@ def codex_env(home: Path) -> dict[str, str]:
 
 
 def launch_codex(mp: MockProvider, home: Path, prompt: str, retries: bool) -> Launch:
-    argv = [str(NODE_BIN / "codex"), "exec", "--json", "--skip-git-repo-check",
-            "--dangerously-bypass-approvals-and-sandbox", "-m", CODEX_MODEL,
-            *codex_overrides(mp, retries=retries), prompt]
+    argv = [
+        str(NODE_BIN / "codex"),
+        "exec",
+        "--json",
+        "--skip-git-repo-check",
+        "--dangerously-bypass-approvals-and-sandbox",
+        "-m",
+        CODEX_MODEL,
+        *codex_overrides(mp, retries=retries),
+        prompt,
+    ]
     return Launch(argv, codex_env(home))
 
 
@@ -108,34 +116,60 @@ def launch_codex_app(mp: MockProvider, home: Path, prompt: str, retries: bool) -
     argv = [str(NODE_BIN / "codex"), "app-server", *codex_overrides(mp, retries=retries)]
     # thread/start and turn/start need the thread id; the runner fills "$THREAD".
     lines = [
-        {"id": 1, "method": "initialize",
-         "params": {"clientInfo": {"name": "try_engines", "version": "0"}}},
+        {
+            "id": 1,
+            "method": "initialize",
+            "params": {"clientInfo": {"name": "try_engines", "version": "0"}},
+        },
         {"method": "initialized"},
-        {"id": 2, "method": "thread/start",
-         "params": {"model": CODEX_MODEL, "approvalPolicy": "never",
-                    "sandbox": "danger-full-access"}},
-        {"id": 3, "method": "turn/start",
-         "params": {"threadId": "$THREAD", "input": [{"type": "text", "text": prompt}]}},
+        {
+            "id": 2,
+            "method": "thread/start",
+            "params": {
+                "model": CODEX_MODEL,
+                "approvalPolicy": "never",
+                "sandbox": "danger-full-access",
+            },
+        },
+        {
+            "id": 3,
+            "method": "turn/start",
+            "params": {"threadId": "$THREAD", "input": [{"type": "text", "text": prompt}]},
+        },
     ]
     return Launch(argv, codex_env(home), stdin_lines=lines)
 
 
 def launch_claude(mp: MockProvider, home: Path, prompt: str, retries: bool) -> Launch:
     env = base_env(home)
-    env.update({
-        "CLAUDE_CONFIG_DIR": str(home / "claude"),
-        "ANTHROPIC_BASE_URL": mp.url,
-        "ANTHROPIC_API_KEY": PLANTED_KEY,
-        "IS_SANDBOX": "1",
-        "DISABLE_AUTOUPDATER": "1",
-        "CLAUDE_CODE_MAX_RETRIES": "2" if retries else "0",
-        "API_TIMEOUT_MS": "30000",
-    })
+    env.update(
+        {
+            "CLAUDE_CONFIG_DIR": str(home / "claude"),
+            "ANTHROPIC_BASE_URL": mp.url,
+            "ANTHROPIC_API_KEY": PLANTED_KEY,
+            "IS_SANDBOX": "1",
+            "DISABLE_AUTOUPDATER": "1",
+            "CLAUDE_CODE_MAX_RETRIES": "2" if retries else "0",
+            "API_TIMEOUT_MS": "30000",
+        }
+    )
     if QUIET_SIDE_TRAFFIC:
         env["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"] = "1"
-    argv = [str(NODE_BIN / "claude"), "-p", prompt, "--output-format", "stream-json",
-            "--verbose", "--allowedTools", "Bash,Write,Edit", "--permission-mode",
-            "acceptEdits", "--setting-sources", "", "--strict-mcp-config"]
+    argv = [
+        str(NODE_BIN / "claude"),
+        "-p",
+        prompt,
+        "--output-format",
+        "stream-json",
+        "--verbose",
+        "--allowedTools",
+        "Bash,Write,Edit",
+        "--permission-mode",
+        "acceptEdits",
+        "--setting-sources",
+        "",
+        "--strict-mcp-config",
+    ]
     return Launch(argv, env)
 
 
@@ -147,20 +181,35 @@ def launch_qwen(mp: MockProvider, home: Path, prompt: str, retries: bool) -> Lau
         # 0.24 reads these under "model"; top-level "generationConfig" is ignored. They tune
         # only the outer rate-limit loop: an inner loop still makes 7 attempts (no knob), and
         # the OpenAI SDK under it retries each of those 3 times.
-        "model": {"generationConfig": {"maxRetries": 2 if retries else 0, "timeout": 30000,
-                                       "retryInitialDelayMs": 500, "retryMaxDelayMs": 2000}},
+        "model": {
+            "generationConfig": {
+                "maxRetries": 2 if retries else 0,
+                "timeout": 30000,
+                "retryInitialDelayMs": 500,
+                "retryMaxDelayMs": 2000,
+            }
+        },
         "security": {"auth": {"selectedType": "openai"}},
     }
     (qwen_home / "settings.json").write_text(json.dumps(settings, indent=2))
     env = base_env(home)
-    env.update({
-        "QWEN_HOME": str(qwen_home),
-        "OPENAI_BASE_URL": f"{mp.url}/v1",
-        "OPENAI_API_KEY": PLANTED_KEY,
-        "OPENAI_MODEL": "mock-model",
-    })
-    argv = [str(NODE_BIN / "qwen"), "-p", prompt, "--output-format", "stream-json",
-            "--approval-mode", "yolo"]
+    env.update(
+        {
+            "QWEN_HOME": str(qwen_home),
+            "OPENAI_BASE_URL": f"{mp.url}/v1",
+            "OPENAI_API_KEY": PLANTED_KEY,
+            "OPENAI_MODEL": "mock-model",
+        }
+    )
+    argv = [
+        str(NODE_BIN / "qwen"),
+        "-p",
+        prompt,
+        "--output-format",
+        "stream-json",
+        "--approval-mode",
+        "yolo",
+    ]
     return Launch(argv, env)
 
 
@@ -174,16 +223,23 @@ SHELL_TOOL: dict[str, Callable[[str], ToolCall]] = {
     "codex": lambda cmd: ToolCall("exec_command", {"cmd": cmd}),
     "codex-app": lambda cmd: ToolCall("exec_command", {"cmd": cmd}),
     "claude": lambda cmd: ToolCall("Bash", {"command": cmd, "description": "print marker"}),
-    "qwen": lambda cmd: ToolCall("run_shell_command", {"command": cmd,
-                                                       "description": "print marker"}),
+    "qwen": lambda cmd: ToolCall(
+        "run_shell_command", {"command": cmd, "description": "print marker"}
+    ),
 }
 
 
 # --------------------------------------------------------------------------- scenarios
 
 SCENARIOS = ["text", "tool", "429", "429-retry-after", "401"]
-EXTRA_SCENARIOS = ["500", "529", "malformed", "cut", "silent-after-headers",
-                   "silent-before-headers"]
+EXTRA_SCENARIOS = [
+    "500",
+    "529",
+    "malformed",
+    "cut",
+    "silent-after-headers",
+    "silent-before-headers",
+]
 
 
 def scenario_script(engine: str, scenario: str) -> tuple[list[Reply], bool]:
@@ -191,7 +247,10 @@ def scenario_script(engine: str, scenario: str) -> tuple[list[Reply], bool]:
     if scenario == "text":
         return [Text("Hello from the mock provider.")], True
     if scenario == "tool":
-        return [SHELL_TOOL[engine]("echo tool-ran-$((40+2))"), Text("The command printed 42.")], True
+        return [
+            SHELL_TOOL[engine]("echo tool-ran-$((40+2))"),
+            Text("The command printed 42."),
+        ], True
     if scenario == "429":
         return [Fault.http(429, times=None)], False
     if scenario == "429-retry-after":
@@ -229,8 +288,10 @@ def run(engine: str, scenario: str, verbose: bool) -> None:
         else:
             code, lines, stderr = run_json_rpc(launch, workdir)
         elapsed = time.monotonic() - started
-    print(f"\n=== {engine} / {scenario}: exit {code}, {elapsed:.1f}s, "
-          f"{len(mp.requests)} requests ({len(mp.main_requests())} main)")
+    print(
+        f"\n=== {engine} / {scenario}: exit {code}, {elapsed:.1f}s, "
+        f"{len(mp.requests)} requests ({len(mp.main_requests())} main)"
+    )
     first = mp.requests[0].received_at if mp.requests else 0.0
     for request in mp.requests:
         print(f"  req +{request.received_at - first:5.1f}s", describe_request(request, verbose))
@@ -243,9 +304,16 @@ def run(engine: str, scenario: str, verbose: bool) -> None:
 
 
 def run_headless(launch: Launch, workdir: Path) -> tuple[int | None, list[str], str]:
-    child = subprocess.Popen(launch.argv, env=launch.env, cwd=workdir, stdin=subprocess.DEVNULL,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             start_new_session=True)
+    child = subprocess.Popen(
+        launch.argv,
+        env=launch.env,
+        cwd=workdir,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         stdout, stderr = child.communicate(timeout=WATCHDOG_SECONDS)
     except subprocess.TimeoutExpired:
@@ -259,9 +327,16 @@ def run_headless(launch: Launch, workdir: Path) -> tuple[int | None, list[str], 
 
 def run_json_rpc(launch: Launch, workdir: Path) -> tuple[int | None, list[str], str]:
     """Speak the Codex app-server protocol until the turn completes (or the watchdog)."""
-    child = subprocess.Popen(launch.argv, env=launch.env, cwd=workdir, stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             start_new_session=True)
+    child = subprocess.Popen(
+        launch.argv,
+        env=launch.env,
+        cwd=workdir,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     assert child.stdin and child.stdout
     pending = list(launch.stdin_lines or [])
     thread_id: str | None = None
@@ -291,8 +366,9 @@ def run_json_rpc(launch: Launch, workdir: Path) -> tuple[int | None, list[str], 
             thread_id = message["result"]["thread"]["id"]
             send_until_blocked()
         if "method" in message and "id" in message:  # a server request, e.g. approval
-            child.stdin.write(json.dumps({"id": message["id"],
-                                          "result": {"decision": "accept"}}) + "\n")
+            child.stdin.write(
+                json.dumps({"id": message["id"], "result": {"decision": "accept"}}) + "\n"
+            )
             child.stdin.flush()
         if message.get("method") == "turn/completed":
             break
@@ -320,9 +396,11 @@ def describe_request(request: Any, verbose: bool) -> str:
     if isinstance(request.reply, Fault):
         reply = f"Fault({request.reply.kind} {request.reply.status})"
     results = [r.output[:40] for r in request.tool_results()]
-    summary = (f"{request.method} {request.path} [{request.role}] {keyed} model={body.get('model')}"
-               f" stream={body.get('stream')} max={limit} tools={len(tools)}"
-               f" results={results} -> {reply}")
+    summary = (
+        f"{request.method} {request.path} [{request.role}] {keyed} model={body.get('model')}"
+        f" stream={body.get('stream')} max={limit} tools={len(tools)}"
+        f" results={results} -> {reply}"
+    )
     if request.role == "auxiliary" or verbose:
         system = " ".join(request.text().split())[:160]
         summary += f"\n        text: {system!r}"
@@ -340,16 +418,28 @@ def summarise_event(line: str) -> str:
     if event.get("subtype"):
         kind += f"/{event['subtype']}"
     details: dict[str, Any] = {}
-    for key in ("is_error", "result", "api_error_status", "num_turns", "error", "attempt",
-                "error_status", "retry_delay_ms", "message"):
+    for key in (
+        "is_error",
+        "result",
+        "api_error_status",
+        "num_turns",
+        "error",
+        "attempt",
+        "error_status",
+        "retry_delay_ms",
+        "message",
+    ):
         if key in event and not isinstance(event[key], dict | list):
             details[key] = event[key]
     if isinstance(event.get("error"), dict):
         details["error"] = event["error"].get("message") or event["error"]
     item = event.get("item") or (event.get("params") or {}).get("item")
     if isinstance(item, dict):
-        details["item"] = {k: item.get(k) for k in ("type", "text", "command", "exit_code",
-                                                     "aggregated_output") if item.get(k)}
+        details["item"] = {
+            k: item.get(k)
+            for k in ("type", "text", "command", "exit_code", "aggregated_output")
+            if item.get(k)
+        }
     params = event.get("params")
     if isinstance(params, dict) and isinstance(params.get("turn"), dict):
         turn = params["turn"]
@@ -381,12 +471,19 @@ def _short(value: Any) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("engines", nargs="*", default=["codex", "codex-app", "claude", "qwen"])
-    parser.add_argument("-s", "--scenario", action="append",
-                        choices=SCENARIOS + EXTRA_SCENARIOS,
-                        help="repeatable; default: " + " ".join(SCENARIOS))
+    parser.add_argument(
+        "-s",
+        "--scenario",
+        action="append",
+        choices=SCENARIOS + EXTRA_SCENARIOS,
+        help="repeatable; default: " + " ".join(SCENARIOS),
+    )
     parser.add_argument("-v", "--verbose", action="store_true")
-    parser.add_argument("--chatty", action="store_true",
-                        help="leave the engines' side traffic on, to see auxiliary requests")
+    parser.add_argument(
+        "--chatty",
+        action="store_true",
+        help="leave the engines' side traffic on, to see auxiliary requests",
+    )
     args = parser.parse_args()
     global QUIET_SIDE_TRAFFIC
     QUIET_SIDE_TRAFFIC = not args.chatty

@@ -23,9 +23,17 @@ import signal
 import sys
 
 # What `api serve` imports by the time it answers ping (measured with -X importtime).
-PRELOAD = ("agent_run.cli", "agent_run.daemon", "agent_run.rpc.server", "agent_run.batches.workflows",
-           "agent_run.batches.scheduler", "agent_run.services.docs", "agent_run.rpc.client", "runpy",
-           "argparse")
+PRELOAD = (
+    "agent_run.cli",
+    "agent_run.daemon",
+    "agent_run.rpc.server",
+    "agent_run.batches.workflows",
+    "agent_run.batches.scheduler",
+    "agent_run.services.docs",
+    "agent_run.rpc.client",
+    "runpy",
+    "argparse",
+)
 
 
 def _run_child(request: dict) -> None:

@@ -33,7 +33,9 @@ def confined(ctx: ServiceContext, raw: str) -> Path:
         raise InvalidRequest(f"{raw} is not an absolute path", field="path")
     resolved = path.resolve()
     if not _under(resolved, allowed_roots(ctx)):
-        raise InvalidRequest(f"{raw} is outside the allowed roots ([web] roots in config.toml)", field="path")
+        raise InvalidRequest(
+            f"{raw} is outside the allowed roots ([web] roots in config.toml)", field="path"
+        )
     if not resolved.is_dir():
         raise InvalidRequest(f"{raw} is not a directory", field="path")
     return resolved
@@ -42,8 +44,11 @@ def confined(ctx: ServiceContext, raw: str) -> Path:
 def _listing(ctx: ServiceContext, raw: str | None) -> DirListing:
     roots = allowed_roots(ctx)
     if raw is None:
-        entries = [DirEntry(name=str(r), path=str(r), is_repository=(r / ".git").exists())
-                   for r in roots if r.is_dir()]
+        entries = [
+            DirEntry(name=str(r), path=str(r), is_repository=(r / ".git").exists())
+            for r in roots
+            if r.is_dir()
+        ]
         return DirListing(path=None, parent=None, roots=[str(r) for r in roots], entries=entries)
     folder = confined(ctx, raw)
     entries: list[DirEntry] = []
@@ -58,10 +63,17 @@ def _listing(ctx: ServiceContext, raw: str | None) -> DirListing:
             if len(entries) >= MAX_ENTRIES:
                 truncated = True
                 break
-            entries.append(DirEntry(name=item.name, path=str(target), is_repository=(target / ".git").exists()))
+            entries.append(
+                DirEntry(name=item.name, path=str(target), is_repository=(target / ".git").exists())
+            )
     parent = folder.parent if folder != folder.parent and _under(folder.parent, roots) else None
-    return DirListing(path=str(folder), parent=str(parent) if parent else None, roots=[str(r) for r in roots],
-                      entries=entries, truncated=truncated)
+    return DirListing(
+        path=str(folder),
+        parent=str(parent) if parent else None,
+        roots=[str(r) for r in roots],
+        entries=entries,
+        truncated=truncated,
+    )
 
 
 async def list_dir(ctx: ServiceContext, p: FolderParams) -> DirListing:
@@ -76,12 +88,24 @@ def _inspect(ctx: ServiceContext, raw: str | None) -> ProjectInfo:
         project = g.locate_project(str(folder))
     except InvalidRequest:
         return ProjectInfo(path=str(folder), is_repository=False)
-    head = subprocess.run(["git", "log", "-1", "--format=%H%n%s"], cwd=project.root, capture_output=True,
-                          text=True, timeout=g.GIT_TIMEOUT_SECONDS, stdin=subprocess.DEVNULL)
+    head = subprocess.run(
+        ["git", "log", "-1", "--format=%H%n%s"],
+        cwd=project.root,
+        capture_output=True,
+        text=True,
+        timeout=g.GIT_TIMEOUT_SECONDS,
+        stdin=subprocess.DEVNULL,
+    )
     sha, _, subject = head.stdout.strip().partition("\n") if head.returncode == 0 else ("", "", "")
-    return ProjectInfo(path=str(folder), is_repository=True, repository_root=str(project.root),
-                       subdir=project.subdir, branch=g.current_branch(project.root),
-                       head=sha or None, head_subject=subject or None)
+    return ProjectInfo(
+        path=str(folder),
+        is_repository=True,
+        repository_root=str(project.root),
+        subdir=project.subdir,
+        branch=g.current_branch(project.root),
+        head=sha or None,
+        head_subject=subject or None,
+    )
 
 
 async def project_inspect(ctx: ServiceContext, p: FolderParams) -> ProjectInfo:

@@ -45,16 +45,27 @@ def new_run_row(batch: sqlite3.Row, spec: RunSpec, runs: list[sqlite3.Row]) -> d
     """A run row for `spec`: its own worktree on a new branch at the pinned base, or the folder
     it works in (the project for generators and validators, its candidate's for reviewers)."""
     root, subdir = Path(batch["project_root"]), batch["project_subdir"]
-    row: dict[str, Any] = {"id": new_id("rn"), "batch_id": batch["id"], "stage": spec.stage, "idx": spec.idx,
-                           "title": spec.title, "prompt": spec.prompt, "profile": spec.profile,
-                           "parent_run_id": spec.parent_run_id}
+    row: dict[str, Any] = {
+        "id": new_id("rn"),
+        "batch_id": batch["id"],
+        "stage": spec.stage,
+        "idx": spec.idx,
+        "title": spec.title,
+        "prompt": spec.prompt,
+        "profile": spec.profile,
+        "parent_run_id": spec.parent_run_id,
+    }
     if spec.worktree:
         project = git.Project(root, subdir)
         label = git.ref_label(root, batch["base_ref"], batch["base_sha"])
-        path = git.worktree_path(Path(batch["worktree_root"]), project, label, batch["id"], spec.idx)
+        path = git.worktree_path(
+            Path(batch["worktree_root"]), project, label, batch["id"], spec.idx
+        )
         branch = f"agent-run/{batch['id']}/{spec.stage}-{spec.idx}"
         git.add_worktree(root, path, branch, batch["base_sha"])
-        row.update(worktree=str(path), branch=branch, workdir=str(path / subdir) if subdir else str(path))
+        row.update(
+            worktree=str(path), branch=branch, workdir=str(path / subdir) if subdir else str(path)
+        )
     elif spec.parent_run_id:
         parent = next(r for r in runs if r["id"] == spec.parent_run_id)
         row.update(workdir=parent["workdir"])
@@ -63,8 +74,9 @@ def new_run_row(batch: sqlite3.Row, spec: RunSpec, runs: list[sqlite3.Row]) -> d
     return row
 
 
-def insert_runs(conn: sqlite3.Connection, batch: sqlite3.Row, specs: list[RunSpec],
-                runs: list[sqlite3.Row]) -> None:
+def insert_runs(
+    conn: sqlite3.Connection, batch: sqlite3.Row, specs: list[RunSpec], runs: list[sqlite3.Row]
+) -> None:
     workflow = workflow_named(batch["workflow"])
     for spec in specs:
         check_stage(workflow, spec.stage)
@@ -78,8 +90,9 @@ def insert_runs(conn: sqlite3.Connection, batch: sqlite3.Row, specs: list[RunSpe
 
 def evidence_for(conn: sqlite3.Connection, batch: sqlite3.Row, run: sqlite3.Row) -> Evidence:
     reports: dict[str, list[dict[str, Any]]] = {}
-    for execution in conn.execute("SELECT id FROM executions WHERE agent_id = ? ORDER BY number",
-                                  (run["agent_id"],)).fetchall():
+    for execution in conn.execute(
+        "SELECT id FROM executions WHERE agent_id = ? ORDER BY number", (run["agent_id"],)
+    ).fetchall():
         for report in reports_q.reports(conn, execution["id"]):
             reports.setdefault(report["tool"], []).append(json.loads(report["payload"]))
     latest = agents_q.latest_execution(conn, run["agent_id"])
@@ -94,20 +107,34 @@ def write_run(conn: sqlite3.Connection, run_id: str, **fields: Any) -> None:
         batches_q.update_run(conn, batches_q.get_run(conn, run_id), **fields)
 
 
-def write_run_if(conn: sqlite3.Connection, run_id: str, expect_state: str | tuple[str, ...], expect_attempt: int,
-                 **fields: Any) -> bool:
+def write_run_if(
+    conn: sqlite3.Connection,
+    run_id: str,
+    expect_state: str | tuple[str, ...],
+    expect_attempt: int,
+    **fields: Any,
+) -> bool:
     """`write_run` only while the run is still in `expect_state` at `expect_attempt` (compare-and-set)."""
     with write(conn):
         run = batches_q.get_run(conn, run_id)
-        return run is not None and batches_q.update_run_if(conn, run, expect_state=expect_state,
-                                                           expect_attempt=expect_attempt, **fields)
+        return run is not None and batches_q.update_run_if(
+            conn, run, expect_state=expect_state, expect_attempt=expect_attempt, **fields
+        )
 
 
 def run_verify(command: str, workdir: str, timeout: float) -> tuple[bool, str]:
     try:
-        done = subprocess.run(command, shell=True, cwd=workdir, capture_output=True, text=True,
-                              timeout=timeout, stdin=subprocess.DEVNULL, start_new_session=True,
-                              env=command_environment())  # never the daemon's keys
+        done = subprocess.run(
+            command,
+            shell=True,
+            cwd=workdir,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env=command_environment(),
+        )  # never the daemon's keys
     except subprocess.TimeoutExpired:
         return False, f"verify_command timed out after {timeout:g}s"
     output = (done.stdout + done.stderr)[-VERIFY_OUTPUT_BYTES:]
@@ -120,7 +147,10 @@ def settled_state(workflow: Workflow, runs: list[sqlite3.Row]) -> tuple[BatchSta
     failed = [r for r in runs if r["state"] == RunState.FAILED]
     if workflow.staged and failed:
         first = failed[0]
-        return BatchState.BLOCKED, f"{first['title']} failed ({first['failure']}); rerun or resume it to continue"
+        return (
+            BatchState.BLOCKED,
+            f"{first['title']} failed ({first['failure']}); rerun or resume it to continue",
+        )
     if any(RunState(r["state"]) in RUN_ACTIVE for r in runs):
         started = any(r["state"] == RunState.RUNNING or r["attempt"] for r in runs)
         return (BatchState.RUNNING if started else BatchState.QUEUED), None
@@ -207,7 +237,11 @@ class BatchScheduler:
         for run in runs:
             if running >= cfg["concurrency"]:
                 break
-            if run["state"] == RunState.QUEUED and run["id"] not in self.busy and workflow.ready(run, runs):
+            if (
+                run["state"] == RunState.QUEUED
+                and run["id"] not in self.busy
+                and workflow.ready(run, runs)
+            ):
                 actions += await self.begin_attempt(run, kind="start")
                 running += 1
         await self._settle_batch(batch, workflow)
@@ -223,11 +257,20 @@ class BatchScheduler:
 
         def begin(conn: sqlite3.Connection) -> bool:
             with write(conn):
-                if not batches_q.update_run_if(conn, run, expect_state=run["state"], expect_attempt=run["attempt"],
-                                               state=RunState.RUNNING, attempt=attempt, agent_id=None,
-                                               failure=None):
+                if not batches_q.update_run_if(
+                    conn,
+                    run,
+                    expect_state=run["state"],
+                    expect_attempt=run["attempt"],
+                    state=RunState.RUNNING,
+                    attempt=attempt,
+                    agent_id=None,
+                    failure=None,
+                ):
                     return False
-                batches_q.move_batch(conn, run["batch_id"], expect=BatchState.QUEUED, to=BatchState.RUNNING)
+                batches_q.move_batch(
+                    conn, run["batch_id"], expect=BatchState.QUEUED, to=BatchState.RUNNING
+                )
                 return True
 
         if not await self.ctx.db(begin):
@@ -244,8 +287,14 @@ class BatchScheduler:
         if not state.terminal:
             return []
         if state is ExecutionState.CANCELLED:
-            await self.ctx.db(write_run_if, run["id"], RunState.RUNNING, run["attempt"], state=RunState.CANCELLED,
-                              failure="stopped")
+            await self.ctx.db(
+                write_run_if,
+                run["id"],
+                RunState.RUNNING,
+                run["attempt"],
+                state=RunState.CANCELLED,
+                failure="stopped",
+            )
             return []
         if state is not ExecutionState.SUCCEEDED:
             failure = f"{latest['failure_kind']}: {(latest['failure_message'] or '')[:300]}"
@@ -254,8 +303,14 @@ class BatchScheduler:
         return [Action("judge", run["id"], run["attempt"])]
 
     async def _fail_run(self, run: sqlite3.Row, workflow: Workflow, failure: str) -> list[Action]:
-        if not await self.ctx.db(write_run_if, run["id"], RunState.RUNNING, run["attempt"], state=RunState.FAILED,
-                                 failure=failure):
+        if not await self.ctx.db(
+            write_run_if,
+            run["id"],
+            RunState.RUNNING,
+            run["attempt"],
+            state=RunState.FAILED,
+            failure=failure,
+        ):
             return []
         if run["attempt"] <= workflow.retries(run["stage"]):  # the workflow's retry policy
             fresh = await self.ctx.db(batches_q.get_run, run["id"])
@@ -286,20 +341,42 @@ class BatchScheduler:
         runs = await self.ctx.db(batches_q.runs, batch["id"])
         at_cap, caps = batch_caps(cfg, *await self.ctx.db(batch_spend, batch["id"]))
         if at_cap is not None:  # the batch's spend cap: no new run
-            await self.ctx.db(write_run_if, run["id"], RunState.RUNNING, action.attempt, state=RunState.FAILED,
-                              failure=at_cap)
+            await self.ctx.db(
+                write_run_if,
+                run["id"],
+                RunState.RUNNING,
+                action.attempt,
+                state=RunState.FAILED,
+                failure=at_cap,
+            )
             return
-        params = StartParams(task=run["prompt"], workdir=run["workdir"], runtime=cfg.get("runtime"),
-                             model=cfg.get("model"), account=cfg.get("account"), profile=run["profile"],
-                             request_id=f"{run['id']}-a{action.attempt}", read_roots=workflow.read_roots(run, runs),
-                             stall_seconds=cfg.get("stall_seconds"), wall_seconds=cfg.get("wall_seconds"), **caps)
+        params = StartParams(
+            task=run["prompt"],
+            workdir=run["workdir"],
+            runtime=cfg.get("runtime"),
+            model=cfg.get("model"),
+            account=cfg.get("account"),
+            profile=run["profile"],
+            request_id=f"{run['id']}-a{action.attempt}",
+            read_roots=workflow.read_roots(run, runs),
+            stall_seconds=cfg.get("stall_seconds"),
+            wall_seconds=cfg.get("wall_seconds"),
+            **caps,
+        )
         settings = Config.model_validate(cfg[SETTINGS_KEY]) if SETTINGS_KEY in cfg else None
         try:
-            agent = await agent_service.start(self.ctx, params, worker_tools=workflow.worker_tools(run["stage"]),
-                                              config=settings)
+            agent = await agent_service.start(
+                self.ctx, params, worker_tools=workflow.worker_tools(run["stage"]), config=settings
+            )
         except DomainError as exc:
-            await self.ctx.db(write_run_if, run["id"], RunState.RUNNING, action.attempt, state=RunState.FAILED,
-                              failure=f"start: {exc.message}")
+            await self.ctx.db(
+                write_run_if,
+                run["id"],
+                RunState.RUNNING,
+                action.attempt,
+                state=RunState.FAILED,
+                failure=f"start: {exc.message}",
+            )
             return
 
         def attach(conn: sqlite3.Connection) -> bool:
@@ -308,13 +385,22 @@ class BatchScheduler:
                 if fresh["agent_id"] == agent.id:
                     return True
                 if fresh["agent_id"] is not None or not batches_q.update_run_if(
-                        conn, fresh, expect_state=RunState.RUNNING, expect_attempt=action.attempt, agent_id=agent.id):
+                    conn,
+                    fresh,
+                    expect_state=RunState.RUNNING,
+                    expect_attempt=action.attempt,
+                    agent_id=agent.id,
+                ):
                     return False
                 kind = action.start_kind if action.attempt > 1 else "start"
-                batches_q.record_attempt(conn, fresh, attempt=action.attempt, kind=kind, agent_id=agent.id)
+                batches_q.record_attempt(
+                    conn, fresh, attempt=action.attempt, kind=kind, agent_id=agent.id
+                )
                 return True
 
-        if not await self.ctx.db(attach):  # stopped or cancelled while it started: stop the agent too
+        if not await self.ctx.db(
+            attach
+        ):  # stopped or cancelled while it started: stop the agent too
             await agent_service.cancel(self.ctx, CancelParams(agent_id=agent.id))
 
     async def _judge(self, action: Action) -> list[Action]:
@@ -332,10 +418,15 @@ class BatchScheduler:
         if not outcome.ok:
             async with self.lock:
                 return await self._fail_run(run, workflow, outcome.failure or "failed")
-        fields: dict[str, Any] = {"state": RunState.SUCCEEDED, "failure": None,
-                                  "result_json": json.dumps(outcome.result) if outcome.result is not None else None}
+        fields: dict[str, Any] = {
+            "state": RunState.SUCCEEDED,
+            "failure": None,
+            "result_json": json.dumps(outcome.result) if outcome.result is not None else None,
+        }
         if check := workflow.post_success_check(run, cfg):
-            passed, output = await asyncio.to_thread(run_verify, check.command, run["workdir"], check.timeout)
+            passed, output = await asyncio.to_thread(
+                run_verify, check.command, run["workdir"], check.timeout
+            )
             fields.update(verify_passed=int(passed), verify_output=output)
         await self.ctx.db(write_run_if, run["id"], RunState.RUNNING, action.attempt, **fields)
         return []
@@ -352,11 +443,19 @@ class BatchScheduler:
                 state, reason = settled_state(workflow, runs)
                 if state is BatchState.COMPLETED:
                     for run_id, fields in workflow.rank(runs).items():
-                        batches_q.update_run(conn, next(r for r in runs if r["id"] == run_id), **fields)
+                        batches_q.update_run(
+                            conn, next(r for r in runs if r["id"] == run_id), **fields
+                        )
                 if (state, reason) != (current["state"], current["state_reason"]):
                     ended = {"ended_at": time.time()} if state.ended else {}
-                    batches_q.move_batch(conn, batch["id"], expect=current["state"], to=state,
-                                         state_reason=reason, **ended)
+                    batches_q.move_batch(
+                        conn,
+                        batch["id"],
+                        expect=current["state"],
+                        to=state,
+                        state_reason=reason,
+                        **ended,
+                    )
 
         await self.ctx.db(settle)
 
@@ -365,18 +464,40 @@ class BatchScheduler:
         still_running = False
         for run in runs:
             if run["state"] == RunState.QUEUED:
-                await self.ctx.db(write_run_if, run["id"], RunState.QUEUED, run["attempt"], state=RunState.CANCELLED,
-                                  failure="batch cancelled")
+                await self.ctx.db(
+                    write_run_if,
+                    run["id"],
+                    RunState.QUEUED,
+                    run["attempt"],
+                    state=RunState.CANCELLED,
+                    failure="batch cancelled",
+                )
             elif run["state"] == RunState.RUNNING and run["agent_id"]:
                 still_running = True  # synced to cancelled (or its result) on a later tick
                 await agent_service.cancel(self.ctx, CancelParams(agent_id=run["agent_id"]))
-            elif run["state"] == RunState.RUNNING:  # no agent yet; one being started is cancelled on attach
-                await self.ctx.db(write_run_if, run["id"], RunState.RUNNING, run["attempt"],
-                                  state=RunState.CANCELLED, failure="batch cancelled")
+            elif (
+                run["state"] == RunState.RUNNING
+            ):  # no agent yet; one being started is cancelled on attach
+                await self.ctx.db(
+                    write_run_if,
+                    run["id"],
+                    RunState.RUNNING,
+                    run["attempt"],
+                    state=RunState.CANCELLED,
+                    failure="batch cancelled",
+                )
         if not still_running:
+
             def done(conn: sqlite3.Connection) -> None:
                 with write(conn):
                     current = batches_q.get_batch(conn, batch["id"])
-                    batches_q.move_batch(conn, batch["id"], expect=current["state"], to=BatchState.CANCELLED,
-                                         state_reason="cancelled by the user", ended_at=time.time())
+                    batches_q.move_batch(
+                        conn,
+                        batch["id"],
+                        expect=current["state"],
+                        to=BatchState.CANCELLED,
+                        state_reason="cancelled by the user",
+                        ended_at=time.time(),
+                    )
+
             await self.ctx.db(done)

@@ -52,8 +52,10 @@ def _locate(p: bm.BatchStartParams) -> tuple[git.Project, str, Path]:
     base_sha = git.resolve_commit(project.root, p.base_ref)
     worktree_root = Path(p.worktree_root).expanduser() if p.worktree_root else project.root.parent
     if not worktree_root.is_absolute() or not worktree_root.is_dir():
-        raise InvalidRequest(f"worktree_root {worktree_root} is not an existing absolute directory",
-                             field="worktree_root")
+        raise InvalidRequest(
+            f"worktree_root {worktree_root} is not an existing absolute directory",
+            field="worktree_root",
+        )
     return project, base_sha, worktree_root
 
 
@@ -73,14 +75,26 @@ async def batch_start(ctx: ServiceContext, p: bm.BatchStartParams) -> bm.BatchVi
         with write(conn):
             if p.request_id and (existing := batches_q.get_batch_by_request(conn, p.request_id)):
                 if existing["request_hash"] != request_hash:
-                    raise Conflict(f"request_id {p.request_id!r} was used for a different batch",
-                                   field="request_id")
+                    raise Conflict(
+                        f"request_id {p.request_id!r} was used for a different batch",
+                        field="request_id",
+                    )
                 return existing["id"], False
-            batches_q.insert_batch(conn, {
-                "id": batch_id, "request_id": p.request_id, "request_hash": request_hash,
-                "workflow": p.workflow, "config_json": json.dumps(config), "project_root": str(project.root),
-                "project_subdir": project.subdir, "base_ref": p.base_ref, "base_sha": base_sha,
-                "worktree_root": str(worktree_root.resolve())})
+            batches_q.insert_batch(
+                conn,
+                {
+                    "id": batch_id,
+                    "request_id": p.request_id,
+                    "request_hash": request_hash,
+                    "workflow": p.workflow,
+                    "config_json": json.dumps(config),
+                    "project_root": str(project.root),
+                    "project_subdir": project.subdir,
+                    "base_ref": p.base_ref,
+                    "base_sha": base_sha,
+                    "worktree_root": str(worktree_root.resolve()),
+                },
+            )
             return batch_id, True
 
     sched = scheduler(ctx)
@@ -89,9 +103,13 @@ async def batch_start(ctx: ServiceContext, p: bm.BatchStartParams) -> bm.BatchVi
         if created:
             batch = await ctx.db(batches_q.get_batch, found_id)
             try:
-                await ctx.db(insert_runs, batch, workflow_named(p.workflow).initial_runs(config), [])
+                await ctx.db(
+                    insert_runs, batch, workflow_named(p.workflow).initial_runs(config), []
+                )
             except DomainError as exc:
-                await ctx.db(_fail_batch, found_id, f"could not create the worktrees: {exc.message}")
+                await ctx.db(
+                    _fail_batch, found_id, f"could not create the worktrees: {exc.message}"
+                )
     if created:
         await sched.advance(found_id)
     sched.wake.set()
@@ -101,7 +119,9 @@ async def batch_start(ctx: ServiceContext, p: bm.BatchStartParams) -> bm.BatchVi
 def _fail_batch(conn: sqlite3.Connection, batch_id: str, reason: str) -> None:
     with write(conn):
         current = batches_q.get_batch(conn, batch_id)
-        batches_q.move_batch(conn, batch_id, expect=current["state"], to=BatchState.FAILED, state_reason=reason)
+        batches_q.move_batch(
+            conn, batch_id, expect=current["state"], to=BatchState.FAILED, state_reason=reason
+        )
 
 
 async def batch(ctx: ServiceContext, p: bm.BatchParams) -> bm.BatchView:
@@ -112,8 +132,13 @@ async def list_batches(ctx: ServiceContext, p: bm.ListBatchesParams) -> bm.Batch
     def read(conn: sqlite3.Connection) -> bm.BatchList:
         revision = current_revision(conn)
         rows, total = batches_q.list_batches(conn, limit=p.limit, offset=p.offset)
-        return bm.BatchList(items=[batch_summary(conn, r) for r in rows], total=total, limit=p.limit,
-                            offset=p.offset, revision=revision)
+        return bm.BatchList(
+            items=[batch_summary(conn, r) for r in rows],
+            total=total,
+            limit=p.limit,
+            offset=p.offset,
+            revision=revision,
+        )
 
     return await ctx.db(read)
 
@@ -156,7 +181,9 @@ def _reopen_batch(conn: sqlite3.Connection, batch_id: str) -> None:
     batch_row = batches_q.get_batch(conn, batch_id)
     state = BatchState(batch_row["state"])
     if state in (BatchState.COMPLETED, BatchState.FAILED, BatchState.BLOCKED):
-        batches_q.move_batch(conn, batch_id, expect=state, to=BatchState.RUNNING, state_reason=None, ended_at=None)
+        batches_q.move_batch(
+            conn, batch_id, expect=state, to=BatchState.RUNNING, state_reason=None, ended_at=None
+        )
 
 
 async def run_stop(ctx: ServiceContext, p: bm.RunParams) -> bm.RunActionResult:
@@ -164,15 +191,29 @@ async def run_stop(ctx: ServiceContext, p: bm.RunParams) -> bm.RunActionResult:
     async with sched.lock:
         batch_row, run = await _run_context(ctx, p.run_id)
         if run["state"] == RunState.QUEUED:
-            await ctx.db(write_run_if, run["id"], RunState.QUEUED, run["attempt"], state=RunState.CANCELLED,
-                         failure="stopped")
+            await ctx.db(
+                write_run_if,
+                run["id"],
+                RunState.QUEUED,
+                run["attempt"],
+                state=RunState.CANCELLED,
+                failure="stopped",
+            )
             message = "stopped before it started"
         elif run["state"] == RunState.RUNNING and run["agent_id"]:
             await agent_service.cancel(ctx, CancelParams(agent_id=run["agent_id"]))
             message = "cancel sent to its agent"
-        elif run["state"] == RunState.RUNNING:  # its agent is being started: it is cancelled on attach
-            await ctx.db(write_run_if, run["id"], RunState.RUNNING, run["attempt"], state=RunState.CANCELLED,
-                         failure="stopped")
+        elif (
+            run["state"] == RunState.RUNNING
+        ):  # its agent is being started: it is cancelled on attach
+            await ctx.db(
+                write_run_if,
+                run["id"],
+                RunState.RUNNING,
+                run["attempt"],
+                state=RunState.CANCELLED,
+                failure="stopped",
+            )
             message = "stopped while its agent was starting"
         else:
             message = f"run is {run['state']}; nothing to stop"
@@ -182,14 +223,23 @@ async def run_stop(ctx: ServiceContext, p: bm.RunParams) -> bm.RunActionResult:
 
 def _settled(sched: BatchScheduler, run: sqlite3.Row, verb: str) -> None:
     if RunState(run["state"]) in RUN_ACTIVE:
-        raise Conflict(f"run {run['id']} is {run['state']}; stop it or wait before you {verb} it",
-                       field="run_id", state=run["state"])
+        raise Conflict(
+            f"run {run['id']} is {run['state']}; stop it or wait before you {verb} it",
+            field="run_id",
+            state=run["state"],
+        )
     if run["id"] in sched.busy:
-        raise Conflict(f"run {run['id']} is being changed by another request; try again",
-                       field="run_id", state=run["state"])
+        raise Conflict(
+            f"run {run['id']} is being changed by another request; try again",
+            field="run_id",
+            state=run["state"],
+        )
     if run["worktree"] and not Path(run["worktree"]).is_dir():
-        raise Conflict(f"run {run['id']}'s worktree {run['worktree']} was removed (batch clean)",
-                       field="run_id", state=run["state"])
+        raise Conflict(
+            f"run {run['id']}'s worktree {run['worktree']} was removed (batch clean)",
+            field="run_id",
+            state=run["state"],
+        )
 
 
 async def run_rerun(ctx: ServiceContext, p: bm.RunParams) -> bm.RunActionResult:
@@ -208,10 +258,17 @@ async def run_rerun(ctx: ServiceContext, p: bm.RunParams) -> bm.RunActionResult:
                     conn.execute("DELETE FROM batch_runs WHERE id = ?", (run_id,))
                 for other in runs:
                     if other["id"] in requeue:
-                        batches_q.update_run_if(conn, other, expect_state=other["state"],
-                                                expect_attempt=other["attempt"], state=RunState.QUEUED)
-                conn.execute("UPDATE batch_runs SET score = NULL, rank = NULL WHERE batch_id = ?",
-                             (batch_row["id"],))
+                        batches_q.update_run_if(
+                            conn,
+                            other,
+                            expect_state=other["state"],
+                            expect_attempt=other["attempt"],
+                            state=RunState.QUEUED,
+                        )
+                conn.execute(
+                    "UPDATE batch_runs SET score = NULL, rank = NULL WHERE batch_id = ?",
+                    (batch_row["id"],),
+                )
                 _reopen_batch(conn, batch_row["id"])
 
         await ctx.db(reset)
@@ -220,8 +277,12 @@ async def run_rerun(ctx: ServiceContext, p: bm.RunParams) -> bm.RunActionResult:
     for action in actions:
         await sched.act(action)
     sched.wake.set()  # the batch may have been settled: make sure the scheduler looks again
-    return await _result(ctx, p.run_id, f"attempt {fresh['attempt'] + 1} started in the same worktree; "
-                                        "earlier attempts stay readable")
+    return await _result(
+        ctx,
+        p.run_id,
+        f"attempt {fresh['attempt'] + 1} started in the same worktree; "
+        "earlier attempts stay readable",
+    )
 
 
 async def _continue_agent(ctx: ServiceContext, run: sqlite3.Row, prompt: str, kind: str) -> None:
@@ -233,20 +294,33 @@ async def _continue_agent(ctx: ServiceContext, run: sqlite3.Row, prompt: str, ki
     def record(conn: sqlite3.Connection) -> bool:
         with write(conn):
             attempt = run["attempt"] + 1
-            if not batches_q.update_run_if(conn, run, expect_state=run["state"], expect_attempt=run["attempt"],
-                                           state=RunState.RUNNING, attempt=attempt, failure=None):
+            if not batches_q.update_run_if(
+                conn,
+                run,
+                expect_state=run["state"],
+                expect_attempt=run["attempt"],
+                state=RunState.RUNNING,
+                attempt=attempt,
+                failure=None,
+            ):
                 return False
-            batches_q.record_attempt(conn, run, attempt=attempt, kind=kind, agent_id=run["agent_id"])
+            batches_q.record_attempt(
+                conn, run, attempt=attempt, kind=kind, agent_id=run["agent_id"]
+            )
             _reopen_batch(conn, run["batch_id"])
             return True
 
     if not await ctx.db(record):  # the run moved meanwhile: the new turn must not run unowned
         await agent_service.cancel(ctx, CancelParams(agent_id=run["agent_id"]))
-        raise Conflict(f"run {run['id']} changed while its agent was resumed; the new turn was cancelled",
-                       field="run_id")
+        raise Conflict(
+            f"run {run['id']} changed while its agent was resumed; the new turn was cancelled",
+            field="run_id",
+        )
 
 
-async def _continue_run(ctx: ServiceContext, run_id: str, check: Any, prompt: str, kind: str) -> None:
+async def _continue_run(
+    ctx: ServiceContext, run_id: str, check: Any, prompt: str, kind: str
+) -> None:
     """Check the run under the lock and mark it busy; resume its agent outside the lock."""
     sched = scheduler(ctx)
     async with sched.lock:
@@ -265,8 +339,11 @@ async def run_resume(ctx: ServiceContext, p: bm.RunResumeParams) -> bm.RunAction
 
     async def check(_batch_row: sqlite3.Row, run: sqlite3.Row) -> None:
         if run["state"] not in (RunState.FAILED, RunState.CANCELLED) or not run["agent_id"]:
-            raise Conflict(f"run {run['id']} is {run['state']}; only a failed or stopped run resumes",
-                           field="run_id", state=run["state"])
+            raise Conflict(
+                f"run {run['id']} is {run['state']}; only a failed or stopped run resumes",
+                field="run_id",
+                state=run["state"],
+            )
         _settled(sched, run, "resume")
 
     await _continue_run(ctx, p.run_id, check, p.prompt, "resume")
@@ -281,8 +358,11 @@ async def run_followup(ctx: ServiceContext, p: bm.RunFollowupParams) -> bm.RunAc
         if not run["agent_id"]:
             raise Conflict(f"run {run['id']} never started", field="run_id")
         if run["locked"] and not p.reopen:
-            raise RunLocked(f"run {run['id']} is locked in a {batch_row['workflow']} batch: its result feeds "
-                            "the ranking / verdict; pass reopen=true to unlock it", field="reopen")
+            raise RunLocked(
+                f"run {run['id']} is locked in a {batch_row['workflow']} batch: its result feeds "
+                "the ranking / verdict; pass reopen=true to unlock it",
+                field="reopen",
+            )
         if p.reopen:
             await ctx.db(write_run, run["id"], locked=0)
 
@@ -300,30 +380,53 @@ async def batch_review(ctx: ServiceContext, p: bm.BatchReviewParams) -> bm.Batch
         if batch_row is None:
             raise BatchNotFound(f"no batch {p.batch_id}", field="batch_id")
         runs = await ctx.db(batches_q.runs, p.batch_id)
-        cleaning = {r["id"] for r in runs if r["id"] in sched.busy and RunState(r["state"]) not in RUN_ACTIVE}
+        cleaning = {
+            r["id"]
+            for r in runs
+            if r["id"] in sched.busy and RunState(r["state"]) not in RUN_ACTIVE
+        }
     wanted = [r for r in runs if r["worktree"] and (not p.run_id or r["id"] == p.run_id)]
-    reviews = [await asyncio.to_thread(_review, batch_row, run, run["id"] in cleaning) for run in wanted]
+    reviews = [
+        await asyncio.to_thread(_review, batch_row, run, run["id"] in cleaning) for run in wanted
+    ]
     return bm.BatchReview(batch_id=p.batch_id, base_sha=batch_row["base_sha"], runs=reviews)
 
 
 def _review(batch_row: sqlite3.Row, run: sqlite3.Row, cleaning: bool) -> bm.RunReview:
     """One run's changes; a worktree removed (or being removed) by `batch clean` shows as empty."""
     path = Path(run["worktree"])
-    empty = bm.RunReview(run_id=run["id"], stage=run["stage"], index=run["idx"], title=run["title"],
-                         worktree=run["worktree"], branch=run["branch"], commits=[], diff="",
-                         diff_truncated=False, untracked=[])
+    empty = bm.RunReview(
+        run_id=run["id"],
+        stage=run["stage"],
+        index=run["idx"],
+        title=run["title"],
+        worktree=run["worktree"],
+        branch=run["branch"],
+        commits=[],
+        diff="",
+        diff_truncated=False,
+        untracked=[],
+    )
     if cleaning or not path.exists():
         return empty
     try:
         diff, truncated = git.diff_against(path, batch_row["base_sha"])
         commits = git.commits_since(path, batch_row["base_sha"])
-        untracked = [bm.UntrackedPreview(path=u.path, preview=u.preview) for u in git.untracked(path)]
+        untracked = [
+            bm.UntrackedPreview(path=u.path, preview=u.preview) for u in git.untracked(path)
+        ]
     except (GitError, FileNotFoundError, NotADirectoryError):
         if not path.exists():  # removed under us by a clean that started after our snapshot
             return empty
         raise
-    return empty.model_copy(update={"commits": commits, "diff": diff, "diff_truncated": truncated,
-                                    "untracked": untracked})
+    return empty.model_copy(
+        update={
+            "commits": commits,
+            "diff": diff,
+            "diff_truncated": truncated,
+            "untracked": untracked,
+        }
+    )
 
 
 async def batch_clean(ctx: ServiceContext, p: bm.BatchCleanParams) -> bm.BatchCleanResult:
@@ -334,14 +437,19 @@ async def batch_clean(ctx: ServiceContext, p: bm.BatchCleanParams) -> bm.BatchCl
         batch_row = await ctx.db(batches_q.get_batch, p.batch_id)
         if batch_row is None:
             raise BatchNotFound(f"no batch {p.batch_id}", field="batch_id")
-        runs = [r for r in await ctx.db(batches_q.runs, p.batch_id)
-                if r["worktree"] and (not p.run_ids or r["id"] in p.run_ids)]
+        runs = [
+            r
+            for r in await ctx.db(batches_q.runs, p.batch_id)
+            if r["worktree"] and (not p.run_ids or r["id"] in p.run_ids)
+        ]
         items = await asyncio.to_thread(_clean_plan, batch_row, runs, sched.busy, p.force)
         removing = {i.run_id for i in items if i.action == "remove"} if p.confirm else set()
         sched.busy.update(removing)
     try:
-        items = [await asyncio.to_thread(_remove, batch_row, i, p.force) if i.run_id in removing else i
-                 for i in items]
+        items = [
+            await asyncio.to_thread(_remove, batch_row, i, p.force) if i.run_id in removing else i
+            for i in items
+        ]
     finally:
         sched.busy.difference_update(removing)
     blocked = sum(i.action == "needs_force" for i in items)
@@ -351,15 +459,19 @@ async def batch_clean(ctx: ServiceContext, p: bm.BatchCleanParams) -> bm.BatchCl
         message = f"preview: {sum(i.action == 'remove' for i in items)} to remove; pass confirm=true to remove"
     if blocked:
         message += f"; {blocked} with dirty or unmerged work kept (force=true removes them)"
-    return bm.BatchCleanResult(batch_id=p.batch_id, confirmed=p.confirm, items=items, message=message)
+    return bm.BatchCleanResult(
+        batch_id=p.batch_id, confirmed=p.confirm, items=items, message=message
+    )
 
 
 def _into(batch_row: sqlite3.Row) -> str:
-    """"Ahead" is measured against where the base ref points now, not the pinned sha."""
+    """ "Ahead" is measured against where the base ref points now, not the pinned sha."""
     return batch_row["base_ref"] if batch_row["base_ref"] != "HEAD" else batch_row["base_sha"]
 
 
-def _clean_plan(batch_row: sqlite3.Row, runs: list[sqlite3.Row], busy: set[str], force: bool) -> list[bm.CleanItem]:
+def _clean_plan(
+    batch_row: sqlite3.Row, runs: list[sqlite3.Row], busy: set[str], force: bool
+) -> list[bm.CleanItem]:
     root = Path(batch_row["project_root"])
     items = []
     for run in runs:
@@ -375,17 +487,29 @@ def _clean_plan(batch_row: sqlite3.Row, runs: list[sqlite3.Row], busy: set[str],
             action = "needs_force"
         else:
             action = "remove"
-        items.append(bm.CleanItem(run_id=run["id"], worktree=run["worktree"], branch=run["branch"],
-                                  exists=exists, dirty_files=dirty, unmerged_commits=ahead, action=action))
+        items.append(
+            bm.CleanItem(
+                run_id=run["id"],
+                worktree=run["worktree"],
+                branch=run["branch"],
+                exists=exists,
+                dirty_files=dirty,
+                unmerged_commits=ahead,
+                action=action,
+            )
+        )
     return items
 
 
 def _remove(batch_row: sqlite3.Row, item: bm.CleanItem, force: bool) -> bm.CleanItem:
-    git.remove_worktree(Path(batch_row["project_root"]), Path(item.worktree), item.branch,
-                        force=bool(item.dirty_files or item.unmerged_commits) or force)
+    git.remove_worktree(
+        Path(batch_row["project_root"]),
+        Path(item.worktree),
+        item.branch,
+        force=bool(item.dirty_files or item.unmerged_commits) or force,
+    )
     return item.model_copy(update={"action": "removed"})
 
 
 def _branch_exists(root: Path, branch: str | None) -> bool:
     return bool(branch) and bool(git.git(root, "branch", "--list", branch).strip())
-

@@ -89,8 +89,18 @@ class Workflow:
     stages: tuple[str, ...] = ("worker",)
 
     def initial_runs(self, cfg: dict[str, Any]) -> list[RunSpec]:
-        return [RunSpec(self.main_stage, n, f"run {n}", cfg["prompt"], cfg["profile"], worktree=True,
-                        locked=self.staged) for n in range(1, cfg["runs"] + 1)]
+        return [
+            RunSpec(
+                self.main_stage,
+                n,
+                f"run {n}",
+                cfg["prompt"],
+                cfg["profile"],
+                worktree=True,
+                locked=self.staged,
+            )
+            for n in range(1, cfg["runs"] + 1)
+        ]
 
     def follow_on_runs(self, cfg: dict[str, Any], runs: list[sqlite3.Row]) -> list[RunSpec]:
         return []
@@ -116,7 +126,9 @@ class Workflow:
         """A check to run once the judge accepted the run (its result ranks, never fails it)."""
         return None
 
-    def reset_on_rerun(self, run: sqlite3.Row, runs: list[sqlite3.Row]) -> tuple[list[str], list[str]]:
+    def reset_on_rerun(
+        self, run: sqlite3.Row, runs: list[sqlite3.Row]
+    ) -> tuple[list[str], list[str]]:
         """(run ids to delete, run ids to queue again) when `run` is rerun."""
         return [], []
 
@@ -134,8 +146,10 @@ class Generated(Workflow):
     stages = ("generator", "worker")
 
     def initial_runs(self, cfg: dict[str, Any]) -> list[RunSpec]:
-        prompt = (f"{cfg['prompt']}\n\nReply with a JSON array of exactly {cfg['runs']} tasks, each an "
-                  'object {"title": "...", "prompt": "..."}, and nothing else.')
+        prompt = (
+            f"{cfg['prompt']}\n\nReply with a JSON array of exactly {cfg['runs']} tasks, each an "
+            'object {"title": "...", "prompt": "..."}, and nothing else.'
+        )
         return [RunSpec("generator", 1, "generator", prompt, "read_only", worktree=False)]
 
     def follow_on_runs(self, cfg: dict[str, Any], runs: list[sqlite3.Row]) -> list[RunSpec]:
@@ -143,8 +157,10 @@ class Generated(Workflow):
         if generator["state"] != RunState.SUCCEEDED or any(r["stage"] == "worker" for r in runs):
             return []
         tasks = json.loads(generator["result_json"])
-        return [RunSpec("worker", n, task["title"], task["prompt"], cfg["profile"], worktree=True)
-                for n, task in enumerate(tasks, start=1)]
+        return [
+            RunSpec("worker", n, task["title"], task["prompt"], cfg["profile"], worktree=True)
+            for n, task in enumerate(tasks, start=1)
+        ]
 
     def judge(self, run: sqlite3.Row, evidence: Evidence, cfg: dict[str, Any]) -> RunOutcome:
         if run["stage"] != "generator":
@@ -152,7 +168,9 @@ class Generated(Workflow):
         try:
             tasks = [Task.model_validate(t) for t in parse_json_reply(evidence.answer or "")]
         except (ValueError, TypeError, ValidationError) as exc:
-            return RunOutcome(False, f"error_reply: the generator's reply is not a JSON list of tasks ({exc})")
+            return RunOutcome(
+                False, f"error_reply: the generator's reply is not a JSON list of tasks ({exc})"
+            )
         if len(tasks) != cfg["runs"]:
             return RunOutcome(False, f"error_reply: {len(tasks)} tasks, not exactly {cfg['runs']}")
         return RunOutcome(True, result=[t.model_dump() for t in tasks])
@@ -168,27 +186,46 @@ class Ranked(Workflow):
     stages = ("candidate", "reviewer")
 
     def initial_runs(self, cfg: dict[str, Any]) -> list[RunSpec]:
-        prompt = (f"{cfg['prompt']}\n\nWork on your own branch. When you are done, commit your change "
-                  "exactly once with the worker tool create_commit (message and the files you changed).")
-        return [RunSpec("candidate", n, f"candidate {n}", prompt, "write", worktree=True, locked=True)
-                for n in range(1, cfg["runs"] + 1)]
+        prompt = (
+            f"{cfg['prompt']}\n\nWork on your own branch. When you are done, commit your change "
+            "exactly once with the worker tool create_commit (message and the files you changed)."
+        )
+        return [
+            RunSpec("candidate", n, f"candidate {n}", prompt, "write", worktree=True, locked=True)
+            for n in range(1, cfg["runs"] + 1)
+        ]
 
     def follow_on_runs(self, cfg: dict[str, Any], runs: list[sqlite3.Row]) -> list[RunSpec]:
         wanted = []
         reviewed = {r["parent_run_id"] for r in runs if r["stage"] == "reviewer"}
         k = cfg["reviewers"]
         for candidate in runs:
-            if (candidate["stage"] != "candidate" or candidate["state"] != RunState.SUCCEEDED
-                    or candidate["id"] in reviewed):
+            if (
+                candidate["stage"] != "candidate"
+                or candidate["state"] != RunState.SUCCEEDED
+                or candidate["id"] in reviewed
+            ):
                 continue
             focus = cfg.get("review_prompt") or "correctness, simplicity and tests"
-            prompt = (f"Review candidate {candidate['idx']}: the change committed on branch {candidate['branch']} "
-                      f"in this worktree, against the base commit. Judge it on the following.\n{focus}\n"
-                      "Then call the worker tool submit_score exactly once with a score from 0 to 100 "
-                      "and your reason.")
-            wanted += [RunSpec("reviewer", (candidate["idx"] - 1) * k + j, f"review {j} of candidate "
-                               f"{candidate['idx']}", prompt, "read_only", worktree=False,
-                               parent_run_id=candidate["id"], locked=True) for j in range(1, k + 1)]
+            prompt = (
+                f"Review candidate {candidate['idx']}: the change committed on branch {candidate['branch']} "
+                f"in this worktree, against the base commit. Judge it on the following.\n{focus}\n"
+                "Then call the worker tool submit_score exactly once with a score from 0 to 100 "
+                "and your reason."
+            )
+            wanted += [
+                RunSpec(
+                    "reviewer",
+                    (candidate["idx"] - 1) * k + j,
+                    f"review {j} of candidate {candidate['idx']}",
+                    prompt,
+                    "read_only",
+                    worktree=False,
+                    parent_run_id=candidate["id"],
+                    locked=True,
+                )
+                for j in range(1, k + 1)
+            ]
         return wanted
 
     def worker_tools(self, stage: str) -> list[str]:
@@ -196,11 +233,15 @@ class Ranked(Workflow):
 
     def judge(self, run: sqlite3.Row, evidence: Evidence, cfg: dict[str, Any]) -> RunOutcome:
         if run["stage"] == "candidate":
-            calls = [c for c in evidence.reports.get("create_commit", []) if c.get("state") != "failed"]
+            calls = [
+                c for c in evidence.reports.get("create_commit", []) if c.get("state") != "failed"
+            ]
             if not calls:
                 return RunOutcome(False, "no_commit: the candidate never called create_commit")
             if not evidence.commits:  # an intent whose commit never happened
-                return RunOutcome(False, "no_commit: create_commit was called but the branch has no commit")
+                return RunOutcome(
+                    False, "no_commit: create_commit was called but the branch has no commit"
+                )
             return RunOutcome(True, result={"commits": evidence.commits})
         scores = evidence.reports.get("submit_score") or []
         if not scores:
@@ -212,7 +253,9 @@ class Ranked(Workflow):
             return Check(cfg["verify_command"], cfg["verify_timeout_seconds"])
         return None
 
-    def reset_on_rerun(self, run: sqlite3.Row, runs: list[sqlite3.Row]) -> tuple[list[str], list[str]]:
+    def reset_on_rerun(
+        self, run: sqlite3.Row, runs: list[sqlite3.Row]
+    ) -> tuple[list[str], list[str]]:
         if run["stage"] == "candidate":
             return [r["id"] for r in runs if r["parent_run_id"] == run["id"]], []
         return [], []
@@ -221,12 +264,19 @@ class Ranked(Workflow):
         candidates = [r for r in runs if r["stage"] == "candidate"]
         scores = {}
         for c in candidates:
-            reviews = [json.loads(r["result_json"])["score"] for r in runs
-                       if r["parent_run_id"] == c["id"] and r["result_json"]]
+            reviews = [
+                json.loads(r["result_json"])["score"]
+                for r in runs
+                if r["parent_run_id"] == c["id"] and r["result_json"]
+            ]
             scores[c["id"]] = round(mean(reviews), 2) if reviews else 0.0
         # Candidates whose verify_command failed rank after every other one.
-        order = sorted(candidates, key=lambda c: (c["verify_passed"] == 0, -scores[c["id"]], c["idx"]))
-        return {c["id"]: {"score": scores[c["id"]], "rank": n} for n, c in enumerate(order, start=1)}
+        order = sorted(
+            candidates, key=lambda c: (c["verify_passed"] == 0, -scores[c["id"]], c["idx"])
+        )
+        return {
+            c["id"]: {"score": scores[c["id"]], "rank": n} for n, c in enumerate(order, start=1)
+        }
 
 
 class Validated(Workflow):
@@ -235,61 +285,90 @@ class Validated(Workflow):
     stages = ("worker", "validator")
 
     def initial_runs(self, cfg: dict[str, Any]) -> list[RunSpec]:
-        prompt = (f"{cfg['prompt']}\n\nWhen you are done, call the worker tool submit_result exactly once, "
-                  "listing each file you changed with an explanation.")
-        runs = [RunSpec("worker", n, f"worker {n}", prompt, cfg["profile"], worktree=True, locked=True)
-                for n in range(1, cfg["runs"] + 1)]
+        prompt = (
+            f"{cfg['prompt']}\n\nWhen you are done, call the worker tool submit_result exactly once, "
+            "listing each file you changed with an explanation."
+        )
+        runs = [
+            RunSpec("worker", n, f"worker {n}", prompt, cfg["profile"], worktree=True, locked=True)
+            for n in range(1, cfg["runs"] + 1)
+        ]
         return runs
 
     def follow_on_runs(self, cfg: dict[str, Any], runs: list[sqlite3.Row]) -> list[RunSpec]:
         workers = [r for r in runs if r["stage"] == "worker"]
-        if any(r["stage"] == "validator" for r in runs) or not all(w["state"] == RunState.SUCCEEDED for w in workers):
+        if any(r["stage"] == "validator" for r in runs) or not all(
+            w["state"] == RunState.SUCCEEDED for w in workers
+        ):
             return []
         listing = "\n".join(f"- worker {w['idx']}: {w['workdir']}" for w in workers)
         focus = cfg.get("validator_prompt") or "Does each worker's change do the task correctly?"
-        prompt = (f"Validate the work of {len(workers)} workers on this task:\n{cfg['prompt']}\n\n"
-                  f"Their folders (read-only for you):\n{listing}\n\n{focus}\n"
-                  'Then call the worker tool finish with status done and, as the summary, only JSON: '
-                  '{"workers": [{"worker": N, "pass": true, "reason": "..."}], "winner": N}.')
-        return [RunSpec("validator", 1, "validator", prompt, "read_only", worktree=False, locked=True)]
+        prompt = (
+            f"Validate the work of {len(workers)} workers on this task:\n{cfg['prompt']}\n\n"
+            f"Their folders (read-only for you):\n{listing}\n\n{focus}\n"
+            "Then call the worker tool finish with status done and, as the summary, only JSON: "
+            '{"workers": [{"worker": N, "pass": true, "reason": "..."}], "winner": N}.'
+        )
+        return [
+            RunSpec("validator", 1, "validator", prompt, "read_only", worktree=False, locked=True)
+        ]
 
     def worker_tools(self, stage: str) -> list[str]:
         return ["finish", "submit_result"] if stage == "worker" else ["finish"]
 
     def read_roots(self, run: sqlite3.Row, runs: list[sqlite3.Row]) -> list[str]:
-        return [r["workdir"] for r in runs if r["stage"] == "worker"] if run["stage"] == "validator" else []
+        return (
+            [r["workdir"] for r in runs if r["stage"] == "worker"]
+            if run["stage"] == "validator"
+            else []
+        )
 
     def judge(self, run: sqlite3.Row, evidence: Evidence, cfg: dict[str, Any]) -> RunOutcome:
         if run["stage"] == "worker":
             results = evidence.reports.get("submit_result") or []
             if len(results) != 1:
-                return RunOutcome(False, f"submit_result: called {len(results)} times, not exactly once")
+                return RunOutcome(
+                    False, f"submit_result: called {len(results)} times, not exactly once"
+                )
             return RunOutcome(True, result=results[0])
         finish = evidence.reports.get("finish") or []
         try:
-            verdict = Verdict.model_validate(parse_json_reply(finish[-1]["summary"] if finish else ""))
+            verdict = Verdict.model_validate(
+                parse_json_reply(finish[-1]["summary"] if finish else "")
+            )
         except (ValueError, TypeError, ValidationError) as exc:
-            return RunOutcome(False, f"error_reply: the validator's verdict is not valid JSON ({exc})")
+            return RunOutcome(
+                False, f"error_reply: the validator's verdict is not valid JSON ({exc})"
+            )
         return RunOutcome(True, result=verdict.model_dump(by_alias=True))
 
-    def reset_on_rerun(self, run: sqlite3.Row, runs: list[sqlite3.Row]) -> tuple[list[str], list[str]]:
+    def reset_on_rerun(
+        self, run: sqlite3.Row, runs: list[sqlite3.Row]
+    ) -> tuple[list[str], list[str]]:
         if run["stage"] == "worker":
             return [r["id"] for r in runs if r["stage"] == "validator"], []
         return [], []
 
 
-WORKFLOWS: dict[str, Workflow] = {w.name: w for w in (Repeated(), Generated(), Ranked(), Validated())}
+WORKFLOWS: dict[str, Workflow] = {
+    w.name: w for w in (Repeated(), Generated(), Ranked(), Validated())
+}
 
 
 def workflow_named(name: str) -> Workflow:
     """The workflow called `name`; InvalidRequest naming the field when there is none."""
     if name not in WORKFLOWS:
-        raise InvalidRequest(f"unknown workflow {name!r}; one of {', '.join(WORKFLOWS)}", field="workflow")
+        raise InvalidRequest(
+            f"unknown workflow {name!r}; one of {', '.join(WORKFLOWS)}", field="workflow"
+        )
     return WORKFLOWS[name]
 
 
 def check_stage(workflow: Workflow, stage: str) -> None:
     """A run's stage must be one of its workflow's; the database no longer pins the names."""
     if stage not in workflow.stages:
-        raise InvalidRequest(f"stage {stage!r} is not one of the {workflow.name} workflow's "
-                             f"({', '.join(workflow.stages)})", field="stage")
+        raise InvalidRequest(
+            f"stage {stage!r} is not one of the {workflow.name} workflow's "
+            f"({', '.join(workflow.stages)})",
+            field="stage",
+        )

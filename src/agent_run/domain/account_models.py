@@ -19,8 +19,12 @@ class AccountView(View):
     account: str | None = Field(description="the label; null: the runtime's own `auth`")
     is_default: bool = Field(description="what a run that names no account uses")
     auth: Literal["env", "file", "login"]
-    signed_in: bool = Field(description="the credential is there (a sign-in file, a set variable, a file)")
-    email: str | None = Field(default=None, description="the display email the engine's sign-in file holds")
+    signed_in: bool = Field(
+        description="the credential is there (a sign-in file, a set variable, a file)"
+    )
+    email: str | None = Field(
+        default=None, description="the display email the engine's sign-in file holds"
+    )
     detail: str = Field(description="where the credential is, or what to run; never a token")
 
 
@@ -55,21 +59,35 @@ def _default_groups() -> list[UsageGroup]:
 
 class UsageParams(Params):
     by: list[UsageGroup] = Field(
-        default_factory=_default_groups, min_length=1, max_length=5,
-        description="group by these (day: UTC date the execution ended)")
+        default_factory=_default_groups,
+        min_length=1,
+        max_length=5,
+        description="group by these (day: UTC date the execution ended)",
+    )
     runtime: str | None = RuntimeName
-    batch_id: str | None = Field(default=None, min_length=1, max_length=64, pattern=r"^bt_[0-9a-z]+$",
-                                 description="only this batch's runs")
-    since: float | None = Field(default=None, ge=0, description="only executions created at or after (epoch s)")
+    batch_id: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=64,
+        pattern=r"^bt_[0-9a-z]+$",
+        description="only this batch's runs",
+    )
+    since: float | None = Field(
+        default=None, ge=0, description="only executions created at or after (epoch s)"
+    )
 
 
 class UsageRow(View):
-    key: dict[str, str | None] = Field(description="the grouped values (account null: the runtime's own auth)")
+    key: dict[str, str | None] = Field(
+        description="the grouped values (account null: the runtime's own auth)"
+    )
     executions: int
     input_tokens: int
     output_tokens: int
     total_tokens: int
-    cost_usd: float | None = Field(description="what the engines reported; null when none reported a cost")
+    cost_usd: float | None = Field(
+        description="what the engines reported; null when none reported a cost"
+    )
     cost_reported_by: int = Field(description="how many of the executions reported a cost")
 
 

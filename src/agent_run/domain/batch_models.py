@@ -11,42 +11,80 @@ BatchState = Literal["queued", "running", "blocked", "completed", "failed", "can
 RunState = Literal["queued", "running", "succeeded", "failed", "cancelled"]
 Stage = Literal["generator", "worker", "candidate", "reviewer", "validator"]
 
-BatchId = Field(min_length=1, max_length=64, pattern=r"^bt_[0-9a-z]+$", description="the batch's id")
+BatchId = Field(
+    min_length=1, max_length=64, pattern=r"^bt_[0-9a-z]+$", description="the batch's id"
+)
 RunId = Field(min_length=1, max_length=64, pattern=r"^rn_[0-9a-z]+$", description="the run's id")
 
 
 class BatchStartParams(Params):
     workflow: Workflow = Field(description="repeated | generated | ranked | validated")
-    project: str = Field(min_length=1, max_length=4096,
-                         description="absolute path of a git repository or a folder inside one")
-    prompt: str = Field(min_length=1, max_length=1_000_000,
-                        description="the task of each run (generated: the instruction to the generator)")
+    project: str = Field(
+        min_length=1,
+        max_length=4096,
+        description="absolute path of a git repository or a folder inside one",
+    )
+    prompt: str = Field(
+        min_length=1,
+        max_length=1_000_000,
+        description="the task of each run (generated: the instruction to the generator)",
+    )
     runs: int = Field(ge=1, le=50, description="how many runs (generated: how many tasks to make)")
     concurrency: int = Field(default=4, ge=1, le=50, description="at most this many agents at once")
-    base_ref: str = Field(default="HEAD", min_length=1, max_length=1000, pattern=r"^[^\x00-\x1f\x7f]+$",
-                          description="pinned to a commit when the batch is created")
-    worktree_root: str | None = Field(default=None, min_length=1, max_length=4096,
-                                      description="where worktrees go (default: the repository's parent)")
+    base_ref: str = Field(
+        default="HEAD",
+        min_length=1,
+        max_length=1000,
+        pattern=r"^[^\x00-\x1f\x7f]+$",
+        description="pinned to a commit when the batch is created",
+    )
+    worktree_root: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=4096,
+        description="where worktrees go (default: the repository's parent)",
+    )
     runtime: str | None = Field(default=None, min_length=1, max_length=200)
     model: str | None = Field(default=None, min_length=1, max_length=200)
-    account: str | None = Field(default=None, pattern=r"^[a-z0-9_-]{1,32}$",
-                                description="the runtime account every run uses (default: its default_account)")
-    profile: Literal["read_only", "write"] = Field(default="write", description="of the workers / candidates")
+    account: str | None = Field(
+        default=None,
+        pattern=r"^[a-z0-9_-]{1,32}$",
+        description="the runtime account every run uses (default: its default_account)",
+    )
+    profile: Literal["read_only", "write"] = Field(
+        default="write", description="of the workers / candidates"
+    )
     reviewers: int = Field(default=2, ge=1, le=10, description="ranked: reviewers per candidate")
-    review_prompt: str | None = Field(default=None, min_length=1, max_length=100_000,
-                                      description="ranked: what reviewers judge")
-    verify_command: str | None = Field(default=None, min_length=1, pattern=r"^[^\x00]+$", max_length=2_000,
-                                       description="ranked: a shell command run in each candidate worktree")
+    review_prompt: str | None = Field(
+        default=None, min_length=1, max_length=100_000, description="ranked: what reviewers judge"
+    )
+    verify_command: str | None = Field(
+        default=None,
+        min_length=1,
+        pattern=r"^[^\x00]+$",
+        max_length=2_000,
+        description="ranked: a shell command run in each candidate worktree",
+    )
     verify_timeout_seconds: float = Field(default=600, gt=0, le=3_600)
-    validator_prompt: str | None = Field(default=None, min_length=1, max_length=100_000,
-                                         description="validated: what the validator checks")
+    validator_prompt: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=100_000,
+        description="validated: what the validator checks",
+    )
     request_id: str | None = Field(default=None, min_length=1, max_length=200)
     stall_seconds: float | None = Field(default=None, gt=0, le=86_400)
     wall_seconds: float | None = Field(default=None, gt=0, le=7 * 86_400)
-    max_tokens: int | None = Field(default=None, ge=1, le=10**12, description="the batch's cap on its runs' "
-                                   "reported tokens: at it no new run starts; no one agent may pass it")
-    max_cost_usd: float | None = Field(default=None, gt=0, le=1_000_000,
-                                       description="the same, on the cost its engines report")
+    max_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        le=10**12,
+        description="the batch's cap on its runs' "
+        "reported tokens: at it no new run starts; no one agent may pass it",
+    )
+    max_cost_usd: float | None = Field(
+        default=None, gt=0, le=1_000_000, description="the same, on the cost its engines report"
+    )
 
 
 class BatchParams(Params):
@@ -64,14 +102,17 @@ class RunParams(Params):
 
 class RunResumeParams(Params):
     run_id: str = RunId
-    prompt: str = Field(default="Continue where you left off and finish the task.", min_length=1,
-                        max_length=100_000)
+    prompt: str = Field(
+        default="Continue where you left off and finish the task.", min_length=1, max_length=100_000
+    )
 
 
 class RunFollowupParams(Params):
     run_id: str = RunId
     text: str = Field(min_length=1, max_length=100_000, description="the extra instruction")
-    reopen: bool = Field(default=False, description="unlock a ranked / validated run for follow-ups")
+    reopen: bool = Field(
+        default=False, description="unlock a ranked / validated run for follow-ups"
+    )
 
 
 class BatchReviewParams(Params):
@@ -81,15 +122,23 @@ class BatchReviewParams(Params):
 
 class BatchCleanParams(Params):
     batch_id: str = BatchId
-    confirm: bool = Field(default=False, description="remove what the preview lists; without it, only preview")
-    force: bool = Field(default=False, description="also remove dirty worktrees and unmerged branches")
+    confirm: bool = Field(
+        default=False, description="remove what the preview lists; without it, only preview"
+    )
+    force: bool = Field(
+        default=False, description="also remove dirty worktrees and unmerged branches"
+    )
     run_ids: list[Annotated[str, Field(pattern=r"^rn_[0-9a-z]+$", max_length=64)]] | None = Field(
-        default=None, max_length=500, description="only these runs' worktrees")
+        default=None, max_length=500, description="only these runs' worktrees"
+    )
 
 
 class FolderParams(Params):
-    path: str | None = Field(default=None, description="an absolute folder under the allowed roots "
-                             "(`[web] roots`, default $HOME); omit for the roots themselves")
+    path: str | None = Field(
+        default=None,
+        description="an absolute folder under the allowed roots "
+        "(`[web] roots`, default $HOME); omit for the roots themselves",
+    )
 
 
 class View(BaseModel):
@@ -112,7 +161,9 @@ class RunView(View):
     failure: str | None = None
     agent_id: str | None = None
     agent_state: str | None = None
-    answer_verified: bool | None = Field(default=None, description="the run's agent's answer_verified")
+    answer_verified: bool | None = Field(
+        default=None, description="the run's agent's answer_verified"
+    )
     attempt: int
     attempts: list[AttemptView]
     worktree: str | None = None
@@ -213,8 +264,12 @@ class ProjectInfo(View):
     path: str = Field(description="the folder, symlinks resolved")
     is_repository: bool
     repository_root: str | None = None
-    subdir: str | None = Field(default=None, description="the folder relative to the repository root")
-    branch: str | None = Field(default=None, description="the checked-out branch (None when detached)")
+    subdir: str | None = Field(
+        default=None, description="the folder relative to the repository root"
+    )
+    branch: str | None = Field(
+        default=None, description="the checked-out branch (None when detached)"
+    )
     head: str | None = Field(default=None, description="the commit HEAD points at")
     head_subject: str | None = None
 

@@ -133,8 +133,9 @@ def burn_rate(history: Sequence[Reading]) -> tuple[float | None, float]:
     return max(0.0, (first - last) / span_hours), span_hours
 
 
-def window_slack(remaining: float, reset_at: float | None, burn: float | None, span_hours: float,
-                 now: float) -> float:
+def window_slack(
+    remaining: float, reset_at: float | None, burn: float | None, span_hours: float, now: float
+) -> float:
     """With burn known over >= 1 h and a reset ahead: projected remaining at the reset / 100;
     else 2 * remaining / 100 - 1; both clamped to [-1, 1]."""
     if burn is not None and span_hours >= MIN_BURN_SPAN_HOURS and reset_at is not None:
@@ -177,7 +178,9 @@ def risk(state: WindowState, now: float) -> Risk:
 
 def _group(readings: Iterable[Reading]) -> dict[tuple[str, str], dict[str, list[Reading]]]:
     """pool, lane -> window -> readings oldest first."""
-    grouped: dict[tuple[str, str], dict[str, list[Reading]]] = defaultdict(lambda: defaultdict(list))
+    grouped: dict[tuple[str, str], dict[str, list[Reading]]] = defaultdict(
+        lambda: defaultdict(list)
+    )
     for reading in sorted(readings, key=lambda r: r.observed_at):
         grouped[(reading.pool, reading.lane)][reading.window].append(reading)
     return grouped
@@ -196,16 +199,20 @@ def _conflicting(history: Sequence[Reading], now: float) -> bool:
         assert first.remaining_percent is not None and other.remaining_percent is not None
         if (other.reset_at is None) != (first.reset_at is None):
             return True
-        if other.reset_at is not None and first.reset_at is not None and \
-                abs(other.reset_at - first.reset_at) > CONFLICT_RESET_SECONDS:
+        if (
+            other.reset_at is not None
+            and first.reset_at is not None
+            and abs(other.reset_at - first.reset_at) > CONFLICT_RESET_SECONDS
+        ):
             return True
         if abs(other.remaining_percent - first.remaining_percent) > CONFLICT_PERCENT:
             return True
     return False
 
 
-def _judge_route(spec: RouteSpec, windows: dict[str, list[Reading]],
-                 now: float) -> tuple[str, WindowState | None, str]:
+def _judge_route(
+    spec: RouteSpec, windows: dict[str, list[Reading]], now: float
+) -> tuple[str, WindowState | None, str]:
     """("rank" | "omit" | "defer", the limiting window, reason)."""
     if not windows:
         return "defer", None, f"no reading for lane {spec.lane}"
@@ -233,7 +240,9 @@ def _pool_weights(specs: Sequence[RouteSpec]) -> dict[tuple[str, str], float]:
     return weights
 
 
-def capacity_order(specs: Sequence[RouteSpec], readings: Iterable[Reading], now: float) -> CapacityOrder:
+def capacity_order(
+    specs: Sequence[RouteSpec], readings: Iterable[Reading], now: float
+) -> CapacityOrder:
     """Routes ranked for new work: priority, then score, then lowest remaining, then earliest reset."""
     grouped = _group(readings)
     seen_pools = {pool for pool, _lane in grouped}
@@ -251,16 +260,41 @@ def capacity_order(specs: Sequence[RouteSpec], readings: Iterable[Reading], now:
         aside = SetAside(spec.runtime, spec.account, spec.lane, reason)
         if verdict == "omit":
             omitted.append(aside)
-        elif verdict == "defer" or limiting is None or limiting.slack is None or limiting.remaining is None:
+        elif (
+            verdict == "defer"
+            or limiting is None
+            or limiting.slack is None
+            or limiting.remaining is None
+        ):
             deferred.append(aside)
         else:
             score = 1.0 + limiting.slack
             weight = weights[(spec.pool, spec.lane)]
-            ranked.append(RankedRoute(spec.runtime, spec.account, spec.lane, spec.pool, limiting.window,
-                                      limiting.remaining, limiting.latest.reset_at, limiting.slack,
-                                      score, weight, score * weight))
-    ranked.sort(key=lambda r: (-r.priority, -r.score, r.remaining_percent,
-                               r.reset_at if r.reset_at is not None else float("inf"),
-                               r.runtime, r.account or "", r.lane))
+            ranked.append(
+                RankedRoute(
+                    spec.runtime,
+                    spec.account,
+                    spec.lane,
+                    spec.pool,
+                    limiting.window,
+                    limiting.remaining,
+                    limiting.latest.reset_at,
+                    limiting.slack,
+                    score,
+                    weight,
+                    score * weight,
+                )
+            )
+    ranked.sort(
+        key=lambda r: (
+            -r.priority,
+            -r.score,
+            r.remaining_percent,
+            r.reset_at if r.reset_at is not None else float("inf"),
+            r.runtime,
+            r.account or "",
+            r.lane,
+        )
+    )
     diverse = len({(r.pool, r.lane) for r in ranked}) >= 2
     return CapacityOrder(now, ranked, omitted, deferred, unavailable, not diverse)

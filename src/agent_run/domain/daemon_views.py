@@ -22,12 +22,16 @@ class DaemonStatus(View):
     uptime_seconds: float
     config_path: str
     config_file_exists: bool
-    config_revision: str = Field(description="sha256 prefix of the config.toml the daemon runs with "
-                                             "(`defaults` without a file)")
+    config_revision: str = Field(
+        description="sha256 prefix of the config.toml the daemon runs with "
+        "(`defaults` without a file)"
+    )
     config_loaded_at: float
     config_refused: ConfigRefusal | None = Field(
-        default=None, description="set while config.toml holds a config the daemon refused: it "
-                                  "keeps running with the last good one (config_revision)")
+        default=None,
+        description="set while config.toml holds a config the daemon refused: it "
+        "keeps running with the last good one (config_revision)",
+    )
     live_agents: int = Field(description="agents whose latest execution is not terminal")
 
 
@@ -35,7 +39,9 @@ class DoctorCheck(View):
     check: str
     level: Literal["ok", "warn", "bad"]
     detail: str
-    fix: str | None = Field(default=None, description="what to do about it (the exact config block, a command)")
+    fix: str | None = Field(
+        default=None, description="what to do about it (the exact config block, a command)"
+    )
 
 
 class DoctorReport(View):

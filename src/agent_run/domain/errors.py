@@ -154,11 +154,33 @@ class InvalidParams(ProtocolError):
 ERRORS_BY_CODE: dict[str, type[DomainError]] = {
     cls.code: cls
     for cls in (
-        DomainError, AgentNotFound, Conflict, InvalidRequest, UnknownRuntime, NotRunning, NotResumable,
-        AnswerNotReady, AnswerIntegrity, ConfigInvalid, SpawnFailed, DaemonUnavailable,
-        BatchNotFound, RunNotFound, RunLocked, GitError, StorageFull, LineTooLong, InternalError,
-        PermissionDenied, ProtocolError, ParseError, InvalidUnicode, MalformedRequest, NestingTooDeep,
-        MethodNotFound, InvalidParams,
+        DomainError,
+        AgentNotFound,
+        Conflict,
+        InvalidRequest,
+        UnknownRuntime,
+        NotRunning,
+        NotResumable,
+        AnswerNotReady,
+        AnswerIntegrity,
+        ConfigInvalid,
+        SpawnFailed,
+        DaemonUnavailable,
+        BatchNotFound,
+        RunNotFound,
+        RunLocked,
+        GitError,
+        StorageFull,
+        LineTooLong,
+        InternalError,
+        PermissionDenied,
+        ProtocolError,
+        ParseError,
+        InvalidUnicode,
+        MalformedRequest,
+        NestingTooDeep,
+        MethodNotFound,
+        InvalidParams,
     )
 }
 
@@ -166,6 +188,8 @@ ERRORS_BY_CODE: dict[str, type[DomainError]] = {
 def error_from_data(data: dict[str, Any]) -> DomainError:
     """Rebuild a typed error on the client side of a transport."""
     cls = ERRORS_BY_CODE.get(data.get("code", ""), DomainError)
-    err = cls(data.get("message", "unknown error"), field=data.get("field"), **data.get("details", {}))
+    err = cls(
+        data.get("message", "unknown error"), field=data.get("field"), **data.get("details", {})
+    )
     err.code = data.get("code", cls.code)
     return err

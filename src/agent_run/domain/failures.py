@@ -32,16 +32,16 @@ class FailureKind(StrEnum):
 
 FAILURE_ADVICE: dict[FailureKind, str] = {
     FailureKind.SPAWN_FAILED: "The engine binary could not be started by the daemon (its PATH, not your "
-                              "shell's): set the runtime's `binary` to an absolute path or restart the daemon "
-                              "from a shell that has it (`agent-run api restart`); `agent-run doctor` checks "
-                              "it on the daemon's side.",
+    "shell's): set the runtime's `binary` to an absolute path or restart the daemon "
+    "from a shell that has it (`agent-run api restart`); `agent-run doctor` checks "
+    "it on the daemon's side.",
     FailureKind.AUTH_FAILED: "The provider refused the credentials, or the engine's sign-in is missing: check the "
-                             "variable or file named in the runtime's auth; for `login = \"native\"` run "
-                             "`agent-run login RUNTIME`.",
+    'variable or file named in the runtime\'s auth; for `login = "native"` run '
+    "`agent-run login RUNTIME`.",
     FailureKind.RATE_LIMITED: "The provider rate-limited this route: retry later or route to another runtime.",
     FailureKind.QUOTA_EXHAUSTED: "The account's quota is used up: switch runtime or wait for the quota to reset.",
     FailureKind.PROVIDER_ERROR: "The provider returned a server error: retry; if it persists, check the "
-                                "provider's status.",
+    "provider's status.",
     FailureKind.PROVIDER_OVERLOADED: "The provider is overloaded (529 / high demand): retry later.",
     FailureKind.STREAM_ERROR: "The model stream was malformed or cut short: retry the agent.",
     FailureKind.NETWORK_ERROR: "The provider could not be reached: check base_url and the network.",
@@ -52,15 +52,15 @@ FAILURE_ADVICE: dict[FailureKind, str] = {
     FailureKind.ERROR_REPLY: "The engine's only reply was an error message: read the answer text for the cause.",
     FailureKind.PROTOCOL_ERROR: "The engine spoke something agent-run could not parse: check the engine version.",
     FailureKind.CONFIG_ERROR: "The runtime's configuration or credential is unusable (the message names "
-                              "it): fix that field or file, or export the auth variable and `agent-run api "
-                              "restart`; `agent-run doctor` runs the checks in the daemon.",
+    "it): fix that field or file, or export the auth variable and `agent-run api "
+    "restart`; `agent-run doctor` runs the checks in the daemon.",
     FailureKind.ENGINE_GROUP_SURVIVED: "Engine processes survived the end of the run and were killed: the result "
-                                       "is not trusted.",
+    "is not trusted.",
     FailureKind.SUPERVISOR_FAILED: "The supervisor hit an internal error: read the supervisor log under agents/<id>/.",
     FailureKind.SUPERVISOR_LOST: "The supervisor died (killed or machine rebooted): resume or start the agent again.",
     FailureKind.STORAGE_FULL: "The disk holding the home stayed full longer than the supervisor could hold the "
-                              "run's events in memory: free space (df on the home), then resume or start the "
-                              "agent again.",
+    "run's events in memory: free space (df on the home), then resume or start the "
+    "agent again.",
     FailureKind.BUDGET_EXCEEDED: "The run's reported usage passed its max_tokens or max_cost_usd: raise the cap "
-                                 "or split the task (see `agent-run usage`).",
+    "or split the task (see `agent-run usage`).",
 }

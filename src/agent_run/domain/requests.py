@@ -9,8 +9,12 @@ from agent_run.domain.states import ExecutionState
 # Every integer is bounded to what SQLite (and the JSON of other clients) can hold.
 MAX_INT = 2**63 - 1
 
-AgentId = Field(min_length=1, max_length=64, pattern=r"^ag_[0-9a-z]+$",
-                description="the agent's id, as returned by start")
+AgentId = Field(
+    min_length=1,
+    max_length=64,
+    pattern=r"^ag_[0-9a-z]+$",
+    description="the agent's id, as returned by start",
+)
 
 
 class Params(BaseModel):
@@ -22,28 +26,63 @@ class Params(BaseModel):
 
 class StartParams(Params):
     task: str = Field(min_length=1, max_length=1_000_000, description="what the agent should do")
-    workdir: str = Field(min_length=1, max_length=4096, description="absolute path of an existing directory to work in")
-    runtime: str | None = Field(default=None, min_length=1, max_length=200,
-                                description="a configured runtime; default from config")
-    model: str | None = Field(default=None, min_length=1, max_length=200,
-                              description="a model of the runtime; default: its default_model")
-    account: str | None = Field(default=None, pattern=r"^[a-z0-9_-]{1,32}$",
-                                description="an account of the runtime; default: its default_account, "
-                                            "else the runtime's own auth")
-    profile: Literal["read_only", "write"] = Field(default="write", description="may the agent write files")
-    request_id: str | None = Field(default=None, min_length=1, max_length=200,
-                                   description="idempotency key: the same request returns the same agent")
-    read_roots: list[Annotated[str, Field(min_length=1, max_length=4096)]] = Field(default_factory=list, max_length=64,
-                                  description="extra directories the agent may read (absolute paths)")
-    stall_seconds: float | None = Field(default=None, gt=0, le=86_400,
-                                        description="fail if the engine is silent this long")
-    wall_seconds: float | None = Field(default=None, gt=0, le=7 * 86_400,
-                                       description="fail if one execution runs longer than this")
-    max_tokens: int | None = Field(default=None, ge=1, le=10**12, description="stop the run (failed / "
-                                   "budget_exceeded) once its reported input + output tokens pass this")
-    max_cost_usd: float | None = Field(default=None, gt=0, le=1_000_000,
-                                       description="stop the run once the cost its engine reports passes "
-                                                   "this (an engine that reports none: no effect)")
+    workdir: str = Field(
+        min_length=1,
+        max_length=4096,
+        description="absolute path of an existing directory to work in",
+    )
+    runtime: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=200,
+        description="a configured runtime; default from config",
+    )
+    model: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=200,
+        description="a model of the runtime; default: its default_model",
+    )
+    account: str | None = Field(
+        default=None,
+        pattern=r"^[a-z0-9_-]{1,32}$",
+        description="an account of the runtime; default: its default_account, "
+        "else the runtime's own auth",
+    )
+    profile: Literal["read_only", "write"] = Field(
+        default="write", description="may the agent write files"
+    )
+    request_id: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=200,
+        description="idempotency key: the same request returns the same agent",
+    )
+    read_roots: list[Annotated[str, Field(min_length=1, max_length=4096)]] = Field(
+        default_factory=list,
+        max_length=64,
+        description="extra directories the agent may read (absolute paths)",
+    )
+    stall_seconds: float | None = Field(
+        default=None, gt=0, le=86_400, description="fail if the engine is silent this long"
+    )
+    wall_seconds: float | None = Field(
+        default=None, gt=0, le=7 * 86_400, description="fail if one execution runs longer than this"
+    )
+    max_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        le=10**12,
+        description="stop the run (failed / "
+        "budget_exceeded) once its reported input + output tokens pass this",
+    )
+    max_cost_usd: float | None = Field(
+        default=None,
+        gt=0,
+        le=1_000_000,
+        description="stop the run once the cost its engine reports passes "
+        "this (an engine that reports none: no effect)",
+    )
 
 
 class AgentParams(Params):
@@ -52,8 +91,11 @@ class AgentParams(Params):
 
 class ResumeParams(Params):
     agent_id: str = AgentId
-    prompt: str = Field(min_length=1, max_length=1_000_000,
-                        description="the next instruction, in the same engine session")
+    prompt: str = Field(
+        min_length=1,
+        max_length=1_000_000,
+        description="the next instruction, in the same engine session",
+    )
 
 
 class CancelParams(AgentParams):
@@ -62,40 +104,57 @@ class CancelParams(AgentParams):
 
 class SteerParams(Params):
     agent_id: str = AgentId
-    text: str = Field(min_length=1, max_length=100_000, description="the message to give the running agent")
+    text: str = Field(
+        min_length=1, max_length=100_000, description="the message to give the running agent"
+    )
 
 
 class ListAgentsParams(Params):
     # An enum is matched by its value even in strict mode (JSON has no enum instances).
     state: list[Annotated[ExecutionState, Strict(False)]] | None = Field(
-        default=None, max_length=16, description="only agents in these states")
-    runtime: str | None = Field(default=None, min_length=1, max_length=200,
-                                description="only agents of this runtime")
+        default=None, max_length=16, description="only agents in these states"
+    )
+    runtime: str | None = Field(
+        default=None, min_length=1, max_length=200, description="only agents of this runtime"
+    )
     limit: int = Field(default=50, ge=1, le=500)
     offset: int = Field(default=0, ge=0, le=MAX_INT)
     after_revision: int | None = Field(
-        default=None, ge=0, le=MAX_INT,
-        description="only agents with an event newer than this revision (pass a previous `revision`)")
+        default=None,
+        ge=0,
+        le=MAX_INT,
+        description="only agents with an event newer than this revision (pass a previous `revision`)",
+    )
     wait_seconds: float = Field(
-        default=0.0, ge=0, le=60,
-        description="with after_revision: wait up to this long for something newer (long-poll)")
+        default=0.0,
+        ge=0,
+        le=60,
+        description="with after_revision: wait up to this long for something newer (long-poll)",
+    )
 
 
 class TranscriptParams(Params):
     agent_id: str = AgentId
-    cursor: int = Field(default=0, ge=0, le=MAX_INT, description="next_cursor of the previous page; 0 for the start")
+    cursor: int = Field(
+        default=0, ge=0, le=MAX_INT, description="next_cursor of the previous page; 0 for the start"
+    )
     limit: int = Field(default=200, ge=1, le=1000)
 
 
 class WaitParams(Params):
     agent_id: str = AgentId
-    timeout_seconds: float = Field(default=30.0, ge=0, le=600,
-                                   description="return `timed_out: true` after this long")
+    timeout_seconds: float = Field(
+        default=30.0, ge=0, le=600, description="return `timed_out: true` after this long"
+    )
 
 
 class DocParams(Params):
-    topic: str | None = Field(default=None, min_length=1, max_length=200,
-                              description="a topic; omit for the list of topics")
+    topic: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=200,
+        description="a topic; omit for the list of topics",
+    )
 
 
 class EmptyParams(Params):
@@ -103,23 +162,42 @@ class EmptyParams(Params):
 
 
 class ChangesParams(Params):
-    after_revision: int = Field(ge=0, description="report what changed after this revision (a previous `revision`)")
-    wait_seconds: float = Field(default=0.0, ge=0, le=60,
-                                description="wait up to this long for a change when there is none yet (long-poll)")
+    after_revision: int = Field(
+        ge=0, description="report what changed after this revision (a previous `revision`)"
+    )
+    wait_seconds: float = Field(
+        default=0.0,
+        ge=0,
+        le=60,
+        description="wait up to this long for a change when there is none yet (long-poll)",
+    )
     limit: int = Field(default=500, ge=1, le=5000, description="at most this many ids of each kind")
 
 
 class EventsParams(Params):
     agent_id: str = AgentId
-    after_seq: int = Field(default=0, ge=0, le=MAX_INT,
-                           description="only events after this seq (pass a previous `next_after`); 0 for the start")
+    after_seq: int = Field(
+        default=0,
+        ge=0,
+        le=MAX_INT,
+        description="only events after this seq (pass a previous `next_after`); 0 for the start",
+    )
     limit: int = Field(default=200, ge=1, le=1000, description="at most this many events")
     kinds: list[Annotated[str, Field(min_length=1, max_length=64)]] | None = Field(
-        default=None, max_length=32, description="only events of these kinds (e.g. state, command, tool_report)")
+        default=None,
+        max_length=32,
+        description="only events of these kinds (e.g. state, command, tool_report)",
+    )
 
 
 # --- capacity (docs/capacity.md)
 class LimitsParams(Params):
-    runtime: str | None = Field(default=None, min_length=1, max_length=200,
-                                description="only this runtime; default every enabled one")
+    runtime: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=200,
+        description="only this runtime; default every enabled one",
+    )
+
+
 # --- end capacity

@@ -7,8 +7,10 @@ from pydantic import BaseModel, Field
 from agent_run.domain.failures import FailureKind
 from agent_run.domain.states import ExecutionState, Verdict
 
-ANSWER_VERIFIED = ("null without a sealed answer; false once a re-hash (answer, the batch judge or "
-                   "the daemon's scrub) found answer.md not matching its sha256")
+ANSWER_VERIFIED = (
+    "null without a sealed answer; false once a re-hash (answer, the batch judge or "
+    "the daemon's scrub) found answer.md not matching its sha256"
+)
 
 
 class View(BaseModel):
@@ -19,8 +21,9 @@ class ExecutionView(View):
     id: str
     number: int = Field(description="1 for the first run, then one more per resume / follow-up")
     kind: Literal["start", "resume", "followup"]
-    account: str | None = Field(default=None,
-                                description="the runtime account it runs on; null: the runtime's own auth")
+    account: str | None = Field(
+        default=None, description="the runtime account it runs on; null: the runtime's own auth"
+    )
     state: ExecutionState
     failure_kind: FailureKind | None = None
     failure_advice: str | None = None
@@ -29,14 +32,20 @@ class ExecutionView(View):
     started_at: float | None = None
     ended_at: float | None = None
     exit_code: int | None = None
-    verdict: Verdict | None = Field(default=None, description="what the task said of itself via `finish`")
+    verdict: Verdict | None = Field(
+        default=None, description="what the task said of itself via `finish`"
+    )
     engine_session_id: str | None = None
     answer_sha256: str | None = None
     answer_bytes: int | None = None
     answer_verified: bool | None = Field(default=None, description=ANSWER_VERIFIED)
-    answer_checked_at: float | None = Field(default=None, description="when the sealed answer was last re-hashed")
+    answer_checked_at: float | None = Field(
+        default=None, description="when the sealed answer was last re-hashed"
+    )
     usage: dict[str, float] | None = None
-    cost_usd: float | None = Field(default=None, description="as the engine reported it; null when it reported none")
+    cost_usd: float | None = Field(
+        default=None, description="as the engine reported it; null when it reported none"
+    )
     max_tokens: int | None = Field(default=None, description="its spend cap in tokens, if any")
     max_cost_usd: float | None = Field(default=None, description="its spend cap in USD, if any")
 
@@ -54,17 +63,23 @@ class AgentView(View):
     created_at: float
     state: ExecutionState = Field(description="the state of the latest execution")
     failure_kind: FailureKind | None = None
-    verdict: Verdict | None = Field(default=None, description="done / blocked / failed, from the worker tools")
+    verdict: Verdict | None = Field(
+        default=None, description="done / blocked / failed, from the worker tools"
+    )
     answer_verified: bool | None = Field(default=None, description=ANSWER_VERIFIED)
     execution: ExecutionView
     event_count: int
-    last_message: str | None = Field(default=None, description="the last transcript line, truncated")
+    last_message: str | None = Field(
+        default=None, description="the last transcript line, truncated"
+    )
     revision: int = Field(description="the global event revision this view was read at")
 
 
 class AgentSummary(View):
     id: str
-    request_id: str | None = Field(default=None, description="a batch run's agent has `<run id>-a<attempt>`")
+    request_id: str | None = Field(
+        default=None, description="a batch run's agent has `<run id>-a<attempt>`"
+    )
     runtime: str
     model: str
     account: str | None = None
@@ -75,7 +90,9 @@ class AgentSummary(View):
     updated_at: float
     answer_sha256: str | None = None
     answer_verified: bool | None = Field(default=None, description=ANSWER_VERIFIED)
-    verdict: Verdict | None = Field(default=None, description="done / blocked / failed, from the worker tools")
+    verdict: Verdict | None = Field(
+        default=None, description="done / blocked / failed, from the worker tools"
+    )
 
 
 class AgentList(View):
@@ -169,9 +186,15 @@ class ToolsResult(View):
 class ChangesResult(View):
     after_revision: int
     revision: int = Field(description="the revision read at: pass it as after_revision next time")
-    agents: list[str] = Field(description="agents with an event after after_revision (batch runs' agents too)")
-    batches: list[str] = Field(description="batches whose state or runs changed after after_revision")
-    truncated: bool = Field(default=False, description="more ids changed than `limit`; re-read everything")
+    agents: list[str] = Field(
+        description="agents with an event after after_revision (batch runs' agents too)"
+    )
+    batches: list[str] = Field(
+        description="batches whose state or runs changed after after_revision"
+    )
+    truncated: bool = Field(
+        default=False, description="more ids changed than `limit`; re-read everything"
+    )
 
 
 # --- capacity (docs/capacity.md)
@@ -220,7 +243,9 @@ class CapacityOrderResult(View):
     observed_at: float
     routes: list[RankedRouteView] = Field(description="best first")
     omitted: list[SetAsideRoute] = Field(description="a window reads 0 %")
-    deferred: list[SetAsideRoute] = Field(description="a pool lacks a fresh reading, or readings conflict")
+    deferred: list[SetAsideRoute] = Field(
+        description="a pool lacks a fresh reading, or readings conflict"
+    )
     unavailable_runtimes: list[str] = Field(description="no reading at all")
     insufficient_diversity: bool = Field(description="fewer than two pools can take new work")
 
@@ -231,10 +256,14 @@ class CollectedSource(View):
     source: str
     windows: int = Field(description="samples written")
     error: str | None = Field(default=None, description="why there is no evidence from this source")
-    next_attempt_at: float | None = Field(default=None, description="backing off after a failure until then")
+    next_attempt_at: float | None = Field(
+        default=None, description="backing off after a failure until then"
+    )
 
 
 class CollectResult(View):
     observed_at: float
     sources: list[CollectedSource]
+
+
 # --- end capacity

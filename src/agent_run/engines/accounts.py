@@ -39,13 +39,15 @@ def choose_account(options: RuntimeOptions, runtime: str, requested: str | None)
         return options.default_account
     if requested not in options.accounts:
         known = ", ".join(sorted(options.accounts)) or "none is configured"
-        raise errors.InvalidRequest(f"runtime {runtime!r} has no account {requested!r} (accounts: {known})",
-                                    field="account")
+        raise errors.InvalidRequest(
+            f"runtime {runtime!r} has no account {requested!r} (accounts: {known})", field="account"
+        )
     return requested
 
 
-def options_for_account(options: RuntimeOptions, runtime: str, label: str | None,
-                        home_root: Path) -> RuntimeOptions:
+def options_for_account(
+    options: RuntimeOptions, runtime: str, label: str | None, home_root: Path
+) -> RuntimeOptions:
     """The runtime's options as a run on `label` sees them: the account's auth in place of its own."""
     if label is None:
         return options
@@ -96,8 +98,13 @@ def _claude_email(data: dict[str, Any]) -> Any:
     return account.get("emailAddress") if isinstance(account, dict) else None
 
 
-def account_status(engine: str, runtime: str, auth: AuthConfig, label: str | None,
-                   environ: dict[str, str] | None = None) -> AccountStatus:
+def account_status(
+    engine: str,
+    runtime: str,
+    auth: AuthConfig,
+    label: str | None,
+    environ: dict[str, str] | None = None,
+) -> AccountStatus:
     """Whether the credential is there (a sign-in file, a set variable, a readable file)."""
     environ = dict(os.environ) if environ is None else environ
     if auth.login is not None:
@@ -106,14 +113,28 @@ def account_status(engine: str, runtime: str, auth: AuthConfig, label: str | Non
         try:
             credential = read_credential(sign_in, auth, runtime)
         except SignInMissing:
-            return AccountStatus(False, None, f"no {sign_in.title} sign-in in {sign_in.credential_dir(auth)}: "
-                                              f"run `{command}`")
-        return AccountStatus(True, _email_in(sign_in.credential_dir(auth), sign_in.file_name),
-                             f"{sign_in.title} sign-in ({credential.mode}) in {sign_in.credential_dir(auth)}")
+            return AccountStatus(
+                False,
+                None,
+                f"no {sign_in.title} sign-in in {sign_in.credential_dir(auth)}: run `{command}`",
+            )
+        return AccountStatus(
+            True,
+            _email_in(sign_in.credential_dir(auth), sign_in.file_name),
+            f"{sign_in.title} sign-in ({credential.mode}) in {sign_in.credential_dir(auth)}",
+        )
     if auth.env is not None:
         present = bool(environ.get(auth.env))
-        return AccountStatus(present, None, f"variable {auth.env} " + ("is set" if present else
-                                                                       "is not set in the daemon's environment"))
+        return AccountStatus(
+            present,
+            None,
+            f"variable {auth.env} "
+            + ("is set" if present else "is not set in the daemon's environment"),
+        )
     path = Path(os.path.expanduser(auth.file or ""))
     readable = path.is_file() and os.access(path, os.R_OK)
-    return AccountStatus(readable, None, f"file {path} " + ("is readable" if readable else "is missing or unreadable"))
+    return AccountStatus(
+        readable,
+        None,
+        f"file {path} " + ("is readable" if readable else "is missing or unreadable"),
+    )

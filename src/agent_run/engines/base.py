@@ -95,8 +95,18 @@ class EngineNote:
     data: dict[str, Any]
 
 
-EngineEvent = (SessionStarted | MessageEvent | RetryEvent | Completion | ControlAck | Unparsed
-               | SendInput | SteerJoined | EngineNote | QuotaEvent)
+EngineEvent = (
+    SessionStarted
+    | MessageEvent
+    | RetryEvent
+    | Completion
+    | ControlAck
+    | Unparsed
+    | SendInput
+    | SteerJoined
+    | EngineNote
+    | QuotaEvent
+)
 
 
 class Engine(Protocol):
@@ -104,8 +114,9 @@ class Engine(Protocol):
 
     name: str
 
-    def launch(self, plan: ExecutionPlan, secrets: dict[str, str], worker: WorkerMcp,
-               scratch: Path) -> LaunchSpec: ...
+    def launch(
+        self, plan: ExecutionPlan, secrets: dict[str, str], worker: WorkerMcp, scratch: Path
+    ) -> LaunchSpec: ...
 
     def initial_input(self, plan: ExecutionPlan, prompt: str) -> list[bytes]:
         """What to write to stdin first; `prompt` is the execution's task (or resume prompt)."""

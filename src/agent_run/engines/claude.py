@@ -39,10 +39,17 @@ WRITE_TOOLS = ["Bash", "Write", "Edit", "MultiEdit", "NotebookEdit"]
 
 # Claude Code's error texts when no HTTP status is attached (ENGINES.md, observed).
 _TEXT_KINDS: TextKinds = [
-    (re.compile(r"Unable to connect|ConnectionRefused|ECONNREFUSED|fetch failed", re.I), FailureKind.NETWORK_ERROR),
+    (
+        re.compile(r"Unable to connect|ConnectionRefused|ECONNREFUSED|fetch failed", re.I),
+        FailureKind.NETWORK_ERROR,
+    ),
     (re.compile(r"Request timed out|timed out", re.I), FailureKind.NETWORK_ERROR),
-    (re.compile(r"empty or malformed response|malformed|Connection to the API was lost|ECONNRESET",
-                re.I), FailureKind.STREAM_ERROR),
+    (
+        re.compile(
+            r"empty or malformed response|malformed|Connection to the API was lost|ECONNRESET", re.I
+        ),
+        FailureKind.STREAM_ERROR,
+    ),
     (re.compile(r"Invalid API key|Not logged in|authentication", re.I), FailureKind.AUTH_FAILED),
     (re.compile(r"overloaded", re.I), FailureKind.PROVIDER_OVERLOADED),
     (re.compile(r"rate limit|\(429\)", re.I), FailureKind.RATE_LIMITED),
@@ -66,21 +73,24 @@ class ClaudeEngine(StreamJsonProtocol):
     def __init__(self) -> None:
         self._turn_open = False  # a user message of the running turn has been taken in
 
-    def launch(self, plan: ExecutionPlan, secrets: dict[str, str], worker: WorkerMcp,
-               scratch: Path) -> LaunchSpec:
+    def launch(
+        self, plan: ExecutionPlan, secrets: dict[str, str], worker: WorkerMcp, scratch: Path
+    ) -> LaunchSpec:
         rc = plan.runtime_config
         assert isinstance(rc, HttpRuntimeOptions)
         home = Path(plan.engine_home)
         env = base_environment(plan)
         env.update(rc.env)
-        env.update({
-            "CLAUDE_CONFIG_DIR": str(home / ".claude"),
-            "DISABLE_AUTOUPDATER": "1",
-            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-            "DISABLE_TELEMETRY": "1",
-            "MCP_CONNECTION_NONBLOCKING": "0",  # -p must wait for the worker tools
-            "CLAUDE_CODE_MCP_ALLOWLIST_ENV": "1",  # MCP servers do not inherit the API key
-        })
+        env.update(
+            {
+                "CLAUDE_CONFIG_DIR": str(home / ".claude"),
+                "DISABLE_AUTOUPDATER": "1",
+                "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+                "DISABLE_TELEMETRY": "1",
+                "MCP_CONNECTION_NONBLOCKING": "0",  # -p must wait for the worker tools
+                "CLAUDE_CODE_MCP_ALLOWLIST_ENV": "1",  # MCP servers do not inherit the API key
+            }
+        )
         if rc.base_url:
             env["ANTHROPIC_BASE_URL"] = rc.base_url
         if is_native(rc.auth):  # the user's own sign-in, in its real folder
@@ -95,17 +105,39 @@ class ClaudeEngine(StreamJsonProtocol):
         env.update(self.model_env(plan.model))
 
         mcp_config = scratch / "mcp.json"
-        server = {"type": "stdio", "command": worker.command, "args": worker.args, "env": worker.env}
+        server = {
+            "type": "stdio",
+            "command": worker.command,
+            "args": worker.args,
+            "env": worker.env,
+        }
         write_private_file(mcp_config, json.dumps({"mcpServers": {worker.name: server}}).encode())
         worker_tools = [f"mcp__{worker.name}__{tool}" for tool in worker.tools]
         if plan.profile == "write":
             allowed, mode, denied = READ_TOOLS + WRITE_TOOLS + worker_tools, "acceptEdits", []
         else:
             allowed, mode, denied = READ_TOOLS + worker_tools, "default", WRITE_TOOLS
-        argv = [rc.binary or "claude", "-p", "--output-format", "stream-json",
-                "--input-format", "stream-json", "--replay-user-messages", "--verbose", "--model", plan.model,
-                "--setting-sources", "", "--strict-mcp-config", "--mcp-config", str(mcp_config),
-                "--allowedTools", ",".join(allowed), "--permission-mode", mode]
+        argv = [
+            rc.binary or "claude",
+            "-p",
+            "--output-format",
+            "stream-json",
+            "--input-format",
+            "stream-json",
+            "--replay-user-messages",
+            "--verbose",
+            "--model",
+            plan.model,
+            "--setting-sources",
+            "",
+            "--strict-mcp-config",
+            "--mcp-config",
+            str(mcp_config),
+            "--allowedTools",
+            ",".join(allowed),
+            "--permission-mode",
+            mode,
+        ]
         if denied:
             argv += ["--disallowedTools", ",".join(denied)]
         if plan.resume_session_id:
@@ -114,7 +146,9 @@ class ClaudeEngine(StreamJsonProtocol):
             argv += ["--session-id", str(uuid.uuid4())]
         for root in plan.read_roots:
             argv += ["--add-dir", root]
-        return LaunchSpec(argv=argv, env=env, cwd=plan.workdir, stdin_pipe=True, token_files=[mcp_config])
+        return LaunchSpec(
+            argv=argv, env=env, cwd=plan.workdir, stdin_pipe=True, token_files=[mcp_config]
+        )
 
     def model_env(self, model: str) -> dict[str, str]:
         return {}
@@ -135,8 +169,11 @@ class ClaudeEngine(StreamJsonProtocol):
     def classify(self, completion: Completion) -> FailureKind | None:
         if not completion.is_error:
             return None
-        return (kind_for_http_status(completion.error_status, completion.text)
-                or kind_from_text(completion.text, _TEXT_KINDS) or FailureKind.ERROR_REPLY)
+        return (
+            kind_for_http_status(completion.error_status, completion.text)
+            or kind_from_text(completion.text, _TEXT_KINDS)
+            or FailureKind.ERROR_REPLY
+        )
 
 
 class GlmEngine(ClaudeEngine):
@@ -144,21 +181,39 @@ class GlmEngine(ClaudeEngine):
     key_variable = "ANTHROPIC_AUTH_TOKEN"  # sent as a Bearer token
 
     def model_env(self, model: str) -> dict[str, str]:
-        return {"ANTHROPIC_MODEL": model, "ANTHROPIC_DEFAULT_OPUS_MODEL": model,
-                "ANTHROPIC_DEFAULT_SONNET_MODEL": model, "ANTHROPIC_DEFAULT_HAIKU_MODEL": model,
-                "ANTHROPIC_SMALL_FAST_MODEL": model}
+        return {
+            "ANTHROPIC_MODEL": model,
+            "ANTHROPIC_DEFAULT_OPUS_MODEL": model,
+            "ANTHROPIC_DEFAULT_SONNET_MODEL": model,
+            "ANTHROPIC_DEFAULT_HAIKU_MODEL": model,
+            "ANTHROPIC_SMALL_FAST_MODEL": model,
+        }
 
 
 CLAUDE_SPEC = EngineSpec(
-    name="claude", factory=ClaudeEngine, options=ClaudeOptions,
-    summary="Claude Code (`claude -p`, stream-json)", default_binary="claude",
-    config_example={"engine": "claude", "models": ["claude-sonnet-4-5"], "auth": {"login": "native"}},
+    name="claude",
+    factory=ClaudeEngine,
+    options=ClaudeOptions,
+    summary="Claude Code (`claude -p`, stream-json)",
+    default_binary="claude",
+    config_example={
+        "engine": "claude",
+        "models": ["claude-sonnet-4-5"],
+        "auth": {"login": "native"},
+    },
     broker_upstream=ANTHROPIC_URL,
 )
 GLM_SPEC = EngineSpec(
-    name="glm", factory=GlmEngine, options=GlmOptions,
-    summary="GLM through Claude Code (an Anthropic-compatible endpoint)", default_binary="claude",
-    config_example={"engine": "glm", "models": ["glm-4.6"], "base_url": "https://api.z.ai/api/anthropic",
-                    "auth": {"env": "ZAI_API_KEY"}},
+    name="glm",
+    factory=GlmEngine,
+    options=GlmOptions,
+    summary="GLM through Claude Code (an Anthropic-compatible endpoint)",
+    default_binary="claude",
+    config_example={
+        "engine": "glm",
+        "models": ["glm-4.6"],
+        "base_url": "https://api.z.ai/api/anthropic",
+        "auth": {"env": "ZAI_API_KEY"},
+    },
     broker_upstream=ANTHROPIC_URL,
 )

@@ -72,12 +72,18 @@ _VARIANT_KINDS = {
     "responseStreamDisconnected": FailureKind.STREAM_ERROR,
 }
 _TEXT_KINDS: TextKinds = [
-    (re.compile(r"stream closed before|stream disconnected|idle timeout|malformed", re.I),
-     FailureKind.STREAM_ERROR),
-    (re.compile(r"waiting for network|error sending request|connection refused|timed out", re.I),
-     FailureKind.NETWORK_ERROR),
-    (re.compile(r"Missing environment variable|unknown model|model .* not found", re.I),
-     FailureKind.CONFIG_ERROR),
+    (
+        re.compile(r"stream closed before|stream disconnected|idle timeout|malformed", re.I),
+        FailureKind.STREAM_ERROR,
+    ),
+    (
+        re.compile(r"waiting for network|error sending request|connection refused|timed out", re.I),
+        FailureKind.NETWORK_ERROR,
+    ),
+    (
+        re.compile(r"Missing environment variable|unknown model|model .* not found", re.I),
+        FailureKind.CONFIG_ERROR,
+    ),
     (re.compile(r"high demand|overloaded", re.I), FailureKind.PROVIDER_OVERLOADED),
     (re.compile(r"quota|usage limit", re.I), FailureKind.QUOTA_EXHAUSTED),
     (re.compile(r"rate limit|\b429\b", re.I), FailureKind.RATE_LIMITED),
@@ -122,16 +128,20 @@ class CodexEngine:
 
     # -- launch -------------------------------------------------------------------------------
 
-    def launch(self, plan: ExecutionPlan, secrets: dict[str, str], worker: WorkerMcp,
-               scratch: Path) -> LaunchSpec:
+    def launch(
+        self, plan: ExecutionPlan, secrets: dict[str, str], worker: WorkerMcp, scratch: Path
+    ) -> LaunchSpec:
         self.plan = plan
         rc = plan.runtime_config
         assert isinstance(rc, HttpRuntimeOptions)
         codex_home = Path(plan.engine_home) / ".codex"
         codex_home.mkdir(mode=0o700, parents=True, exist_ok=True)  # Codex refuses a missing one
         secret = single_secret(secrets)
-        provider: dict[str, Any] = {"name": "agent-run", "base_url": rc.base_url or DEFAULT_BASE_URL,
-                                    "wire_api": "responses"}
+        provider: dict[str, Any] = {
+            "name": "agent-run",
+            "base_url": rc.base_url or DEFAULT_BASE_URL,
+            "wire_api": "responses",
+        }
         native = is_native(rc.auth)
         if secret is not None:
             provider["env_key"] = KEY_VARIABLE
@@ -141,12 +151,22 @@ class CodexEngine:
             provider["request_max_retries"] = provider["stream_max_retries"] = rc.max_retries
         if rc.request_timeout_seconds is not None:
             provider["stream_idle_timeout_ms"] = int(rc.request_timeout_seconds * 1000)
-        server = {"command": worker.command, "args": worker.args, "env": worker.env,
-                  "required": True, "default_tools_approval_mode": "approve"}
+        server = {
+            "command": worker.command,
+            "args": worker.args,
+            "env": worker.env,
+            "required": True,
+            "default_tools_approval_mode": "approve",
+        }
         # Shell commands the model runs inherit Codex's environment: never the key.
         shell_env = {"inherit": "all", "ignore_default_excludes": False, "exclude": [KEY_VARIABLE]}
-        config = {"model": plan.model, "model_provider": PROVIDER, "shell_environment_policy": shell_env,
-                  "model_providers": {PROVIDER: provider}, "mcp_servers": {worker.name: server}}
+        config = {
+            "model": plan.model,
+            "model_provider": PROVIDER,
+            "shell_environment_policy": shell_env,
+            "model_providers": {PROVIDER: provider},
+            "mcp_servers": {worker.name: server},
+        }
         if native and not rc.base_url:
             # Codex's own provider picks the endpoint by the sign-in's mode (API or ChatGPT).
             config["model_provider"] = "openai"
@@ -160,8 +180,9 @@ class CodexEngine:
         if secret is not None:
             env[KEY_VARIABLE] = secret
         argv = [rc.binary or "codex", "app-server"]
-        return LaunchSpec(argv=argv, env=env, cwd=plan.workdir, stdin_pipe=True,
-                          token_files=[config_path])
+        return LaunchSpec(
+            argv=argv, env=env, cwd=plan.workdir, stdin_pipe=True, token_files=[config_path]
+        )
 
     # -- the protocol -------------------------------------------------------------------------
 
@@ -179,7 +200,10 @@ class CodexEngine:
         assert plan is not None
         sandbox = "danger-full-access" if plan.profile == "write" else "read-only"
         params: dict[str, Any] = {
-            "model": plan.model, "cwd": plan.workdir, "approvalPolicy": "never", "sandbox": sandbox,
+            "model": plan.model,
+            "cwd": plan.workdir,
+            "approvalPolicy": "never",
+            "sandbox": sandbox,
         }
         if plan.resume_session_id:
             params.update(threadId=plan.resume_session_id, excludeTurns=True)
@@ -206,26 +230,47 @@ class CodexEngine:
     def _on_response(self, msg: dict[str, Any]) -> list[EngineEvent]:
         method = self.pending.pop(msg["id"], None) if isinstance(msg["id"], int) else None
         if "error" in msg:
-            error = msg["error"] if isinstance(msg["error"], dict) else {"message": str(msg["error"])}
+            error = (
+                msg["error"] if isinstance(msg["error"], dict) else {"message": str(msg["error"])}
+            )
             if method == "turn/steer":  # the turn ended as the steer arrived: keep a record
                 return [EngineNote("steer_refused", {"error": error})]
             if method in ("initialize", "thread/start", "thread/resume", "turn/start"):
                 # No turn will run: end the execution with this error.
-                return [Completion(text=f"{method} failed: {error.get('message', '')}", is_error=True,
-                                   subtype="rpc_error")]
+                return [
+                    Completion(
+                        text=f"{method} failed: {error.get('message', '')}",
+                        is_error=True,
+                        subtype="rpc_error",
+                    )
+                ]
             return [EngineNote("rpc_error", {"method": method, "error": error})]
         result = msg.get("result") or {}
         if method == "initialize":
-            thread_method = "thread/resume" if self.plan and self.plan.resume_session_id else "thread/start"
-            return [SendInput(_line({"method": "initialized"}) + self._request(thread_method, self._thread_params()))]
+            thread_method = (
+                "thread/resume" if self.plan and self.plan.resume_session_id else "thread/start"
+            )
+            return [
+                SendInput(
+                    _line({"method": "initialized"})
+                    + self._request(thread_method, self._thread_params())
+                )
+            ]
         if method in ("thread/start", "thread/resume"):
             self.thread_id = (result.get("thread") or {}).get("id")
-            echoed = {key: result.get(key) for key in ("model", "modelProvider", "cwd", "approvalPolicy", "sandbox")}
+            echoed = {
+                key: result.get(key)
+                for key in ("model", "modelProvider", "cwd", "approvalPolicy", "sandbox")
+            }
             assert self.plan is not None
-            start = self._request("turn/start", {"threadId": self.thread_id,
-                                                 "input": self._text_input(self.prompt)})
-            return [SessionStarted(self.thread_id, result.get("model")),
-                    EngineNote("thread_settings", echoed), SendInput(start)]
+            start = self._request(
+                "turn/start", {"threadId": self.thread_id, "input": self._text_input(self.prompt)}
+            )
+            return [
+                SessionStarted(self.thread_id, result.get("model")),
+                EngineNote("thread_settings", echoed),
+                SendInput(start),
+            ]
         return []
 
     def _answer_request(self, request_id: Any, method: str) -> bytes:
@@ -240,7 +285,12 @@ class CodexEngine:
         elif method == "item/tool/requestUserInput":
             result = {"answers": {}}
         else:
-            return _line({"id": request_id, "error": {"code": -32601, "message": f"{method} is not supported"}})
+            return _line(
+                {
+                    "id": request_id,
+                    "error": {"code": -32601, "message": f"{method} is not supported"},
+                }
+            )
         return _line({"id": request_id, "result": result})
 
     def _on_notification(self, method: str, params: dict[str, Any]) -> list[EngineEvent]:
@@ -269,11 +319,23 @@ class CodexEngine:
             error = params.get("error") or {}
             variant, status = error_info(error)
             if params.get("willRetry"):
-                message = f"{error.get('message', '')} ({variant}) {error.get('additionalDetails') or ''}"
+                message = (
+                    f"{error.get('message', '')} ({variant}) {error.get('additionalDetails') or ''}"
+                )
                 attempt = _ATTEMPT.search(message)
-                return [RetryEvent(status, int(attempt.group(1)) if attempt else None, message.strip())]
-            return [EngineNote("engine_error", {"message": error.get("message"), "codex_error_info": variant,
-                                                "http_status": status})]
+                return [
+                    RetryEvent(status, int(attempt.group(1)) if attempt else None, message.strip())
+                ]
+            return [
+                EngineNote(
+                    "engine_error",
+                    {
+                        "message": error.get("message"),
+                        "codex_error_info": variant,
+                        "http_status": status,
+                    },
+                )
+            ]
         if method == "turn/completed":
             return [self._completion(params.get("turn") or {})]
         if method in ("configWarning", "deprecationNotice", "warning"):
@@ -289,14 +351,25 @@ class CodexEngine:
         error = turn.get("error") or {}
         variant, http_status = error_info(error)
         text = error.get("message") or f"turn {status}"
-        return Completion(text=text, is_error=True, error_status=http_status,
-                          subtype=variant or str(status), usage=usage)
+        return Completion(
+            text=text,
+            is_error=True,
+            error_status=http_status,
+            subtype=variant or str(status),
+            usage=usage,
+        )
 
     # -- steer, interrupt, classify -------------------------------------------------------
 
     def _steer_request(self, text: str) -> bytes:
-        return self._request("turn/steer", {"threadId": self.thread_id, "expectedTurnId": self.turn_id,
-                                            "input": self._text_input(text)})
+        return self._request(
+            "turn/steer",
+            {
+                "threadId": self.thread_id,
+                "expectedTurnId": self.turn_id,
+                "input": self._text_input(text),
+            },
+        )
 
     def steer_input(self, text: str) -> bytes | None:
         if self.turn_id is None:  # the turn has not started yet: send it once it has
@@ -313,11 +386,13 @@ class CodexEngine:
         if not completion.is_error:
             return None
         variant = completion.subtype
-        return (kind_for_http_status(completion.error_status, completion.text)
-                or _INFO_KINDS.get(variant or "")
-                or kind_from_text(completion.text, _TEXT_KINDS)
-                or _VARIANT_KINDS.get(variant or "")
-                or FailureKind.ERROR_REPLY)
+        return (
+            kind_for_http_status(completion.error_status, completion.text)
+            or _INFO_KINDS.get(variant or "")
+            or kind_from_text(completion.text, _TEXT_KINDS)
+            or _VARIANT_KINDS.get(variant or "")
+            or FailureKind.ERROR_REPLY
+        )
 
 
 def _line(message: dict[str, Any]) -> bytes:
@@ -327,15 +402,27 @@ def _line(message: dict[str, Any]) -> bytes:
 def _item_started(item: dict[str, Any]) -> list[EngineEvent]:
     kind = item.get("type")
     if kind == "commandExecution":
-        return [MessageEvent("tool_call", json.dumps({"command": item.get("command"), "cwd": item.get("cwd")}),
-                             name="exec_command")]
+        return [
+            MessageEvent(
+                "tool_call",
+                json.dumps({"command": item.get("command"), "cwd": item.get("cwd")}),
+                name="exec_command",
+            )
+        ]
     if kind == "fileChange":
-        changes = [{"path": c.get("path"), "kind": (c.get("kind") or {}).get("type")}
-                   for c in item.get("changes") or []]
+        changes = [
+            {"path": c.get("path"), "kind": (c.get("kind") or {}).get("type")}
+            for c in item.get("changes") or []
+        ]
         return [MessageEvent("tool_call", json.dumps({"changes": changes}), name="apply_patch")]
     if kind == "mcpToolCall":
-        return [MessageEvent("tool_call", json.dumps(item.get("arguments")),
-                             name=f"mcp__{item.get('server')}__{item.get('tool')}")]
+        return [
+            MessageEvent(
+                "tool_call",
+                json.dumps(item.get("arguments")),
+                name=f"mcp__{item.get('server')}__{item.get('tool')}",
+            )
+        ]
     return []
 
 
@@ -346,11 +433,23 @@ def _item_completed(item: dict[str, Any]) -> list[EngineEvent]:
     if kind == "commandExecution":
         output = item.get("aggregatedOutput") or ""
         code = item.get("exitCode")
-        return [MessageEvent("tool", f"{output}\n[exit {code}]", name=item.get("id"),
-                             is_error=code not in (0, None) or item.get("status") in ("failed", "declined"))]
+        return [
+            MessageEvent(
+                "tool",
+                f"{output}\n[exit {code}]",
+                name=item.get("id"),
+                is_error=code not in (0, None) or item.get("status") in ("failed", "declined"),
+            )
+        ]
     if kind == "fileChange":
-        return [MessageEvent("tool", str(item.get("status")), name=item.get("id"),
-                             is_error=item.get("status") in ("failed", "declined"))]
+        return [
+            MessageEvent(
+                "tool",
+                str(item.get("status")),
+                name=item.get("id"),
+                is_error=item.get("status") in ("failed", "declined"),
+            )
+        ]
     if kind == "mcpToolCall":
         result = item.get("result") or {}
         parts = [str(p.get("text", "")) for p in result.get("content") or [] if isinstance(p, dict)]
@@ -361,8 +460,11 @@ def _item_completed(item: dict[str, Any]) -> list[EngineEvent]:
 
 
 SPEC = EngineSpec(
-    name="codex", factory=CodexEngine, options=CodexOptions,
-    summary="OpenAI Codex CLI (`codex app-server`, JSON-RPC)", default_binary="codex",
+    name="codex",
+    factory=CodexEngine,
+    options=CodexOptions,
+    summary="OpenAI Codex CLI (`codex app-server`, JSON-RPC)",
+    default_binary="codex",
     config_example={"engine": "codex", "models": ["gpt-5-codex"], "auth": {"login": "native"}},
     steer_opens_turn=False,  # turn/steer joins the running turn
     broker_upstream=DEFAULT_BASE_URL,

@@ -26,8 +26,9 @@ class DemoOptions(RuntimeOptions):
 class DemoEngine(StreamJsonProtocol):
     name = "demo"
 
-    def launch(self, plan: ExecutionPlan, secrets: dict[str, str], worker: WorkerMcp,
-               scratch: Path) -> LaunchSpec:
+    def launch(
+        self, plan: ExecutionPlan, secrets: dict[str, str], worker: WorkerMcp, scratch: Path
+    ) -> LaunchSpec:
         env = base_environment(plan)
         env.update(plan.runtime_config.env)
         env.update(secrets)
@@ -35,22 +36,37 @@ class DemoEngine(StreamJsonProtocol):
         mcp_config = scratch / "mcp.json"
         servers = {worker.name: {"command": worker.command, "args": worker.args, "env": worker.env}}
         write_private_file(mcp_config, json.dumps({"mcpServers": servers}).encode())
-        argv = [sys.executable, "-m", "agent_run.engines.demo_program", "--model", plan.model,
-                "--mcp-config", str(mcp_config), "--profile", plan.profile]
+        argv = [
+            sys.executable,
+            "-m",
+            "agent_run.engines.demo_program",
+            "--model",
+            plan.model,
+            "--mcp-config",
+            str(mcp_config),
+            "--profile",
+            plan.profile,
+        ]
         if plan.resume_session_id:
             argv += ["--resume", plan.resume_session_id]
         else:
             argv += ["--session-id", str(uuid.uuid4())]
-        return LaunchSpec(argv=argv, env=env, cwd=plan.workdir, stdin_pipe=True,
-                          token_files=[mcp_config])
+        return LaunchSpec(
+            argv=argv, env=env, cwd=plan.workdir, stdin_pipe=True, token_files=[mcp_config]
+        )
 
     def classify(self, completion: Completion) -> FailureKind | None:
         if completion.is_error:
-            return kind_for_http_status(completion.error_status, completion.text) or FailureKind.ERROR_REPLY
+            return (
+                kind_for_http_status(completion.error_status, completion.text)
+                or FailureKind.ERROR_REPLY
+            )
         return None
 
 
 SPEC = EngineSpec(
-    name="demo", factory=DemoEngine, options=DemoOptions,
+    name="demo",
+    factory=DemoEngine,
+    options=DemoOptions,
     summary="offline, scripted by the task text (`agent-run doc demo`)",
 )

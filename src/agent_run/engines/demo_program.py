@@ -159,33 +159,54 @@ def write_inside(path: str, content: str) -> None:
 
 def auto_score() -> float:
     """A stable score per reviewed change: derived from the working folder's HEAD commit."""
-    head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    head = subprocess.run(
+        ["git", "rev-parse", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
     return float(int(head[:6] or "0", 16) % 61 + 40)
 
 
 def generated_tasks(task: str) -> str:
     match = re.search(r"exactly (\d+) tasks", task)
     count = int(match.group(1)) if match else 1
-    return json.dumps([{"title": f"task {n}", "prompt": f"write: task{n}.txt = task {n}\nanswer: task {n} done"}
-                       for n in range(1, count + 1)])
+    return json.dumps(
+        [
+            {
+                "title": f"task {n}",
+                "prompt": f"write: task{n}.txt = task {n}\nanswer: task {n} done",
+            }
+            for n in range(1, count + 1)
+        ]
+    )
 
 
 def validator_verdict(task: str) -> str:
-    workers = [(int(n), path.strip()) for n, path in re.findall(r"^- worker (\d+): (.+)$", task, re.M)]
-    verdicts = [{"worker": n, "pass": os.path.isdir(path), "reason": f"checked {path}"} for n, path in workers]
+    workers = [
+        (int(n), path.strip()) for n, path in re.findall(r"^- worker (\d+): (.+)$", task, re.M)
+    ]
+    verdicts = [
+        {"worker": n, "pass": os.path.isdir(path), "reason": f"checked {path}"}
+        for n, path in workers
+    ]
     winner = next((v["worker"] for v in verdicts if v["pass"]), None)
     return json.dumps({"workers": verdicts, "winner": winner})
 
 
 class DemoEngine:
-    def __init__(self, model: str, mcp_config: str | None = None, session_id: str | None = None,
-                 resume: str | None = None, profile: str = "write") -> None:
+    def __init__(
+        self,
+        model: str,
+        mcp_config: str | None = None,
+        session_id: str | None = None,
+        resume: str | None = None,
+        profile: str = "write",
+    ) -> None:
         self.model = model
         self.profile = profile
         self.mcp_config = mcp_config
         self.session_id = resume or session_id or str(uuid.uuid4())
-        self.session_file = os.path.join(os.environ.get("HOME", "."), ".demo-sessions",
-                                         f"{self.session_id}.jsonl")
+        self.session_file = os.path.join(
+            os.environ.get("HOME", "."), ".demo-sessions", f"{self.session_id}.jsonl"
+        )
         self.history: list[dict[str, Any]] = []
         if resume is not None:
             if not os.path.exists(self.session_file):
@@ -213,8 +234,12 @@ class DemoEngine:
                 request = obj.get("request") or {}
                 if request.get("subtype") == "interrupt":
                     self.interrupt.set()
-                self.emit({"type": "control_response", "response": {
-                    "subtype": "success", "request_id": obj.get("request_id")}})
+                self.emit(
+                    {
+                        "type": "control_response",
+                        "response": {"subtype": "success", "request_id": obj.get("request_id")},
+                    }
+                )
             elif obj.get("type") == "user":
                 self.inbox.put(obj)
         self.inbox.put(None)
@@ -224,18 +249,38 @@ class DemoEngine:
             raise Interrupted
 
     def assistant(self, blocks: list[dict[str, Any]]) -> None:
-        self.emit({"type": "assistant", "session_id": self.session_id,
-                   "message": {"role": "assistant", "model": self.model, "content": blocks}})
+        self.emit(
+            {
+                "type": "assistant",
+                "session_id": self.session_id,
+                "message": {"role": "assistant", "model": self.model, "content": blocks},
+            }
+        )
 
-    def result(self, text: str, *, is_error: bool = False, subtype: str = "success",
-               status: int | None = None, started: float) -> None:
+    def result(
+        self,
+        text: str,
+        *,
+        is_error: bool = False,
+        subtype: str = "success",
+        status: int | None = None,
+        started: float,
+    ) -> None:
         tokens = self.reported.tokens
         line: dict[str, Any] = {
-            "type": "result", "subtype": subtype, "is_error": is_error, "result": text,
-            "api_error_status": status, "num_turns": self.turns, "session_id": self.session_id,
+            "type": "result",
+            "subtype": subtype,
+            "is_error": is_error,
+            "result": text,
+            "api_error_status": status,
+            "num_turns": self.turns,
+            "session_id": self.session_id,
             "duration_ms": int((time.time() - started) * 1000),
-            "usage": {"input_tokens": len(text.split()) + 10 if tokens is None else tokens,
-                      "output_tokens": len(text.split()) if tokens is None else tokens}}
+            "usage": {
+                "input_tokens": len(text.split()) + 10 if tokens is None else tokens,
+                "output_tokens": len(text.split()) if tokens is None else tokens,
+            },
+        }
         if self.reported.cost is not None:
             line["total_cost_usd"] = self.reported.cost
         self.emit(line)
@@ -250,8 +295,12 @@ class DemoEngine:
                 self.fail("error_reply", started)
                 return
             if d.spawn is not None:
-                subprocess.Popen(["sleep", str(d.spawn)], stdin=subprocess.DEVNULL,
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                subprocess.Popen(
+                    ["sleep", str(d.spawn)],
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
             for i in range(1, d.steps + 1):
                 self.wait(d.step_seconds)
                 self.assistant([{"type": "text", "text": f"step {i}/{d.steps}"}])
@@ -259,10 +308,18 @@ class DemoEngine:
             if d.commit is not None:
                 self.tool("create_commit", {"message": d.commit, "files": written})
             if d.score is not None:
-                self.tool("submit_score", {"score": auto_score() if d.score == "auto" else float(d.score),
-                                           "reason": "demo review"})
+                self.tool(
+                    "submit_score",
+                    {
+                        "score": auto_score() if d.score == "auto" else float(d.score),
+                        "reason": "demo review",
+                    },
+                )
             if d.result:
-                self.tool("submit_result", {"files": [{"path": p, "explanation": f"wrote {p}"} for p in written]})
+                self.tool(
+                    "submit_result",
+                    {"files": [{"path": p, "explanation": f"wrote {p}"} for p in written]},
+                )
             if d.verdict:
                 self.finish(validator_verdict(task), "done")
             if d.finish is not None:
@@ -275,7 +332,11 @@ class DemoEngine:
                 d.answer = "; ".join([d.answer or "first turn", *self.take_waiting_messages()])
             if d.tasks is not None:
                 default = generated_tasks(task) if d.tasks == "auto" else "this is not JSON"
-            answer = d.answer or default or f"Demo answer to: {task.strip().splitlines()[0] if task.strip() else ''}"
+            answer = (
+                d.answer
+                or default
+                or f"Demo answer to: {task.strip().splitlines()[0] if task.strip() else ''}"
+            )
             if d.recall:
                 earlier = "; ".join(turn["answer"] for turn in self.history) or "nothing"
                 answer = f"Earlier in this session: {earlier}"
@@ -291,20 +352,45 @@ class DemoEngine:
             self.result(answer, started=started)
         except Interrupted:
             self.interrupt.clear()
-            self.result("Interrupted by user", is_error=True, subtype="error_during_execution",
-                        started=started)
+            self.result(
+                "Interrupted by user",
+                is_error=True,
+                subtype="error_during_execution",
+                started=started,
+            )
 
     def write_tool(self, path: str, content: str) -> str | None:
         """One Write tool call, shown as Claude Code shows it; the refusal text, if refused."""
         tool_id = f"toolu_{uuid.uuid4().hex[:12]}"
-        self.assistant([{"type": "tool_use", "id": tool_id, "name": "Write",
-                         "input": {"file_path": path, "content": content}}])
+        self.assistant(
+            [
+                {
+                    "type": "tool_use",
+                    "id": tool_id,
+                    "name": "Write",
+                    "input": {"file_path": path, "content": content},
+                }
+            ]
+        )
         refusal = write_refusal(path, self.profile)
         if refusal is None:
             write_inside(path, content)
-        self.emit({"type": "user", "message": {"role": "user", "content": [
-            {"type": "tool_result", "tool_use_id": tool_id, "is_error": refusal is not None,
-             "content": refusal or f"File created successfully at: {path}"}]}})
+        self.emit(
+            {
+                "type": "user",
+                "message": {
+                    "role": "user",
+                    "content": [
+                        {
+                            "type": "tool_result",
+                            "tool_use_id": tool_id,
+                            "is_error": refusal is not None,
+                            "content": refusal or f"File created successfully at: {path}",
+                        }
+                    ],
+                },
+            }
+        )
         return refusal
 
     def take_waiting_messages(self) -> list[str]:
@@ -332,17 +418,41 @@ class DemoEngine:
     def tool(self, name: str, arguments: dict[str, Any]) -> None:
         """Call a worker tool through MCP, shown in the stream as Claude Code shows tool calls."""
         tool_id = f"toolu_{uuid.uuid4().hex[:12]}"
-        self.assistant([{"type": "tool_use", "id": tool_id, "name": f"mcp__worker__{name}",
-                         "input": arguments}])
+        self.assistant(
+            [
+                {
+                    "type": "tool_use",
+                    "id": tool_id,
+                    "name": f"mcp__worker__{name}",
+                    "input": arguments,
+                }
+            ]
+        )
         if self.mcp_config is None:
             text, is_error = "no MCP server configured", True
         else:
             try:
                 text, is_error = call_worker_tool(self.mcp_config, name, arguments)
-            except Exception as exc:  # the server died mid-call: a tool error, as real engines report it
+            except (
+                Exception
+            ) as exc:  # the server died mid-call: a tool error, as real engines report it
                 text, is_error = f"MCP error: {exc!r}", True
-        self.emit({"type": "user", "message": {"role": "user", "content": [
-            {"type": "tool_result", "tool_use_id": tool_id, "content": text, "is_error": is_error}]}})
+        self.emit(
+            {
+                "type": "user",
+                "message": {
+                    "role": "user",
+                    "content": [
+                        {
+                            "type": "tool_result",
+                            "tool_use_id": tool_id,
+                            "content": text,
+                            "is_error": is_error,
+                        }
+                    ],
+                },
+            }
+        )
 
     def fail(self, kind: str, started: float) -> None:
         if kind in _FAILURES:
@@ -369,8 +479,16 @@ class DemoEngine:
             attempt = 0
             while True:
                 attempt += 1
-                self.emit({"type": "system", "subtype": "api_retry", "attempt": attempt,
-                           "error_status": 429, "error": "rate_limit_error", "retry_delay_ms": 200})
+                self.emit(
+                    {
+                        "type": "system",
+                        "subtype": "api_retry",
+                        "attempt": attempt,
+                        "error_status": 429,
+                        "error": "rate_limit_error",
+                        "retry_delay_ms": 200,
+                    }
+                )
                 self.wait(0.2)
         else:
             self.result(f"unknown failure {kind!r}", is_error=True, started=started)
@@ -378,9 +496,17 @@ class DemoEngine:
     def serve(self) -> int:
         os.makedirs(os.path.dirname(self.session_file), exist_ok=True)
         open(self.session_file, "a").close()  # the session exists from its first event on
-        self.emit({"type": "system", "subtype": "init", "session_id": self.session_id,
-                   "model": self.model, "tools": ["Write"], "permissionMode": "default",
-                   "cwd": os.getcwd()})
+        self.emit(
+            {
+                "type": "system",
+                "subtype": "init",
+                "session_id": self.session_id,
+                "model": self.model,
+                "tools": ["Write"],
+                "permissionMode": "default",
+                "cwd": os.getcwd(),
+            }
+        )
         threading.Thread(target=self.read_stdin, daemon=True).start()
         while (message := self.inbox.get()) is not None:
             content = (message.get("message") or {}).get("content", "")
@@ -398,7 +524,9 @@ def main() -> int:
     parser.add_argument("--resume", default=None)
     parser.add_argument("--profile", choices=["read_only", "write"], default="write")
     args = parser.parse_args()
-    return DemoEngine(args.model, args.mcp_config, args.session_id, args.resume, args.profile).serve()
+    return DemoEngine(
+        args.model, args.mcp_config, args.session_id, args.resume, args.profile
+    ).serve()
 
 
 if __name__ == "__main__":

@@ -60,14 +60,24 @@ class StdioSession:
 def call_worker_tool(mcp_config: str, tool: str, arguments: dict[str, Any]) -> tuple[str, bool]:
     """Call `tool` on the first MCP server in a Claude-style --mcp-config file: (text, is_error)."""
     server = first_server(mcp_config)
-    proc = subprocess.Popen([server["command"], *server.get("args", [])], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, env=server_environment(server),
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [server["command"], *server.get("args", [])],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env=server_environment(server),
+        start_new_session=True,
+    )
     assert proc.stdin is not None and proc.stdout is not None
     try:
         session = StdioSession(proc.stdin, proc.stdout)
-        session.request("initialize", {"protocolVersion": PROTOCOL_VERSION, "capabilities": {},
-                                       "clientInfo": {"name": "agent-run-demo-engine", "version": "1"}})
+        session.request(
+            "initialize",
+            {
+                "protocolVersion": PROTOCOL_VERSION,
+                "capabilities": {},
+                "clientInfo": {"name": "agent-run-demo-engine", "version": "1"},
+            },
+        )
         session.send({"method": "notifications/initialized"})
         result = session.request("tools/call", {"name": tool, "arguments": arguments})
     finally:

@@ -7,8 +7,19 @@ from agent_run.engines.plan import ExecutionPlan
 PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy")
 # Variables passed through from the supervisor's own environment when set; nothing else is.
 # Proxies pass so that the credential broker (and the model's own tools) can reach out.
-PASSTHROUGH = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM", "TMPDIR", "SSL_CERT_FILE",
-               "SSL_CERT_DIR", "NODE_EXTRA_CA_CERTS", *PROXY_VARIABLES)
+PASSTHROUGH = (
+    "PATH",
+    "LANG",
+    "LC_ALL",
+    "LC_CTYPE",
+    "TZ",
+    "TERM",
+    "TMPDIR",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "NODE_EXTRA_CA_CERTS",
+    *PROXY_VARIABLES,
+)
 # Commands agent-run runs itself (a batch's verify_command) also get who and where the user is.
 COMMAND_PASSTHROUGH = (*PASSTHROUGH, "HOME", "USER", "LOGNAME", "SHELL")
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -19,8 +30,12 @@ def allowlisted(names: tuple[str, ...]) -> dict[str, str]:
     env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
     if any(name in env for name in PROXY_VARIABLES[:4]):
         # The engine reaches the credential broker on loopback: never through a proxy.
-        listed = [h for h in (env.get("NO_PROXY") or env.get("no_proxy") or "").split(",") if h.strip()]
-        env["NO_PROXY"] = env["no_proxy"] = ",".join([*listed, *(h for h in _LOOPBACK if h not in listed)])
+        listed = [
+            h for h in (env.get("NO_PROXY") or env.get("no_proxy") or "").split(",") if h.strip()
+        ]
+        env["NO_PROXY"] = env["no_proxy"] = ",".join(
+            [*listed, *(h for h in _LOOPBACK if h not in listed)]
+        )
     return env
 
 

@@ -31,16 +31,23 @@ class AuthConfig(StrictModel):
     env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     file: str | None = None
     login: Literal["native"] | None = None
-    dir: str | None = Field(default=None, description="native login: the engine's folder "
-                            "holding its credential (default ~/.codex, ~/.claude)")
+    dir: str | None = Field(
+        default=None,
+        description="native login: the engine's folder "
+        "holding its credential (default ~/.codex, ~/.claude)",
+    )
 
     @model_validator(mode="after")
     def _one_source(self) -> "AuthConfig":
         if sum(source is not None for source in (self.env, self.file, self.login)) != 1:
-            raise ValueError("give exactly one of `env` (a variable name), `file` (a path) "
-                             'or `login = "native"` (the engine\'s own sign-in)')
+            raise ValueError(
+                "give exactly one of `env` (a variable name), `file` (a path) "
+                'or `login = "native"` (the engine\'s own sign-in)'
+            )
         if self.dir is not None and self.login is None:
-            raise PydanticCustomError(f"{FIELD_ERROR}dir", '`dir` goes with `login = "native"` only')
+            raise PydanticCustomError(
+                f"{FIELD_ERROR}dir", '`dir` goes with `login = "native"` only'
+            )
         return self
 
 
@@ -56,6 +63,7 @@ def auth_file_too_open(file: str) -> str | None:
     if mode & 0o077:
         return f"{path} is readable by group or others (mode {mode:o}): chmod 600 {path}"
     return None
+
 
 # --- capacity (docs/capacity.md): where a runtime's quota readings come from, and its weights
 LimitsSource = Literal["native", "codex_appserver", "command", "none"]
@@ -75,9 +83,16 @@ class AccountConfig(StrictModel):
 
 _LOOPBACK_HOSTS = ("localhost", "::1")
 # Variables a runtime's `env` may not set: agent-run owns them (homes, endpoints, credentials).
-_RESERVED_ENV_PREFIXES = ("ANTHROPIC_", "OPENAI_", "CODEX_", "CLAUDE_CONFIG_DIR", "CLAUDE_SECURESTORAGE_",
-                          "QWEN_HOME",
-                          "HOME", "AGENT_RUN_")
+_RESERVED_ENV_PREFIXES = (
+    "ANTHROPIC_",
+    "OPENAI_",
+    "CODEX_",
+    "CLAUDE_CONFIG_DIR",
+    "CLAUDE_SECURESTORAGE_",
+    "QWEN_HOME",
+    "HOME",
+    "AGENT_RUN_",
+)
 
 
 def _is_loopback(host: str) -> bool:
@@ -93,14 +108,18 @@ class RuntimeOptions(StrictModel):
     models: list[str] = Field(default_factory=list)
     default_model: str | None = None
     auth: AuthConfig | None = None
-    accounts: dict[str, AccountConfig] = Field(default_factory=dict,
-                                               description="named accounts, each with its own `auth`")
-    default_account: str | None = Field(default=None, description="the account a run uses when it names none")
+    accounts: dict[str, AccountConfig] = Field(
+        default_factory=dict, description="named accounts, each with its own `auth`"
+    )
+    default_account: str | None = Field(
+        default=None, description="the account a run uses when it names none"
+    )
     env: dict[str, str] = Field(default_factory=dict)
     stall_seconds: float | None = Field(default=None, gt=0)
     wall_seconds: float | None = Field(default=None, gt=0)
-    retry_give_up_seconds: float = Field(default=120.0, gt=0,
-                                         description="stop an engine that only retries for this long")
+    retry_give_up_seconds: float = Field(
+        default=120.0, gt=0, description="stop an engine that only retries for this long"
+    )
     # --- capacity (docs/capacity.md)
     limits_source: LimitsSource = "native"
     priority_multiplier: Weight = 1.0
@@ -110,16 +129,20 @@ class RuntimeOptions(StrictModel):
     @model_validator(mode="after")
     def _appserver_is_codex(self) -> "RuntimeOptions":
         if self.limits_source == "codex_appserver" and self.engine != "codex":
-            raise PydanticCustomError(f"{FIELD_ERROR}limits_source",
-                                      "codex_appserver reads Codex's own limits: only for engine codex")
+            raise PydanticCustomError(
+                f"{FIELD_ERROR}limits_source",
+                "codex_appserver reads Codex's own limits: only for engine codex",
+            )
         return self
+
     # --- end capacity
 
     @model_validator(mode="after")
     def _default_model_is_offered(self) -> "RuntimeOptions":
         if self.default_model is not None and self.models and self.default_model not in self.models:
-            raise PydanticCustomError(f"{FIELD_ERROR}default_model",
-                                      "default_model must be one of `models`")
+            raise PydanticCustomError(
+                f"{FIELD_ERROR}default_model", "default_model must be one of `models`"
+            )
         return self
 
     @model_validator(mode="after")
@@ -134,16 +157,20 @@ class RuntimeOptions(StrictModel):
     def _accounts_are_labelled(self) -> "RuntimeOptions":
         for label, account in self.accounts.items():
             if not re.match(ACCOUNT_LABEL, label):
-                raise PydanticCustomError(f"{FIELD_ERROR}accounts.{label}",
-                                          "an account label is 1-32 of a-z, 0-9, `_` and `-`")
+                raise PydanticCustomError(
+                    f"{FIELD_ERROR}accounts.{label}",
+                    "an account label is 1-32 of a-z, 0-9, `_` and `-`",
+                )
             if account.auth.login is not None:
                 refusal = native_login_refusal(self.engine)
                 if refusal is not None:
                     raise PydanticCustomError(f"{FIELD_ERROR}accounts.{label}.auth.login", refusal)
         if self.default_account is not None and self.default_account not in self.accounts:
-            raise PydanticCustomError(f"{FIELD_ERROR}default_account",
-                                      "default_account must be one of `accounts`: "
-                                      + (", ".join(sorted(self.accounts)) or "none is configured"))
+            raise PydanticCustomError(
+                f"{FIELD_ERROR}default_account",
+                "default_account must be one of `accounts`: "
+                + (", ".join(sorted(self.accounts)) or "none is configured"),
+            )
         return self
 
     @field_validator("env")
@@ -160,10 +187,12 @@ class HttpRuntimeOptions(RuntimeOptions):
 
     base_url: str | None = None
     allow_plain_http_loopback: bool = False
-    max_retries: int | None = Field(default=None, ge=0, le=20,
-                                    description="the engine's own request retries")
-    request_timeout_seconds: float | None = Field(default=None, gt=0,
-                                                  description="the engine's own per-request timeout")
+    max_retries: int | None = Field(
+        default=None, ge=0, le=20, description="the engine's own request retries"
+    )
+    request_timeout_seconds: float | None = Field(
+        default=None, gt=0, description="the engine's own per-request timeout"
+    )
 
     @field_validator("base_url")
     @classmethod
@@ -171,12 +200,20 @@ class HttpRuntimeOptions(RuntimeOptions):
         if value is None:
             return None
         url = urlsplit(value)
-        if url.hostname and (url.scheme == "https" or (url.scheme == "http" and _is_loopback(url.hostname))):
+        if url.hostname and (
+            url.scheme == "https" or (url.scheme == "http" and _is_loopback(url.hostname))
+        ):
             return value.rstrip("/")
         raise ValueError("must be https://..., or http:// to a loopback address")
 
     @model_validator(mode="after")
     def _plain_http_only_when_allowed(self) -> "HttpRuntimeOptions":
-        if self.base_url and self.base_url.startswith("http://") and not self.allow_plain_http_loopback:
-            raise PydanticCustomError(f"{FIELD_ERROR}base_url", "plain http needs `allow_plain_http_loopback = true`")
+        if (
+            self.base_url
+            and self.base_url.startswith("http://")
+            and not self.allow_plain_http_loopback
+        ):
+            raise PydanticCustomError(
+                f"{FIELD_ERROR}base_url", "plain http needs `allow_plain_http_loopback = true`"
+            )
         return self

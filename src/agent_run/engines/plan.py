@@ -63,15 +63,19 @@ class ExecutionPlan(BaseModel):
     resume_session_id: str | None = None
     read_roots: list[str] = Field(default_factory=list)
     worker_tools: list[str] = Field(default_factory=lambda: ["finish"])
-    storage_buffer_bytes: int = Field(default=4 * 1024 * 1024, ge=0)  # events held while the disk is full
+    storage_buffer_bytes: int = Field(
+        default=4 * 1024 * 1024, ge=0
+    )  # events held while the disk is full
     storage_wait_seconds: float = Field(default=600.0, ge=0)  # how long the end waits for space
 
     @model_validator(mode="after")
     def _one_engine(self) -> "ExecutionPlan":
         if self.runtime_config.engine != self.engine:
-            raise PydanticCustomError(f"{FIELD_ERROR}runtime_config",
-                                      "runtime_config is for engine {options!r}, not the plan's {engine!r}",
-                                      {"options": self.runtime_config.engine, "engine": self.engine})
+            raise PydanticCustomError(
+                f"{FIELD_ERROR}runtime_config",
+                "runtime_config is for engine {options!r}, not the plan's {engine!r}",
+                {"options": self.runtime_config.engine, "engine": self.engine},
+            )
         return self
 
     def to_json(self) -> str:
@@ -114,8 +118,10 @@ def load_plan(plan_json: str | bytes) -> ExecutionPlan:
     if version == 1:
         data = _upgrade_v1(data)
     elif version != PLAN_VERSION:
-        raise PlanInvalid(f"plan_version {version!r} is not one this agent-run reads "
-                          f"(1 to {PLAN_VERSION})", field="plan_version")
+        raise PlanInvalid(
+            f"plan_version {version!r} is not one this agent-run reads (1 to {PLAN_VERSION})",
+            field="plan_version",
+        )
     try:
         return ExecutionPlan.model_validate(data)
     except ValidationError as exc:

@@ -75,12 +75,16 @@ def codex_windows(rate_limits: Any) -> tuple[QuotaWindow, ...]:
     return tuple(window for window in found if window is not None)
 
 
-def _claude_window(rate_type: Any, utilization: Any, resets_at: Any, status: Any) -> QuotaWindow | None:
+def _claude_window(
+    rate_type: Any, utilization: Any, resets_at: Any, status: Any
+) -> QuotaWindow | None:
     if rate_type not in _CLAUDE_TYPES:
         return None
     lane, window = _CLAUDE_TYPES[rate_type]
     used = _number(utilization)
-    remaining = None if used is None else _percent(100.0 - used * 100.0)  # utilization is a fraction
+    remaining = (
+        None if used is None else _percent(100.0 - used * 100.0)
+    )  # utilization is a fraction
     if status == "rejected":
         remaining = 0.0
     return QuotaWindow(lane, window, remaining, _number(resets_at))
@@ -96,20 +100,28 @@ def claude_windows(info: Any) -> tuple[QuotaWindow, ...]:
     if isinstance(unified, dict):
         for rate_type, entry in unified.items():
             if isinstance(entry, dict):
-                window = _claude_window(rate_type, entry.get("utilization"), entry.get("resetsAt"),
-                                        entry.get("status"))
+                window = _claude_window(
+                    rate_type, entry.get("utilization"), entry.get("resetsAt"), entry.get("status")
+                )
                 if window is not None:
                     windows[(window.lane, window.window)] = window
-    named = _claude_window(info.get("rateLimitType"), info.get("utilization"), info.get("resetsAt"),
-                           info.get("status"))
-    if named is not None and (named.remaining_percent is not None or (named.lane, named.window) not in windows):
+    named = _claude_window(
+        info.get("rateLimitType"), info.get("utilization"), info.get("resetsAt"), info.get("status")
+    )
+    if named is not None and (
+        named.remaining_percent is not None or (named.lane, named.window) not in windows
+    ):
         windows[(named.lane, named.window)] = named
     return tuple(windows.values())
 
 
 # Anthropic's unified (subscription) windows as response headers: claim -> (lane, window).
-_UNIFIED_CLAIMS = {"5h": (DEFAULT_LANE, "5h"), "7d": (DEFAULT_LANE, "7d"), "7d_opus": ("opus", "7d"),
-                   "7d_sonnet": ("sonnet", "7d")}
+_UNIFIED_CLAIMS = {
+    "5h": (DEFAULT_LANE, "5h"),
+    "7d": (DEFAULT_LANE, "7d"),
+    "7d_opus": ("opus", "7d"),
+    "7d_sonnet": ("sonnet", "7d"),
+}
 _UNIFIED_PREFIX = "anthropic-ratelimit-unified-"
 
 

@@ -64,19 +64,33 @@ _STATUS = re.compile(r"^(\d{3})\b|\bstatus(?: code)? (\d{3})\b", re.I)
 # classifying so that it does not read as quota.
 _TEXT_KINDS: TextKinds = [
     (re.compile(r"Quota exhausted|quota exceeded", re.I), FailureKind.QUOTA_EXHAUSTED),
-    (re.compile(r"Connection error|ECONNREFUSED|ENOTFOUND|EAI_AGAIN|fetch failed", re.I),
-     FailureKind.NETWORK_ERROR),
+    (
+        re.compile(r"Connection error|ECONNREFUSED|ENOTFOUND|EAI_AGAIN|fetch failed", re.I),
+        FailureKind.NETWORK_ERROR,
+    ),
     (re.compile(r"Request timeout|timed out|ETIMEDOUT", re.I), FailureKind.NETWORK_ERROR),
-    (re.compile(r"without a finish reason|in JSON at position|Unexpected token|malformed"
-                r"|terminated|UND_ERR_SOCKET|other side closed|ECONNRESET", re.I),
-     FailureKind.STREAM_ERROR),
+    (
+        re.compile(
+            r"without a finish reason|in JSON at position|Unexpected token|malformed"
+            r"|terminated|UND_ERR_SOCKET|other side closed|ECONNRESET",
+            re.I,
+        ),
+        FailureKind.STREAM_ERROR,
+    ),
     (re.compile(r"API key|Unauthorized|authentication", re.I), FailureKind.AUTH_FAILED),
     (re.compile(r"overloaded", re.I), FailureKind.PROVIDER_OVERLOADED),
     (re.compile(r"rate limit", re.I), FailureKind.RATE_LIMITED),
 ]
 # Variables Qwen Code (or its OpenAI SDK) would otherwise pick up from the environment or .env.
-_OPENAI_VARIABLES = ("OPENAI_BASE_URL", "OPENAI_API_KEY", "OPENAI_MODEL", "OPENAI_ORG_ID",
-                     "OPENAI_ORGANIZATION", "OPENAI_PROJECT_ID", "OPENAI_API_BASE")
+_OPENAI_VARIABLES = (
+    "OPENAI_BASE_URL",
+    "OPENAI_API_KEY",
+    "OPENAI_MODEL",
+    "OPENAI_ORG_ID",
+    "OPENAI_ORGANIZATION",
+    "OPENAI_PROJECT_ID",
+    "OPENAI_API_BASE",
+)
 # Tools that change the workdir or run commands; left out of the read-only profile.
 WRITE_TOOLS = ["run_shell_command", "write_file", "edit", "replace"]
 
@@ -99,8 +113,9 @@ class QwenEngine(StreamJsonProtocol):
         self._counted: set[str] = set()  # assistant message ids whose usage is summed
         self._retries = 0
 
-    def launch(self, plan: ExecutionPlan, secrets: dict[str, str], worker: WorkerMcp,
-               scratch: Path) -> LaunchSpec:
+    def launch(
+        self, plan: ExecutionPlan, secrets: dict[str, str], worker: WorkerMcp, scratch: Path
+    ) -> LaunchSpec:
         rc = plan.runtime_config
         assert isinstance(rc, HttpRuntimeOptions)
         qwen_home = Path(plan.engine_home) / ".qwen"
@@ -121,8 +136,14 @@ class QwenEngine(StreamJsonProtocol):
             "privacy": {"usageStatisticsEnabled": False},
             "telemetry": {"enabled": False},
             "general": {"enableAutoUpdate": False},
-            "mcpServers": {worker.name: {"command": worker.command, "args": worker.args,
-                                         "env": worker.env, "trust": True}},
+            "mcpServers": {
+                worker.name: {
+                    "command": worker.command,
+                    "args": worker.args,
+                    "env": worker.env,
+                    "trust": True,
+                }
+            },
         }
         settings_path = qwen_home / "settings.json"
         write_private_file(settings_path, json.dumps(settings, indent=2).encode())
@@ -130,12 +151,18 @@ class QwenEngine(StreamJsonProtocol):
         env = base_environment(plan)
         env.update(rc.env)
         env.update({name: "" for name in _OPENAI_VARIABLES})
-        env.update({"QWEN_HOME": str(qwen_home), "OPENAI_MODEL": plan.model,
-                    "OPENAI_BASE_URL": rc.base_url or "",
-                    "OPENAI_API_KEY": single_secret(secrets) or "",
-                    "QWEN_CODE_UNATTENDED_RETRY": "0",  # never retry 429/529 forever
-                    "QWEN_USAGE_STATISTICS_ENABLED": "0", "QWEN_TELEMETRY_ENABLED": "0",
-                    "QWEN_CODE_SUPPRESS_YOLO_WARNING": "1"})
+        env.update(
+            {
+                "QWEN_HOME": str(qwen_home),
+                "OPENAI_MODEL": plan.model,
+                "OPENAI_BASE_URL": rc.base_url or "",
+                "OPENAI_API_KEY": single_secret(secrets) or "",
+                "QWEN_CODE_UNATTENDED_RETRY": "0",  # never retry 429/529 forever
+                "QWEN_USAGE_STATISTICS_ENABLED": "0",
+                "QWEN_TELEMETRY_ENABLED": "0",
+                "QWEN_CODE_SUPPRESS_YOLO_WARNING": "1",
+            }
+        )
         if rc.request_timeout_seconds is not None:
             env["QWEN_CODE_API_TIMEOUT_MS"] = str(int(rc.request_timeout_seconds * 1000))
         env = {k: v for k, v in env.items() if v != "" or k.startswith("OPENAI_")}
@@ -143,17 +170,28 @@ class QwenEngine(StreamJsonProtocol):
         # yolo: every tool runs without a prompt. `default` in headless mode denies tools that
         # would need one; the write tools are excluded above as well.
         mode = "yolo" if plan.profile == "write" else "default"
-        argv = [rc.binary or "qwen", "--input-format", "stream-json", "--output-format",
-                "stream-json", "--model", plan.model, "--approval-mode", mode,
-                "--allowed-mcp-server-names", worker.name]
+        argv = [
+            rc.binary or "qwen",
+            "--input-format",
+            "stream-json",
+            "--output-format",
+            "stream-json",
+            "--model",
+            plan.model,
+            "--approval-mode",
+            mode,
+            "--allowed-mcp-server-names",
+            worker.name,
+        ]
         if plan.resume_session_id:
             argv += ["--resume", plan.resume_session_id]
         else:
             argv += ["--session-id", str(uuid.uuid4())]
         for root in plan.read_roots:
             argv += ["--include-directories", root]
-        return LaunchSpec(argv=argv, env=env, cwd=plan.workdir, stdin_pipe=True,
-                          token_files=[settings_path])
+        return LaunchSpec(
+            argv=argv, env=env, cwd=plan.workdir, stdin_pipe=True, token_files=[settings_path]
+        )
 
     def initial_input(self, plan: ExecutionPlan, prompt: str) -> list[bytes]:
         return [control_request("agent-run-init", "initialize"), user_message(prompt)]
@@ -169,16 +207,23 @@ class QwenEngine(StreamJsonProtocol):
             self._add_usage(obj.get("message") or {})
         events = events_of(obj)
         if kind == "result":
-            events = [self._completion(obj, event) for event in events if isinstance(event, Completion)]
+            events = [
+                self._completion(obj, event) for event in events if isinstance(event, Completion)
+            ]
         return events
 
     def _retry(self, data: dict[str, Any]) -> RetryEvent:
         self._retries += 1
         if "maxRetries" in data:  # the outer rate-limit loop
             seconds = (data.get("delayMs") or 0) / 1000
-            return RetryEvent(None, data.get("attempt") or self._retries, f"rate-limit retry "
-                              f"{data.get('attempt')}/{data.get('maxRetries')} in {seconds:g}s")
-        return RetryEvent(None, self._retries, f"model stream replayed ({data.get('reason', 'retry')})")
+            return RetryEvent(
+                None,
+                data.get("attempt") or self._retries,
+                f"rate-limit retry {data.get('attempt')}/{data.get('maxRetries')} in {seconds:g}s",
+            )
+        return RetryEvent(
+            None, self._retries, f"model stream replayed ({data.get('reason', 'retry')})"
+        )
 
     def _add_usage(self, message: dict[str, Any]) -> None:
         message_id = str(message.get("id") or "")
@@ -195,8 +240,14 @@ class QwenEngine(StreamJsonProtocol):
         if not text and isinstance(error, dict):
             text = str(error.get("message") or "")
         usage, self._turn_usage = self._turn_usage, {}
-        return Completion(text=text, is_error=parsed.is_error, error_status=parsed.error_status,
-                          subtype=parsed.subtype, usage=usage or None, cost_usd=parsed.cost_usd)
+        return Completion(
+            text=text,
+            is_error=parsed.is_error,
+            error_status=parsed.error_status,
+            subtype=parsed.subtype,
+            usage=usage or None,
+            cost_usd=parsed.cost_usd,
+        )
 
     def classify(self, completion: Completion) -> FailureKind | None:
         api_error = _API_ERROR.search(completion.text)
@@ -208,13 +259,23 @@ class QwenEngine(StreamJsonProtocol):
             return FailureKind.QUOTA_EXHAUSTED
         match = _STATUS.search(first)
         status = int(match.group(1) or match.group(2)) if match else completion.error_status
-        return (kind_for_http_status(status, first) or kind_from_text(first, _TEXT_KINDS)
-                or FailureKind.ERROR_REPLY)
+        return (
+            kind_for_http_status(status, first)
+            or kind_from_text(first, _TEXT_KINDS)
+            or FailureKind.ERROR_REPLY
+        )
 
 
 SPEC = EngineSpec(
-    name="qwen", factory=QwenEngine, options=QwenOptions,
-    summary="Qwen Code (headless, stream-json)", default_binary="qwen",
-    config_example={"engine": "qwen", "models": ["qwen3-coder-plus"], "auth": {"env": "DASHSCOPE_API_KEY"}},
+    name="qwen",
+    factory=QwenEngine,
+    options=QwenOptions,
+    summary="Qwen Code (headless, stream-json)",
+    default_binary="qwen",
+    config_example={
+        "engine": "qwen",
+        "models": ["qwen3-coder-plus"],
+        "auth": {"env": "DASHSCOPE_API_KEY"},
+    },
     broker_upstream=OPENAI_URL,
 )

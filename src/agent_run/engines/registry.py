@@ -127,7 +127,9 @@ def runtime_options(value: object) -> RuntimeOptions:
     try:
         spec = engine_spec(engine)
     except UnknownEngine:
-        raise PydanticCustomError(f"{FIELD_ERROR}engine", "no engine named '{engine}' is installed "
-                                  "(built in: {builtin})",
-                                  {"engine": engine, "builtin": ", ".join(BUILTIN_ENGINES)}) from None
+        raise PydanticCustomError(
+            f"{FIELD_ERROR}engine",
+            "no engine named '{engine}' is installed (built in: {builtin})",
+            {"engine": engine, "builtin": ", ".join(BUILTIN_ENGINES)},
+        ) from None
     return spec.options.model_validate(value)

@@ -45,7 +45,7 @@ Auth = Any
 # Engines with no native sign-in agent-run can use, and why (SIGN_INS below has the others).
 NATIVE_LOGIN_REFUSED = {
     "qwen": "Qwen OAuth was discontinued on 2026-04-15 (Qwen Code 0.24.4 no longer offers it): "
-            "use an API key (auth.env or auth.file)",
+    "use an API key (auth.env or auth.file)",
     "glm": "GLM has no native sign-in: use an API key (auth.env or auth.file)",
     "demo": "the demo engine needs no sign-in",
 }
@@ -65,8 +65,11 @@ def native_login_refusal(engine: str) -> str | None:
     """Why `login = "native"` cannot work for `engine`, or None when it can."""
     if engine in SIGN_INS:
         return None
-    return NATIVE_LOGIN_REFUSED.get(engine, f"the {engine} engine has no native sign-in agent-run can use: "
-                                            "use an API key (auth.env or auth.file)")
+    return NATIVE_LOGIN_REFUSED.get(
+        engine,
+        f"the {engine} engine has no native sign-in agent-run can use: "
+        "use an API key (auth.env or auth.file)",
+    )
 
 
 class SignInMissing(ValueError):
@@ -133,13 +136,19 @@ def _codex(data: dict[str, Any]) -> Credential:
     key = data.get("OPENAI_API_KEY")
     found = data.get("tokens")
     tokens: dict[str, Any] = found if isinstance(found, dict) else {}
-    secrets = _strings([key, tokens.get("id_token"), tokens.get("access_token"), tokens.get("refresh_token")])
+    secrets = _strings(
+        [key, tokens.get("id_token"), tokens.get("access_token"), tokens.get("refresh_token")]
+    )
     if isinstance(key, str) and key:
         return Credential("apikey", secrets, usable=True)
     access = tokens.get("access_token")
     expires = _jwt_expiry(access) if isinstance(access, str) else None
-    return Credential(str(data.get("auth_mode") or "chatgpt"), secrets,
-                      usable=bool(tokens.get("refresh_token")), expires_at=expires)
+    return Credential(
+        str(data.get("auth_mode") or "chatgpt"),
+        secrets,
+        usable=bool(tokens.get("refresh_token")),
+        expires_at=expires,
+    )
 
 
 def _claude(data: dict[str, Any]) -> Credential:
@@ -150,17 +159,30 @@ def _claude(data: dict[str, Any]) -> Credential:
     expires_ms = oauth.get("expiresAt")
     expires = expires_ms / 1000 if isinstance(expires_ms, (int, float)) else None
     access_valid = bool(oauth.get("accessToken")) and (expires is None or expires > time.time())
-    return Credential("oauth", secrets, usable=bool(oauth.get("refreshToken")) or access_valid,
-                      expires_at=expires)
+    return Credential(
+        "oauth", secrets, usable=bool(oauth.get("refreshToken")) or access_valid, expires_at=expires
+    )
 
 
 SIGN_INS: dict[str, SignIn] = {
-    "codex": SignIn("codex", "Codex", "CODEX_HOME", "~/.codex", "auth.json", ".codex",
-                    ("login",), _codex),
-    "claude": SignIn("claude", "Claude Code", "CLAUDE_CONFIG_DIR", "~/.claude", ".credentials.json",
-                     ".claude", ("auth", "login"), _claude, store_variable="CLAUDE_SECURESTORAGE_CONFIG_DIR",
-                     refused_on={"darwin": "on macOS Claude Code keeps its sign-in in the login keychain, "
-                                           "not in a file agent-run can link: use an API key (auth.env)"}),
+    "codex": SignIn(
+        "codex", "Codex", "CODEX_HOME", "~/.codex", "auth.json", ".codex", ("login",), _codex
+    ),
+    "claude": SignIn(
+        "claude",
+        "Claude Code",
+        "CLAUDE_CONFIG_DIR",
+        "~/.claude",
+        ".credentials.json",
+        ".claude",
+        ("auth", "login"),
+        _claude,
+        store_variable="CLAUDE_SECURESTORAGE_CONFIG_DIR",
+        refused_on={
+            "darwin": "on macOS Claude Code keeps its sign-in in the login keychain, "
+            "not in a file agent-run can link: use an API key (auth.env)"
+        },
+    ),
 }
 
 
@@ -168,8 +190,9 @@ def is_native(auth: Auth) -> bool:
     return auth_fields(auth).get("login") == NATIVE
 
 
-def read_credential(sign_in: SignIn, auth: Auth, runtime: str,
-                    platform: str = sys.platform) -> Credential:
+def read_credential(
+    sign_in: SignIn, auth: Auth, runtime: str, platform: str = sys.platform
+) -> Credential:
     """The runtime's sign-in; SignInMissing (naming `agent-run login RUNTIME`) when unusable."""
     if platform in sign_in.refused_on:
         raise SignInMissing(f"runtime {runtime}: {sign_in.refused_on[platform]}")
@@ -185,7 +208,9 @@ def read_credential(sign_in: SignIn, auth: Auth, runtime: str,
         raise SignInMissing(f"{path} is not JSON: {advice}") from None
     credential = sign_in.parse(data if isinstance(data, dict) else {})
     if not credential.usable:
-        raise SignInMissing(f"{path} holds no refresh token or key (signed out or expired): {advice}")
+        raise SignInMissing(
+            f"{path} holds no refresh token or key (signed out or expired): {advice}"
+        )
     return credential
 
 

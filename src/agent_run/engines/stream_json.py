@@ -67,22 +67,34 @@ def events_of(obj: dict[str, Any]) -> list[EngineEvent]:
             if block.get("type") == "text" and block.get("text"):
                 events.append(MessageEvent("assistant", block["text"]))
             elif block.get("type") == "tool_use":
-                events.append(MessageEvent("tool_call", json.dumps(block.get("input", {})),
-                                           name=block.get("name")))
+                events.append(
+                    MessageEvent(
+                        "tool_call", json.dumps(block.get("input", {})), name=block.get("name")
+                    )
+                )
         return events
     if kind == "user":
-        return [MessageEvent("tool", _tool_result_text(block), name=block.get("tool_use_id"),
-                             is_error=bool(block.get("is_error")))
-                for block in _blocks(obj.get("message") or {}) if block.get("type") == "tool_result"]
+        return [
+            MessageEvent(
+                "tool",
+                _tool_result_text(block),
+                name=block.get("tool_use_id"),
+                is_error=bool(block.get("is_error")),
+            )
+            for block in _blocks(obj.get("message") or {})
+            if block.get("type") == "tool_result"
+        ]
     if kind == "result":
-        return [Completion(
-            text=str(obj.get("result") or ""),
-            is_error=bool(obj.get("is_error")) or subtype not in (None, "success"),
-            error_status=obj.get("api_error_status"),
-            subtype=subtype,
-            usage=obj.get("usage"),
-            cost_usd=obj.get("total_cost_usd"),
-        )]
+        return [
+            Completion(
+                text=str(obj.get("result") or ""),
+                is_error=bool(obj.get("is_error")) or subtype not in (None, "success"),
+                error_status=obj.get("api_error_status"),
+                subtype=subtype,
+                usage=obj.get("usage"),
+                cost_usd=obj.get("total_cost_usd"),
+            )
+        ]
     if kind == "rate_limit_event":  # Claude Code's quota windows (docs/capacity.md)
         windows = claude_windows(obj.get("rate_limit_info"))
         return [QuotaEvent(windows)] if windows else []

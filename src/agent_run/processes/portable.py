@@ -50,7 +50,9 @@ class PsutilProcesses:
             return True
         if not recorded.startswith(BOOT_PREFIX):
             return None  # an id this table did not make: no proof either way
-        return abs(int(recorded.removeprefix(BOOT_PREFIX)) - int(now.removeprefix(BOOT_PREFIX))) <= 2
+        return (
+            abs(int(recorded.removeprefix(BOOT_PREFIX)) - int(now.removeprefix(BOOT_PREFIX))) <= 2
+        )
 
     def liveness(self, identity: ProcessIdentity) -> Liveness:
         try:

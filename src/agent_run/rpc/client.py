@@ -56,8 +56,10 @@ def typed(tool: str, result: Any) -> "BaseModel":
     try:
         return result_model(tool).model_validate(result, strict=False)
     except ValidationError as exc:
-        raise ProtocolError(f"the daemon's `{tool}` result does not fit its model: {exc.errors()[0]}",
-                            field=".".join(map(str, exc.errors()[0]["loc"])) or None) from None
+        raise ProtocolError(
+            f"the daemon's `{tool}` result does not fit its model: {exc.errors()[0]}",
+            field=".".join(map(str, exc.errors()[0]["loc"])) or None,
+        ) from None
 
 
 class WaitSlices:
@@ -71,12 +73,18 @@ class WaitSlices:
         self.slice_seconds = slice_seconds
 
     def next_params(self, agent_id: str) -> dict[str, Any]:
-        left = self.slice_seconds if self.deadline is None else max(0.0, self.deadline - time.monotonic())
+        left = (
+            self.slice_seconds
+            if self.deadline is None
+            else max(0.0, self.deadline - time.monotonic())
+        )
         return {"agent_id": agent_id, "timeout_seconds": min(self.slice_seconds, left)}
 
     def over(self, result: "WaitResult") -> bool:
         """The agent ended, or the whole wait's time is up."""
-        return not result.timed_out or (self.deadline is not None and time.monotonic() >= self.deadline)
+        return not result.timed_out or (
+            self.deadline is not None and time.monotonic() >= self.deadline
+        )
 
     def elapsed(self) -> float:
         return time.monotonic() - self.started
@@ -95,7 +103,9 @@ class Client:
             raise
         self.file = self.sock.makefile("rb")
         self._ids = itertools.count(1)
-        self.pong: dict[str, Any] | None = None  # the daemon's `ping` answer, when connected by `try_connect`
+        self.pong: dict[str, Any] | None = (
+            None  # the daemon's `ping` answer, when connected by `try_connect`
+        )
 
     def call_raw(self, method: str, params: dict[str, Any] | None = None) -> Any:
         line = p.encode_request(next(self._ids), method, params or {})  # LineTooLong before sending
@@ -103,7 +113,9 @@ class Client:
             self.sock.sendall(line)
             reply = self.file.readline()
         except ConnectionError as exc:  # the daemon died mid-call: typed, not a traceback
-            raise DaemonUnavailable(f"the daemon connection broke before it answered: {exc}") from None
+            raise DaemonUnavailable(
+                f"the daemon connection broke before it answered: {exc}"
+            ) from None
         if not reply:
             raise DaemonUnavailable("the daemon closed the connection before answering")
         return p.result_from_reply(reply)
@@ -164,8 +176,13 @@ class AsyncClient:
     async def call(self, tool: str, params: dict[str, Any] | None = None) -> "BaseModel":
         return typed(tool, await self.call_raw(tool, params))
 
-    async def wait(self, agent_id: str, timeout: float | None, slice_seconds: float,
-                   between: Callable[["WaitResult", float], Awaitable[None]] | None = None) -> "WaitResult":
+    async def wait(
+        self,
+        agent_id: str,
+        timeout: float | None,
+        slice_seconds: float,
+        between: Callable[["WaitResult", float], Awaitable[None]] | None = None,
+    ) -> "WaitResult":
         """Wait in slices; `between(result, elapsed)` runs after each slice that found it running."""
         slices = WaitSlices(timeout, slice_seconds)
         while True:
@@ -216,9 +233,14 @@ def start_daemon_detached(home: Home) -> subprocess.Popen[bytes]:
     home.ensure()
     out = os.open(home.logs_dir / "daemon.out", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "agent_run", "--home", str(home.root), "api", "serve"],
-                                stdin=subprocess.DEVNULL, stdout=out, stderr=out, cwd="/",
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "agent_run", "--home", str(home.root), "api", "serve"],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=out,
+            cwd="/",
+            start_new_session=True,
+        )
     finally:
         os.close(out)
     return proc
@@ -231,12 +253,16 @@ def connect(home: Home, *, autostart: bool = True, timeout: float | None = None)
         return client
     off = os.environ.get(NO_AUTOSTART_ENV) == "1"
     if not autostart or off:
-        raise DaemonUnavailable(f"no daemon answers at {home.socket_path}; start one with `agent-run api serve`"
-                                + (f" ({NO_AUTOSTART_ENV}=1 turned autostart off)" if off else ""))
+        raise DaemonUnavailable(
+            f"no daemon answers at {home.socket_path}; start one with `agent-run api serve`"
+            + (f" ({NO_AUTOSTART_ENV}=1 turned autostart off)" if off else "")
+        )
     _check_config(home)
     proc = start_daemon_detached(home)
-    print(f"agent-run: no daemon was answering for {home.root}; started one (pid {proc.pid})",
-          file=sys.stderr)
+    print(
+        f"agent-run: no daemon was answering for {home.root}; started one (pid {proc.pid})",
+        file=sys.stderr,
+    )
     deadline = time.monotonic() + AUTOSTART_TIMEOUT_SECONDS
     while time.monotonic() < deadline:
         client = try_connect(home, timeout)
@@ -246,9 +272,14 @@ def connect(home: Home, *, autostart: bool = True, timeout: float | None = None)
         if proc.poll() not in (None, DAEMON_ALREADY_RUNNING_EXIT):
             break
         time.sleep(0.05)
-    raise DaemonUnavailable(f"started a daemon (pid {proc.pid}) but it did not answer"
-                            + (f": {_last_line(home.logs_dir / 'daemon.out')}" if proc.poll() else
-                               f" within {AUTOSTART_TIMEOUT_SECONDS:.0f}s"))
+    raise DaemonUnavailable(
+        f"started a daemon (pid {proc.pid}) but it did not answer"
+        + (
+            f": {_last_line(home.logs_dir / 'daemon.out')}"
+            if proc.poll()
+            else f" within {AUTOSTART_TIMEOUT_SECONDS:.0f}s"
+        )
+    )
 
 
 def _check_config(home: Home) -> None:

@@ -20,8 +20,12 @@ DOMAIN_ERROR = -32000
 
 # The typed error of each JSON-RPC code, for a reply whose `data` names no code of its own.
 ERROR_BY_RPC_CODE: dict[int, type[e.DomainError]] = {
-    PARSE_ERROR: e.ParseError, INVALID_REQUEST: e.MalformedRequest, METHOD_NOT_FOUND: e.MethodNotFound,
-    INVALID_PARAMS: e.InvalidParams, INTERNAL_ERROR: e.InternalError, DOMAIN_ERROR: e.DomainError,
+    PARSE_ERROR: e.ParseError,
+    INVALID_REQUEST: e.MalformedRequest,
+    METHOD_NOT_FOUND: e.MethodNotFound,
+    INVALID_PARAMS: e.InvalidParams,
+    INTERNAL_ERROR: e.InternalError,
+    DOMAIN_ERROR: e.DomainError,
 }
 
 MAX_LINE_BYTES = 1024 * 1024  # one request line, newline excluded
@@ -37,7 +41,9 @@ class BadMessage(Exception):
         self.code, self.message, self.data_code = code, message, data_code
 
     def reply(self) -> dict[str, Any]:
-        return error(None, self.code, self.message, {"code": self.data_code, "message": self.message})
+        return error(
+            None, self.code, self.message, {"code": self.data_code, "message": self.message}
+        )
 
 
 def _refuse_constant(name: str) -> Any:
@@ -50,8 +56,9 @@ def decode(line: bytes) -> Any:
     try:
         message = json.loads(line, parse_constant=_refuse_constant)
     except RecursionError:
-        raise BadMessage(INVALID_REQUEST, f"nested deeper than {MAX_NESTING} levels",
-                         "NestingTooDeep") from None
+        raise BadMessage(
+            INVALID_REQUEST, f"nested deeper than {MAX_NESTING} levels", "NestingTooDeep"
+        ) from None
     except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError, bad UTF-8, huge integers
         raise BadMessage(PARSE_ERROR, f"parse error: {exc}", "ParseError") from None
     _check_tree(message)
@@ -65,13 +72,18 @@ def _check_tree(message: Any) -> None:
         node, depth = stack.pop()
         if isinstance(node, str):
             if _SURROGATE.search(node):
-                raise BadMessage(PARSE_ERROR, "parse error: a string holds a lone UTF-16 surrogate "
-                                 "(not valid Unicode)", "InvalidUnicode")
+                raise BadMessage(
+                    PARSE_ERROR,
+                    "parse error: a string holds a lone UTF-16 surrogate (not valid Unicode)",
+                    "InvalidUnicode",
+                )
             continue
         if not isinstance(node, (dict, list)):
             continue
         if depth >= MAX_NESTING:
-            raise BadMessage(INVALID_REQUEST, f"nested deeper than {MAX_NESTING} levels", "NestingTooDeep")
+            raise BadMessage(
+                INVALID_REQUEST, f"nested deeper than {MAX_NESTING} levels", "NestingTooDeep"
+            )
         items = list(node.items()) if isinstance(node, dict) else [(None, v) for v in node]
         for key, value in items:
             if key is not None:
@@ -92,15 +104,21 @@ def encode_request(request_id: Any, method: str, params: dict[str, Any]) -> byte
     sizes = {name: len(encode({"v": value})) - 7 for name, value in params.items()}
     field = max(sizes, key=sizes.__getitem__) if sizes else None
     detail = f"; `{field}` alone is {sizes[field]} bytes" if field else ""
-    raise LineTooLong(f"the request is {len(line) - 1} bytes encoded, over the daemon's limit of "
-                      f"{MAX_LINE_BYTES} bytes per line{detail}", field=field, limit=MAX_LINE_BYTES)
+    raise LineTooLong(
+        f"the request is {len(line) - 1} bytes encoded, over the daemon's limit of "
+        f"{MAX_LINE_BYTES} bytes per line{detail}",
+        field=field,
+        limit=MAX_LINE_BYTES,
+    )
 
 
 def response(request_id: Any, result: Any) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": request_id, "result": result}
 
 
-def error(request_id: Any, code: int, message: str, data: dict[str, Any] | None = None) -> dict[str, Any]:
+def error(
+    request_id: Any, code: int, message: str, data: dict[str, Any] | None = None
+) -> dict[str, Any]:
     err: dict[str, Any] = {"code": code, "message": message}
     if data is not None:
         err["data"] = data
@@ -132,17 +150,25 @@ def typed_error(request_id: Any, code: int, data: e.DomainError) -> dict[str, An
 
 
 def line_too_long() -> dict[str, Any]:
-    data = LineTooLong(f"a request line may be at most {MAX_LINE_BYTES} bytes", limit=MAX_LINE_BYTES)
+    data = LineTooLong(
+        f"a request line may be at most {MAX_LINE_BYTES} bytes", limit=MAX_LINE_BYTES
+    )
     return error(None, INVALID_REQUEST, "request line too long", data.to_data())
 
 
 def validation_error_data(exc: "ValidationError") -> dict[str, Any]:
     """`InvalidParams` with the dotted path of the first bad field, and every problem listed."""
-    problems = [{"field": ".".join(str(p) for p in e["loc"]) or "<params>", "message": e["msg"]}
-                for e in exc.errors(include_url=False)]
+    problems = [
+        {"field": ".".join(str(p) for p in e["loc"]) or "<params>", "message": e["msg"]}
+        for e in exc.errors(include_url=False)
+    ]
     first = problems[0]
-    return {"code": "InvalidParams", "message": f"{first['field']}: {first['message']}",
-            "field": first["field"], "errors": problems}
+    return {
+        "code": "InvalidParams",
+        "message": f"{first['field']}: {first['message']}",
+        "field": first["field"],
+        "errors": problems,
+    }
 
 
 def error_from_reply(err: Any) -> e.DomainError:

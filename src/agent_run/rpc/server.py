@@ -41,16 +41,27 @@ def peer_uid(sock: socket.socket) -> int:
 
 
 class RpcServer:
-    def __init__(self, socket_path: Path, endpoints: Mapping[str, Endpoint], log: Any, log_path: Path) -> None:
-        self.socket_path, self.endpoints, self.log, self.log_path = socket_path, endpoints, log, log_path
+    def __init__(
+        self, socket_path: Path, endpoints: Mapping[str, Endpoint], log: Any, log_path: Path
+    ) -> None:
+        self.socket_path, self.endpoints, self.log, self.log_path = (
+            socket_path,
+            endpoints,
+            log,
+            log_path,
+        )
 
     async def start(self) -> asyncio.AbstractServer:
         """Listen (replacing a stale socket file: the caller holds the home's lock)."""
         self.socket_path.unlink(missing_ok=True)
         old_umask = os.umask(0o177)
         try:
-            server = await asyncio.start_unix_server(self._connection, path=str(self.socket_path),
-                                                     limit=p.MAX_LINE_BYTES, backlog=socket.SOMAXCONN)
+            server = await asyncio.start_unix_server(
+                self._connection,
+                path=str(self.socket_path),
+                limit=p.MAX_LINE_BYTES,
+                backlog=socket.SOMAXCONN,
+            )
         finally:
             os.umask(old_umask)
         os.chmod(self.socket_path, 0o600)
@@ -69,7 +80,11 @@ class RpcServer:
                     pass  # the client left; its answer has nowhere to go
 
         if peer_uid(writer.get_extra_info("socket")) != os.getuid():
-            await send(p.typed_error(None, p.DOMAIN_ERROR, PermissionDenied("peer uid differs from the daemon's")))
+            await send(
+                p.typed_error(
+                    None, p.DOMAIN_ERROR, PermissionDenied("peer uid differs from the daemon's")
+                )
+            )
             writer.close()
             return
         try:
@@ -103,8 +118,14 @@ class RpcServer:
             self.log.error("rpc.unencodable_reply", error=repr(exc))
             request_id = message.get("id")
             safe_id = request_id if isinstance(request_id, int) else None
-            return p.encode(p.error(safe_id, p.INTERNAL_ERROR, f"internal error: unencodable reply "
-                                    f"({type(exc).__name__}); see {self.log_path}"))
+            return p.encode(
+                p.error(
+                    safe_id,
+                    p.INTERNAL_ERROR,
+                    f"internal error: unencodable reply "
+                    f"({type(exc).__name__}); see {self.log_path}",
+                )
+            )
 
     async def _handle_line(self, line: bytes, send: Send) -> None:
         try:
@@ -113,15 +134,23 @@ class RpcServer:
             await send(exc.reply())
             return
         if not isinstance(message, dict):
-            await send(_malformed(None, "a request must be a JSON object (batches are not supported)"))
+            await send(
+                _malformed(None, "a request must be a JSON object (batches are not supported)")
+            )
             return
         request_id = message.get("id")
-        if not isinstance(request_id, (str, int, float, type(None))) or isinstance(request_id, bool):
+        if not isinstance(request_id, (str, int, float, type(None))) or isinstance(
+            request_id, bool
+        ):
             await send(_malformed(None, "invalid request: `id` must be a string, a number or null"))
             return
         is_notification = "id" not in message
         if message.get("jsonrpc") != "2.0" or not isinstance(message.get("method"), str):
-            await send(_malformed(request_id, 'invalid request: need "jsonrpc": "2.0" and a string "method"'))
+            await send(
+                _malformed(
+                    request_id, 'invalid request: need "jsonrpc": "2.0" and a string "method"'
+                )
+            )
             return
         reply = await self._dispatch(request_id, message["method"], message.get("params"))
         if not is_notification:
@@ -130,8 +159,11 @@ class RpcServer:
     async def _dispatch(self, request_id: Any, method: str, params: Any) -> dict[str, Any]:
         endpoint = self.endpoints.get(method)
         if endpoint is None:
-            return p.typed_error(request_id, p.METHOD_NOT_FOUND,
-                                 MethodNotFound(f"method not found: {method[:100]}", field="method"))
+            return p.typed_error(
+                request_id,
+                p.METHOD_NOT_FOUND,
+                MethodNotFound(f"method not found: {method[:100]}", field="method"),
+            )
         asyncio.current_task().read_only = endpoint.read_only  # type: ignore[union-attr]
         try:
             return p.response(request_id, await endpoint.call(params))

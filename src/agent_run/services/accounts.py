@@ -19,8 +19,9 @@ def _runtimes(ctx: ServiceContext, name: str | None) -> dict[str, RuntimeOptions
     if name is None:
         return enabled
     if name not in enabled:
-        raise errors.UnknownRuntime(f"no enabled runtime {name!r} (configured: {', '.join(enabled)})",
-                                    field="runtime")
+        raise errors.UnknownRuntime(
+            f"no enabled runtime {name!r} (configured: {', '.join(enabled)})", field="runtime"
+        )
     return {name: enabled[name]}
 
 
@@ -32,15 +33,31 @@ def _account_views(ctx: ServiceContext, name: str, runtime: RuntimeOptions) -> l
     views = []
     if runtime.auth is not None:
         status = account_status(runtime.engine, name, runtime.auth, None)
-        views.append(AccountView(runtime=name, account=None, is_default=runtime.default_account is None,
-                                 auth=_kind(runtime.auth), signed_in=status.signed_in, email=status.email,
-                                 detail=status.detail))
+        views.append(
+            AccountView(
+                runtime=name,
+                account=None,
+                is_default=runtime.default_account is None,
+                auth=_kind(runtime.auth),
+                signed_in=status.signed_in,
+                email=status.email,
+                detail=status.detail,
+            )
+        )
     for label in sorted(runtime.accounts):
         auth = account_auth(runtime, name, label, ctx.home.root)
         status = account_status(runtime.engine, name, auth, label)
-        views.append(AccountView(runtime=name, account=label, is_default=runtime.default_account == label,
-                                 auth=_kind(auth), signed_in=status.signed_in, email=status.email,
-                                 detail=status.detail))
+        views.append(
+            AccountView(
+                runtime=name,
+                account=label,
+                is_default=runtime.default_account == label,
+                auth=_kind(auth),
+                signed_in=status.signed_in,
+                email=status.email,
+                detail=status.detail,
+            )
+        )
     return views
 
 
@@ -49,14 +66,26 @@ async def accounts(ctx: ServiceContext, p: AccountsParams) -> AccountsResult:
     found = _runtimes(ctx, p.runtime)
 
     def read(_conn: object) -> list[AccountView]:  # small file reads: off the event loop
-        return [view for name, runtime in found.items() for view in _account_views(ctx, name, runtime)]
+        return [
+            view for name, runtime in found.items() for view in _account_views(ctx, name, runtime)
+        ]
 
     return AccountsResult(accounts=await ctx.db(read))
 
 
 async def models(ctx: ServiceContext, p: ModelsParams) -> ModelsResult:
-    return ModelsResult(default_runtime=ctx.config.default_runtime, runtimes=[
-        RuntimeModels(runtime=name, engine=runtime.engine, models=list(runtime.models),
-                      default_model=runtime.default_model or (runtime.models[0] if runtime.models else None),
-                      accounts=sorted(runtime.accounts), default_account=runtime.default_account)
-        for name, runtime in _runtimes(ctx, p.runtime).items()])
+    return ModelsResult(
+        default_runtime=ctx.config.default_runtime,
+        runtimes=[
+            RuntimeModels(
+                runtime=name,
+                engine=runtime.engine,
+                models=list(runtime.models),
+                default_model=runtime.default_model
+                or (runtime.models[0] if runtime.models else None),
+                accounts=sorted(runtime.accounts),
+                default_account=runtime.default_account,
+            )
+            for name, runtime in _runtimes(ctx, p.runtime).items()
+        ],
+    )

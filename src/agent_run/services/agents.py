@@ -58,15 +58,28 @@ def latest_execution_or_raise(conn: sqlite3.Connection, agent_id: str) -> sqlite
 def execution_view(row: sqlite3.Row) -> ExecutionView:
     kind = FailureKind(row["failure_kind"]) if row["failure_kind"] else None
     return ExecutionView(
-        id=row["id"], number=row["number"], kind=row["kind"], account=row["account"], state=row["state"],
+        id=row["id"],
+        number=row["number"],
+        kind=row["kind"],
+        account=row["account"],
+        state=row["state"],
         failure_kind=kind,
-        failure_advice=kind.advice if kind else None, failure_message=row["failure_message"],
-        created_at=row["created_at"], started_at=row["started_at"], ended_at=row["ended_at"],
-        exit_code=row["exit_code"], verdict=row["verdict"], engine_session_id=row["engine_session_id"],
-        answer_sha256=row["answer_sha256"], answer_bytes=row["answer_bytes"],
-        answer_verified=answer_verified(row), answer_checked_at=row["answer_checked_at"],
-        usage=json.loads(row["usage_json"]) if row["usage_json"] else None, cost_usd=row["cost_usd"],
-        max_tokens=row["max_tokens"], max_cost_usd=row["max_cost_usd"],
+        failure_advice=kind.advice if kind else None,
+        failure_message=row["failure_message"],
+        created_at=row["created_at"],
+        started_at=row["started_at"],
+        ended_at=row["ended_at"],
+        exit_code=row["exit_code"],
+        verdict=row["verdict"],
+        engine_session_id=row["engine_session_id"],
+        answer_sha256=row["answer_sha256"],
+        answer_bytes=row["answer_bytes"],
+        answer_verified=answer_verified(row),
+        answer_checked_at=row["answer_checked_at"],
+        usage=json.loads(row["usage_json"]) if row["usage_json"] else None,
+        cost_usd=row["cost_usd"],
+        max_tokens=row["max_tokens"],
+        max_cost_usd=row["max_cost_usd"],
     )
 
 
@@ -88,12 +101,21 @@ def agent_view_in(conn: sqlite3.Connection, agent_id: str) -> AgentView:
     execution = agents_q.latest_execution(conn, agent_id)
     last = events_q.last_message(conn, agent_id)
     return AgentView(
-        id=agent["id"], request_id=agent["request_id"], runtime=agent["runtime"],
-        engine=agent["engine"], model=agent["model"], account=execution["account"], task=agent["task"],
+        id=agent["id"],
+        request_id=agent["request_id"],
+        runtime=agent["runtime"],
+        engine=agent["engine"],
+        model=agent["model"],
+        account=execution["account"],
+        task=agent["task"],
         workdir=agent["workdir"],
-        profile=agent["profile"], created_at=agent["created_at"], state=execution["state"],
-        failure_kind=execution["failure_kind"], verdict=execution["verdict"],
-        answer_verified=answer_verified(execution), execution=execution_view(execution),
+        profile=agent["profile"],
+        created_at=agent["created_at"],
+        state=execution["state"],
+        failure_kind=execution["failure_kind"],
+        verdict=execution["verdict"],
+        answer_verified=answer_verified(execution),
+        execution=execution_view(execution),
         event_count=events_q.count_events(conn, agent_id),
         last_message=last["content"][:300] if last else None,
         revision=events_q.current_revision(conn),
@@ -112,17 +134,35 @@ async def list_agents(ctx: ServiceContext, p: ListAgentsParams) -> AgentList:
 
     def read(conn: sqlite3.Connection) -> AgentList:
         revision = events_q.current_revision(conn)
-        rows, total = agents_q.list_agents(conn, states=[s.value for s in p.state or []],
-                                           runtime=p.runtime, after_revision=p.after_revision,
-                                           limit=p.limit, offset=p.offset)
-        items = [AgentSummary(id=r["id"], request_id=r["request_id"], runtime=r["runtime"], model=r["model"],
-                              account=r["account"], state=r["state"], failure_kind=r["failure_kind"],
-                              task_preview=r["task"].strip().splitlines()[0][:120] if r["task"].strip() else "",
-                              created_at=r["created_at"], updated_at=r["updated_at"],
-                              answer_sha256=r["answer_sha256"], answer_verified=answer_verified(r),
-                              verdict=r["verdict"])
-                 for r in rows]
-        return AgentList(items=items, total=total, limit=p.limit, offset=p.offset, revision=revision)
+        rows, total = agents_q.list_agents(
+            conn,
+            states=[s.value for s in p.state or []],
+            runtime=p.runtime,
+            after_revision=p.after_revision,
+            limit=p.limit,
+            offset=p.offset,
+        )
+        items = [
+            AgentSummary(
+                id=r["id"],
+                request_id=r["request_id"],
+                runtime=r["runtime"],
+                model=r["model"],
+                account=r["account"],
+                state=r["state"],
+                failure_kind=r["failure_kind"],
+                task_preview=r["task"].strip().splitlines()[0][:120] if r["task"].strip() else "",
+                created_at=r["created_at"],
+                updated_at=r["updated_at"],
+                answer_sha256=r["answer_sha256"],
+                answer_verified=answer_verified(r),
+                verdict=r["verdict"],
+            )
+            for r in rows
+        ]
+        return AgentList(
+            items=items, total=total, limit=p.limit, offset=p.offset, revision=revision
+        )
 
     return await ctx.db(read)
 
@@ -130,8 +170,9 @@ async def list_agents(ctx: ServiceContext, p: ListAgentsParams) -> AgentList:
 # -- admission ----------------------------------------------------------------------------
 
 
-def resolve_runtime(ctx: ServiceContext, p: StartParams | Any,
-                    config: Config | None = None) -> tuple[str, RuntimeConfig, str]:
+def resolve_runtime(
+    ctx: ServiceContext, p: StartParams | Any, config: Config | None = None
+) -> tuple[str, RuntimeConfig, str]:
     """(name, config, model) for a request's runtime and model, or an error naming the field.
     `config` is a batch's own settings (else the daemon's current config)."""
     config = config or ctx.config
@@ -139,14 +180,19 @@ def resolve_runtime(ctx: ServiceContext, p: StartParams | Any,
     runtime = config.runtimes.get(name)
     if runtime is None or not runtime.enabled:
         known = ", ".join(n for n, r in config.runtimes.items() if r.enabled)
-        raise errors.UnknownRuntime(f"no enabled runtime {name!r} (configured: {known})", field="runtime")
+        raise errors.UnknownRuntime(
+            f"no enabled runtime {name!r} (configured: {known})", field="runtime"
+        )
     model = p.model or runtime.default_model or (runtime.models[0] if runtime.models else None)
     if model is None:
-        raise errors.InvalidRequest(f"runtime {name!r} has no default model: pass one", field="model")
+        raise errors.InvalidRequest(
+            f"runtime {name!r} has no default model: pass one", field="model"
+        )
     if runtime.models and model not in runtime.models:
         raise errors.InvalidRequest(
             f"model {model!r} is not one of runtime {name!r}'s models: {', '.join(runtime.models)}",
-            field="model")
+            field="model",
+        )
     return name, runtime, model
 
 
@@ -155,14 +201,20 @@ def _read_roots(roots: list[str]) -> list[str]:
     for index, root in enumerate(roots):
         path = Path(root).expanduser()
         if not path.is_absolute() or not path.is_dir():
-            raise errors.InvalidRequest(f"read root {root} is not an absolute path to a directory",
-                                        field=f"read_roots.{index}")
+            raise errors.InvalidRequest(
+                f"read root {root} is not an absolute path to a directory",
+                field=f"read_roots.{index}",
+            )
         resolved.append(str(path.resolve()))
     return resolved
 
 
 def _request_hash(p: StartParams, runtime: str, model: str, workdir: str) -> str:
-    payload = p.model_dump(exclude={"request_id"}) | {"runtime": runtime, "model": model, "workdir": workdir}
+    payload = p.model_dump(exclude={"request_id"}) | {
+        "runtime": runtime,
+        "model": model,
+        "workdir": workdir,
+    }
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 
@@ -180,7 +232,10 @@ def _admit(conn: sqlite3.Connection, agent_row: dict, execution: dict) -> tuple[
             if existing["request_hash"] != agent_row["request_hash"]:
                 raise errors.Conflict(
                     f"request_id {agent_row['request_id']!r} was used for a different request "
-                    f"(agent {existing['id']})", field="request_id", agent_id=existing["id"])
+                    f"(agent {existing['id']})",
+                    field="request_id",
+                    agent_id=existing["id"],
+                )
             return agent_view_in(conn, existing["id"]), False
     agents_q.insert_agent_with_execution(conn, agent=agent_row, execution=execution)
     return agent_view_in(conn, agent_row["id"]), True
@@ -190,14 +245,25 @@ def _mark_spawn_failed(conn: sqlite3.Connection, execution_id: str, message: str
     with write(conn):
         row = agents_q.get_execution(conn, execution_id)
         if row["state"] == ExecutionState.CREATED:  # the supervisor never took it over
-            agents_q.transition(conn, execution_id, ExecutionState.FAILED,
-                                failure_kind=FailureKind.SUPERVISOR_FAILED.value, failure_message=message)
+            agents_q.transition(
+                conn,
+                execution_id,
+                ExecutionState.FAILED,
+                failure_kind=FailureKind.SUPERVISOR_FAILED.value,
+                failure_message=message,
+            )
             for command in commands_q.pending(conn, execution_id):  # queued before the spawn
-                commands_q.resolve(conn, command, state="refused", result="the supervisor never started")
+                commands_q.resolve(
+                    conn, command, state="refused", result="the supervisor never started"
+                )
 
 
-def admission_rows(ctx: ServiceContext, p: StartParams, worker_tools: list[str] | None = None,
-                   config: Config | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+def admission_rows(
+    ctx: ServiceContext,
+    p: StartParams,
+    worker_tools: list[str] | None = None,
+    config: Config | None = None,
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """The agent row and its first execution (with its plan) for a validated start request."""
     config = config or ctx.config
     runtime_name, runtime, model = resolve_runtime(ctx, p, config)
@@ -206,13 +272,20 @@ def admission_rows(ctx: ServiceContext, p: StartParams, worker_tools: list[str] 
     if not workdir.is_absolute():
         raise errors.InvalidRequest("workdir must be an absolute path", field="workdir")
     if not workdir.is_dir():
-        raise errors.InvalidRequest(f"workdir {workdir} is not an existing directory", field="workdir")
+        raise errors.InvalidRequest(
+            f"workdir {workdir} is not an existing directory", field="workdir"
+        )
     workdir = workdir.resolve()
     agent_id, execution_id = new_agent_id(), new_execution_id()
     supervisor = config.supervisor
     plan = ExecutionPlan(
-        agent_id=agent_id, execution_id=execution_id, runtime=runtime_name, engine=runtime.engine,
-        model=model, workdir=str(workdir), profile=p.profile,
+        agent_id=agent_id,
+        execution_id=execution_id,
+        runtime=runtime_name,
+        engine=runtime.engine,
+        model=model,
+        workdir=str(workdir),
+        profile=p.profile,
         runtime_config=options_for_account(runtime, runtime_name, account, ctx.home.root),
         stall_seconds=p.stall_seconds or runtime.stall_seconds or supervisor.stall_seconds,
         wall_seconds=p.wall_seconds or runtime.wall_seconds or supervisor.wall_seconds,
@@ -225,17 +298,35 @@ def admission_rows(ctx: ServiceContext, p: StartParams, worker_tools: list[str] 
         read_roots=_read_roots(p.read_roots),
         worker_tools=worker_tools or ["finish"],
     )
-    agent_row = {"id": agent_id, "request_id": p.request_id,
-                 "request_hash": _request_hash(p, runtime_name, model, str(workdir)),
-                 "runtime": runtime_name, "engine": runtime.engine, "model": model, "task": p.task,
-                 "workdir": str(workdir), "profile": p.profile}
-    return agent_row, {"id": execution_id, "kind": "start", "prompt": p.task, "account": account,
-                       "max_tokens": p.max_tokens, "max_cost_usd": p.max_cost_usd,
-                       "plan": plan.model_dump(mode="json")}
+    agent_row = {
+        "id": agent_id,
+        "request_id": p.request_id,
+        "request_hash": _request_hash(p, runtime_name, model, str(workdir)),
+        "runtime": runtime_name,
+        "engine": runtime.engine,
+        "model": model,
+        "task": p.task,
+        "workdir": str(workdir),
+        "profile": p.profile,
+    }
+    return agent_row, {
+        "id": execution_id,
+        "kind": "start",
+        "prompt": p.task,
+        "account": account,
+        "max_tokens": p.max_tokens,
+        "max_cost_usd": p.max_cost_usd,
+        "plan": plan.model_dump(mode="json"),
+    }
 
 
-async def start(ctx: ServiceContext, p: StartParams, *, worker_tools: list[str] | None = None,
-                config: Config | None = None) -> AgentView:
+async def start(
+    ctx: ServiceContext,
+    p: StartParams,
+    *,
+    worker_tools: list[str] | None = None,
+    config: Config | None = None,
+) -> AgentView:
     """Admit an agent and reply at once (`created`); its supervisor is spawned in the background.
 
     `worker_tools` and `config` (the settings a batch was created with) are for batches (not
@@ -253,7 +344,9 @@ async def start(ctx: ServiceContext, p: StartParams, *, worker_tools: list[str] 
         try:
             try:
                 view, created = await ctx.grouped(_admit, agent_row, execution)
-            except sqlite3.IntegrityError:  # a concurrent start with the same request_id won the race
+            except (
+                sqlite3.IntegrityError
+            ):  # a concurrent start with the same request_id won the race
                 view, created = await ctx.grouped(_admit, agent_row, execution)
         except (sqlite3.OperationalError, errors.StorageFull) as exc:
             if is_storage_full(exc):  # the group rolled back: nothing of this agent was kept
@@ -282,6 +375,7 @@ async def launch_execution(ctx: ServiceContext, agent_id: str, execution_id: str
     The supervisor takes the row with a compare-and-set on `created`, so a second spawn of the
     same execution (a retry, a restarted daemon) exits without running anything.
     """
+
     def spawn(payload: bytes) -> StartedSupervisor:
         directory = ctx.home.execution_dir(agent_id, execution_id)
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -333,22 +427,40 @@ async def resume(ctx: ServiceContext, p: ResumeParams) -> AgentView:
             latest = latest_execution_or_raise(conn, p.agent_id)
             state = ExecutionState(latest["state"])
             if not state.terminal:
-                raise errors.Conflict(f"agent {p.agent_id} is still {state.value}; steer it or wait",
-                                      field="agent_id", state=state.value)
+                raise errors.Conflict(
+                    f"agent {p.agent_id} is still {state.value}; steer it or wait",
+                    field="agent_id",
+                    state=state.value,
+                )
             session = latest["engine_session_id"]
             if session is None:
-                raise errors.NotResumable(f"agent {p.agent_id}'s engine never reported a session "
-                                          "to resume", field="agent_id")
+                raise errors.NotResumable(
+                    f"agent {p.agent_id}'s engine never reported a session to resume",
+                    field="agent_id",
+                )
             try:
                 previous = load_plan(latest["plan_json"])
             except PlanInvalid as exc:
-                raise errors.NotResumable(f"agent {p.agent_id}'s last plan cannot be read: {exc.message}",
-                                          field="agent_id") from None
-            plan = previous.model_copy(update={"execution_id": execution_id, "resume_session_id": session})
-            agents_q.insert_execution(conn, agent_id=p.agent_id, execution={
-                "id": execution_id, "kind": "resume", "prompt": p.prompt, "account": latest["account"],
-                "max_tokens": latest["max_tokens"], "max_cost_usd": latest["max_cost_usd"],
-                "plan": plan.model_dump(mode="json")})
+                raise errors.NotResumable(
+                    f"agent {p.agent_id}'s last plan cannot be read: {exc.message}",
+                    field="agent_id",
+                ) from None
+            plan = previous.model_copy(
+                update={"execution_id": execution_id, "resume_session_id": session}
+            )
+            agents_q.insert_execution(
+                conn,
+                agent_id=p.agent_id,
+                execution={
+                    "id": execution_id,
+                    "kind": "resume",
+                    "prompt": p.prompt,
+                    "account": latest["account"],
+                    "max_tokens": latest["max_tokens"],
+                    "max_cost_usd": latest["max_cost_usd"],
+                    "plan": plan.model_dump(mode="json"),
+                },
+            )
 
     ctx.starting.add(execution_id)
     try:
@@ -370,11 +482,20 @@ async def answer(ctx: ServiceContext, p: AgentParams) -> AnswerView:
             state = ExecutionState(row["state"])
             why = "is still " + state.value if not state.terminal else f"ended {state.value}"
             kind = f" ({row['failure_kind']})" if row["failure_kind"] else ""
-            raise errors.AnswerNotReady(f"agent {p.agent_id} has no sealed answer: it {why}{kind}",
-                                        field="agent_id", state=state.value)
+            raise errors.AnswerNotReady(
+                f"agent {p.agent_id} has no sealed answer: it {why}{kind}",
+                field="agent_id",
+                state=state.value,
+            )
         text = verified_answer(conn, row, "answer")  # a mismatch is recorded, then raised
-        return AnswerView(agent_id=p.agent_id, execution_id=row["id"], text=text,
-                          sha256=row["answer_sha256"], bytes=row["answer_bytes"], path=row["answer_path"])
+        return AnswerView(
+            agent_id=p.agent_id,
+            execution_id=row["id"],
+            text=text,
+            sha256=row["answer_sha256"],
+            bytes=row["answer_bytes"],
+            path=row["answer_path"],
+        )
 
     return await ctx.db(read)
 
@@ -383,13 +504,26 @@ async def transcript(ctx: ServiceContext, p: TranscriptParams) -> TranscriptPage
     def read(conn: sqlite3.Connection) -> TranscriptPage:
         execution = latest_execution_or_raise(conn, p.agent_id)  # read state first: no lost tail
         rows = events_q.messages_page(conn, p.agent_id, after_id=p.cursor, limit=p.limit)
-        items = [TranscriptItem(id=r["id"], execution_number=r["execution_number"], role=r["role"],
-                                name=r["name"], content=r["content"], ts=r["ts"],
-                                is_error=bool(r["is_error"])) for r in rows]
+        items = [
+            TranscriptItem(
+                id=r["id"],
+                execution_number=r["execution_number"],
+                role=r["role"],
+                name=r["name"],
+                content=r["content"],
+                ts=r["ts"],
+                is_error=bool(r["is_error"]),
+            )
+            for r in rows
+        ]
         state = ExecutionState(execution["state"])
-        return TranscriptPage(agent_id=p.agent_id, items=items,
-                              next_cursor=items[-1].id if items else p.cursor, state=state,
-                              finished=state.terminal and len(items) < p.limit)
+        return TranscriptPage(
+            agent_id=p.agent_id,
+            items=items,
+            next_cursor=items[-1].id if items else p.cursor,
+            state=state,
+            finished=state.terminal and len(items) < p.limit,
+        )
 
     return await ctx.db(read)
 
@@ -418,15 +552,30 @@ async def cancel(ctx: ServiceContext, p: CancelParams) -> CancelResult:
             execution = latest_execution_or_raise(conn, p.agent_id)
             state = ExecutionState(execution["state"])
             if state.terminal:
-                return CancelResult(agent_id=p.agent_id, accepted=False, state=state,
-                                    message=f"agent already {state.value}; nothing to cancel")
-            if state is ExecutionState.CANCELLING or commands_q.pending_kind(conn, execution["id"], "cancel"):
-                return CancelResult(agent_id=p.agent_id, accepted=True, state=state,
-                                    message="a cancel is already under way")
-            commands_q.enqueue(conn, agent_id=p.agent_id, execution_id=execution["id"], kind="cancel",
-                               payload={})
-            return CancelResult(agent_id=p.agent_id, accepted=True, state=state,
-                                message="cancel queued: interrupt, then TERM, then KILL of the engine group")
+                return CancelResult(
+                    agent_id=p.agent_id,
+                    accepted=False,
+                    state=state,
+                    message=f"agent already {state.value}; nothing to cancel",
+                )
+            if state is ExecutionState.CANCELLING or commands_q.pending_kind(
+                conn, execution["id"], "cancel"
+            ):
+                return CancelResult(
+                    agent_id=p.agent_id,
+                    accepted=True,
+                    state=state,
+                    message="a cancel is already under way",
+                )
+            commands_q.enqueue(
+                conn, agent_id=p.agent_id, execution_id=execution["id"], kind="cancel", payload={}
+            )
+            return CancelResult(
+                agent_id=p.agent_id,
+                accepted=True,
+                state=state,
+                message="cancel queued: interrupt, then TERM, then KILL of the engine group",
+            )
 
     return await ctx.db(enqueue)
 
@@ -437,11 +586,23 @@ async def steer(ctx: ServiceContext, p: SteerParams) -> SteerResult:
             execution = latest_execution_or_raise(conn, p.agent_id)
             state = ExecutionState(execution["state"])
             # A `created` agent (start replied, spawn under way) takes it as its next turn too.
-            if state not in (ExecutionState.CREATED, ExecutionState.STARTING, ExecutionState.RUNNING):
-                raise errors.NotRunning(f"agent {p.agent_id} is {state.value}; only a running agent "
-                                        "can be steered", field="agent_id", state=state.value)
-            return commands_q.enqueue(conn, agent_id=p.agent_id, execution_id=execution["id"],
-                                      kind="steer", payload={"text": p.text})
+            if state not in (
+                ExecutionState.CREATED,
+                ExecutionState.STARTING,
+                ExecutionState.RUNNING,
+            ):
+                raise errors.NotRunning(
+                    f"agent {p.agent_id} is {state.value}; only a running agent can be steered",
+                    field="agent_id",
+                    state=state.value,
+                )
+            return commands_q.enqueue(
+                conn,
+                agent_id=p.agent_id,
+                execution_id=execution["id"],
+                kind="steer",
+                payload={"text": p.text},
+            )
 
     # Wait briefly for the supervisor's verdict so the caller learns delivered / refused. The
     # revision is read before each look at the row: a resolution after the look moves it past.

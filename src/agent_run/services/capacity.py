@@ -29,22 +29,42 @@ def pool_of(options: RuntimeOptions, account: str | None) -> str:
     """The provider account identity a runtime spends: its engine, provider URL and credential.
     Two runtimes (aliases) with the same three share pools."""
     auth = options.auth
-    credential = "none" if auth is None else f"env:{auth.env}" if auth.env else (
-        f"file:{auth.file}" if auth.file else f"login:{auth.dir or ''}")
+    credential = (
+        "none"
+        if auth is None
+        else f"env:{auth.env}"
+        if auth.env
+        else (f"file:{auth.file}" if auth.file else f"login:{auth.dir or ''}")
+    )
     base_url = getattr(options, "base_url", None) or ""
     return f"{options.engine}|{base_url}|{credential}|{account or ''}"
 
 
 def _measured(config: Config) -> dict[str, RuntimeOptions]:
-    return {name: r for name, r in config.runtimes.items() if r.enabled and r.limits_source != "none"}
+    return {
+        name: r for name, r in config.runtimes.items() if r.enabled and r.limits_source != "none"
+    }
 
 
 def readings(config: Config, samples: list[Sample]) -> list[rules.Reading]:
     """Samples of measured runtimes, mapped to the pools they measure."""
     runtimes = _measured(config)
-    return [rules.Reading(pool_of(runtimes[s.runtime], s.account), s.lane, s.window, s.remaining_percent,
-                          s.reset_at, s.observed_at, s.valid_until, s.runtime, s.account, s.source)
-            for s in samples if s.runtime in runtimes]
+    return [
+        rules.Reading(
+            pool_of(runtimes[s.runtime], s.account),
+            s.lane,
+            s.window,
+            s.remaining_percent,
+            s.reset_at,
+            s.observed_at,
+            s.valid_until,
+            s.runtime,
+            s.account,
+            s.source,
+        )
+        for s in samples
+        if s.runtime in runtimes
+    ]
 
 
 def route_specs(config: Config, found: list[rules.Reading]) -> list[rules.RouteSpec]:
@@ -56,8 +76,17 @@ def route_specs(config: Config, found: list[rules.Reading]) -> list[rules.RouteS
     for name, options in sorted(_measured(config).items()):
         pool = pool_of(options, None)
         for lane in sorted(lanes.get(pool) or {"default"}):
-            specs.append(rules.RouteSpec(name, None, lane, pool, options.priority_multiplier, None,
-                                         options.priority_lane_multipliers.get(lane)))
+            specs.append(
+                rules.RouteSpec(
+                    name,
+                    None,
+                    lane,
+                    pool,
+                    options.priority_multiplier,
+                    None,
+                    options.priority_lane_multipliers.get(lane),
+                )
+            )
     return specs
 
 
@@ -68,7 +97,11 @@ async def _readings(ctx: ServiceContext) -> list[rules.Reading]:
 
 def _advice(state: rules.WindowState, risk: str, now: float) -> str:
     reset = state.latest.reset_at
-    until = f"resets in {max(0.0, (reset - now) / 3600):.1f} h" if reset is not None else "reset unknown"
+    until = (
+        f"resets in {max(0.0, (reset - now) / 3600):.1f} h"
+        if reset is not None
+        else "reset unknown"
+    )
     if risk == "unknown":
         return "stale or unknown: run `agent-run capacity collect`, or any run of this runtime, to read it"
     if state.remaining == 0:
@@ -85,36 +118,72 @@ def limit_windows(found: list[rules.Reading], now: float, runtime: str | None) -
     history: dict[tuple[str, str | None, str, str], list[rules.Reading]] = defaultdict(list)
     for reading in sorted(found, key=lambda r: r.observed_at):
         if runtime is None or reading.runtime == runtime:
-            history[(reading.runtime, reading.account, reading.lane, reading.window)].append(reading)
+            history[(reading.runtime, reading.account, reading.lane, reading.window)].append(
+                reading
+            )
     windows = []
-    for (name, account, lane, window), readings_ in sorted(history.items(), key=lambda kv: str(kv[0])):
+    for (name, account, lane, window), readings_ in sorted(
+        history.items(), key=lambda kv: str(kv[0])
+    ):
         state = rules.window_state(readings_, now)
         risk = rules.risk(state, now)
-        windows.append(LimitWindow(
-            runtime=name, account=account, lane=lane, window=window, known=state.fresh,
-            remaining_percent=state.remaining, reset_at=state.latest.reset_at,
-            observed_at=state.latest.observed_at, age_seconds=max(0.0, now - state.latest.observed_at),
-            source=state.latest.source, burn_percent_per_hour=state.burn_per_hour, risk=risk,
-            advice=_advice(state, risk, now)))
+        windows.append(
+            LimitWindow(
+                runtime=name,
+                account=account,
+                lane=lane,
+                window=window,
+                known=state.fresh,
+                remaining_percent=state.remaining,
+                reset_at=state.latest.reset_at,
+                observed_at=state.latest.observed_at,
+                age_seconds=max(0.0, now - state.latest.observed_at),
+                source=state.latest.source,
+                burn_percent_per_hour=state.burn_per_hour,
+                risk=risk,
+                advice=_advice(state, risk, now),
+            )
+        )
     return windows
 
 
 async def limits(ctx: ServiceContext, p: LimitsParams) -> LimitsResult:
     now = time.time()
-    return LimitsResult(observed_at=now, windows=limit_windows(await _readings(ctx), now, p.runtime))
+    return LimitsResult(
+        observed_at=now, windows=limit_windows(await _readings(ctx), now, p.runtime)
+    )
 
 
 def order_view(order: rules.CapacityOrder) -> CapacityOrderResult:
     def aside(items: list[rules.SetAside]) -> list[SetAsideRoute]:
-        return [SetAsideRoute(runtime=a.runtime, account=a.account, lane=a.lane, reason=a.reason) for a in items]
+        return [
+            SetAsideRoute(runtime=a.runtime, account=a.account, lane=a.lane, reason=a.reason)
+            for a in items
+        ]
 
-    routes = [RankedRouteView(runtime=r.runtime, account=r.account, lane=r.lane,
-                              limiting_window=r.limiting_window, remaining_percent=r.remaining_percent,
-                              reset_at=r.reset_at, slack=r.slack, score=r.score, weight=r.weight,
-                              priority=r.priority) for r in order.routes]
-    return CapacityOrderResult(observed_at=order.observed_at, routes=routes, omitted=aside(order.omitted),
-                               deferred=aside(order.deferred), unavailable_runtimes=order.unavailable_runtimes,
-                               insufficient_diversity=order.insufficient_diversity)
+    routes = [
+        RankedRouteView(
+            runtime=r.runtime,
+            account=r.account,
+            lane=r.lane,
+            limiting_window=r.limiting_window,
+            remaining_percent=r.remaining_percent,
+            reset_at=r.reset_at,
+            slack=r.slack,
+            score=r.score,
+            weight=r.weight,
+            priority=r.priority,
+        )
+        for r in order.routes
+    ]
+    return CapacityOrderResult(
+        observed_at=order.observed_at,
+        routes=routes,
+        omitted=aside(order.omitted),
+        deferred=aside(order.deferred),
+        unavailable_runtimes=order.unavailable_runtimes,
+        insufficient_diversity=order.insufficient_diversity,
+    )
 
 
 async def capacity_order(ctx: ServiceContext, _p: EmptyParams) -> CapacityOrderResult:
@@ -146,8 +215,12 @@ async def collect_forever(ctx: ServiceContext, log: Any) -> None:
             result = await capacity_collect(ctx, EmptyParams())
             for source in result.sources:
                 if source.error is not None and log is not None:
-                    log.warning("capacity.no_evidence", runtime=source.runtime, source=source.source,
-                                error=source.error)
+                    log.warning(
+                        "capacity.no_evidence",
+                        runtime=source.runtime,
+                        source=source.source,
+                        error=source.error,
+                    )
         except Exception as exc:  # keep collecting; the next pass may succeed
             if log is not None:
                 log.error("capacity.error", error=repr(exc))

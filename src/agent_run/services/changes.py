@@ -22,7 +22,12 @@ async def changes(ctx: ServiceContext, p: ChangesParams) -> ChangesResult:
         agents = [i for i in ids if i.startswith("ag_")]
         batches = [i for i in ids if i.startswith("bt_")]
         truncated = len(agents) > p.limit or len(batches) > p.limit
-        return ChangesResult(after_revision=p.after_revision, revision=revision, agents=agents[:p.limit],
-                             batches=batches[:p.limit], truncated=truncated)
+        return ChangesResult(
+            after_revision=p.after_revision,
+            revision=revision,
+            agents=agents[: p.limit],
+            batches=batches[: p.limit],
+            truncated=truncated,
+        )
 
     return await ctx.db(read)

@@ -70,7 +70,9 @@ class RevisionWatcher:
         self._someone_waits.set()
         try:
             async with self._changed:
-                await asyncio.wait_for(self._changed.wait_for(lambda: self.revision > revision), timeout)
+                await asyncio.wait_for(
+                    self._changed.wait_for(lambda: self.revision > revision), timeout
+                )
             return True
         except TimeoutError:
             return False
@@ -110,10 +112,18 @@ class ServiceContext:
             self.config = self.live.config
             if self.log is not None:
                 self.log.info("config.reloaded", revision=self.live.revision)
-        elif self.live.refused is not None and self.live.refused != refused_before and self.log is not None:
-            self.log.warning("config.refused", revision=self.live.refused.revision,
-                             field=self.live.refused.field, error=self.live.refused.message,
-                             kept=self.live.revision)
+        elif (
+            self.live.refused is not None
+            and self.live.refused != refused_before
+            and self.log is not None
+        ):
+            self.log.warning(
+                "config.refused",
+                revision=self.live.refused.revision,
+                field=self.live.refused.field,
+                error=self.live.refused.message,
+                kept=self.live.revision,
+            )
 
     def warm_up(self) -> None:
         """Start every database thread (each opening its connection), spawn thread and the group
@@ -121,7 +131,11 @@ class ServiceContext:
         new thread runs: tens of milliseconds apiece on a loaded machine, in the first burst.
         The store is migrated first, once, before any of them opens it."""
         connect(self.home.db_path).close()
-        for pool, opens_db in ((self._executor, True), (self._spawner, False), (self.grouped.thread, True)):
+        for pool, opens_db in (
+            (self._executor, True),
+            (self._spawner, False),
+            (self.grouped.thread, True),
+        ):
             size = pool._max_workers  # noqa: SLF001 - the pool's own bound
             barrier = threading.Barrier(size)
 
@@ -142,7 +156,9 @@ class ServiceContext:
     async def db(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run `fn(conn, *args)` on a database thread with that thread's own connection."""
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, lambda: fn(self.connection(), *args, **kwargs))
+        return await loop.run_in_executor(
+            self._executor, lambda: fn(self.connection(), *args, **kwargs)
+        )
 
     async def spawn(self, fn: Callable[..., T], *args: Any) -> T:
         """Run a blocking process spawn on the spawn threads, never on a database thread."""

@@ -8,7 +8,9 @@ from agent_run.engines.demo_program import __doc__ as DEMO_DOC
 def _states() -> str:
     lines = ["Execution states and allowed transitions (terminal states never reopen):"]
     for state, targets in ALLOWED_TRANSITIONS.items():
-        lines.append(f"  {state.value:<11} -> {', '.join(sorted(t.value for t in targets)) or '(terminal)'}")
+        lines.append(
+            f"  {state.value:<11} -> {', '.join(sorted(t.value for t in targets)) or '(terminal)'}"
+        )
     lines.append("An agent's state is the state of its latest execution.")
     return "\n".join(lines)
 
@@ -50,7 +52,12 @@ Unknown keys, wrong types and a missing schema_version are refused with the dott
 
 
 def topics() -> dict[str, str]:
-    found = {"overview": "", "states": _states(), "failures": _failures(),
-             "demo": (DEMO_DOC or "").strip(), "config": CONFIG}
+    found = {
+        "overview": "",
+        "states": _states(),
+        "failures": _failures(),
+        "demo": (DEMO_DOC or "").strip(),
+        "config": CONFIG,
+    }
     found["overview"] = OVERVIEW + ", ".join(found)
     return found

@@ -23,27 +23,48 @@ def answer_verified(row: sqlite3.Row) -> bool | None:
 
 def _check(row: sqlite3.Row) -> tuple[str | None, AnswerIntegrity | None]:
     try:
-        return read_verified_answer(Path(row["answer_path"]), row["answer_sha256"], row["answer_bytes"]), None
+        return read_verified_answer(
+            Path(row["answer_path"]), row["answer_sha256"], row["answer_bytes"]
+        ), None
     except AnswerIntegrity as exc:
         return None, exc
 
 
-def record_check(conn: sqlite3.Connection, row: sqlite3.Row, failure: AnswerIntegrity | None,
-                 by: str) -> None:
+def record_check(
+    conn: sqlite3.Connection, row: sqlite3.Row, failure: AnswerIntegrity | None, by: str
+) -> None:
     """Store a check's result; an event only when the verdict changes. In a write transaction."""
     now = time.time()
-    current = conn.execute("SELECT integrity_failed_at FROM executions WHERE id = ?", (row["id"],)).fetchone()
+    current = conn.execute(
+        "SELECT integrity_failed_at FROM executions WHERE id = ?", (row["id"],)
+    ).fetchone()
     was_failed = current["integrity_failed_at"] is not None
     failed_at = (current["integrity_failed_at"] or now) if failure is not None else None
-    conn.execute("UPDATE executions SET answer_checked_at = ?, integrity_failed_at = ? WHERE id = ?",
-                 (now, failed_at, row["id"]))
+    conn.execute(
+        "UPDATE executions SET answer_checked_at = ?, integrity_failed_at = ? WHERE id = ?",
+        (now, failed_at, row["id"]),
+    )
     if failure is not None and not was_failed:
-        append_event(conn, agent_id=row["agent_id"], execution_id=row["id"], kind="integrity_failed",
-                     data={"by": by, "path": row["answer_path"], "message": failure.message[:500],
-                           "expected_sha256": row["answer_sha256"]})
+        append_event(
+            conn,
+            agent_id=row["agent_id"],
+            execution_id=row["id"],
+            kind="integrity_failed",
+            data={
+                "by": by,
+                "path": row["answer_path"],
+                "message": failure.message[:500],
+                "expected_sha256": row["answer_sha256"],
+            },
+        )
     elif failure is None and was_failed:
-        append_event(conn, agent_id=row["agent_id"], execution_id=row["id"], kind="integrity_restored",
-                     data={"by": by, "path": row["answer_path"]})
+        append_event(
+            conn,
+            agent_id=row["agent_id"],
+            execution_id=row["id"],
+            kind="integrity_restored",
+            data={"by": by, "path": row["answer_path"]},
+        )
 
 
 def verified_answer(conn: sqlite3.Connection, row: sqlite3.Row, by: str) -> str:
@@ -68,13 +89,16 @@ class ScrubResult:
     failed: list[str]  # execution ids whose answer no longer matches
 
 
-def scrub_once(conn: sqlite3.Connection, period_seconds: float, limit: int = SCRUB_BATCH) -> ScrubResult:
+def scrub_once(
+    conn: sqlite3.Connection, period_seconds: float, limit: int = SCRUB_BATCH
+) -> ScrubResult:
     """Re-hash the sealed answers not checked for `period_seconds`, oldest check first. Each
     answer's last check (its seal, at first) spreads the checks over the period."""
     due = conn.execute(
         "SELECT * FROM executions WHERE answer_sha256 IS NOT NULL"  # the executions_sealed index
         " AND (answer_checked_at IS NULL OR answer_checked_at <= ?) ORDER BY answer_checked_at LIMIT ?",
-        (time.time() - period_seconds, limit)).fetchall()
+        (time.time() - period_seconds, limit),
+    ).fetchall()
     results = [(row, _check(row)[1]) for row in due]  # hashing happens outside the write lock
     if results:
         with write(conn, "the answer scrub's results"):

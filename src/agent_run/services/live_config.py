@@ -55,7 +55,9 @@ class LiveConfig:
         self.path = home.config_path
         self._stamp = _stamp(self.path)
         text = _read(self.path)
-        self.config: Config = default_config() if text is None else parse_config(text, str(self.path))
+        self.config: Config = (
+            default_config() if text is None else parse_config(text, str(self.path))
+        )
         self.revision = revision_of(text)
         self.loaded_at = time.time()
         self.refused: Refusal | None = None
@@ -76,5 +78,10 @@ class LiveConfig:
         except ConfigInvalid as exc:
             self.refused = Refusal(exc.message, exc.field, revision, time.time())
             return False
-        self.config, self.revision, self.loaded_at, self.refused = config, revision, time.time(), None
+        self.config, self.revision, self.loaded_at, self.refused = (
+            config,
+            revision,
+            time.time(),
+            None,
+        )
         return True

@@ -85,8 +85,13 @@ def _mark_lost(conn: sqlite3.Connection, proven: sqlite3.Row, reason: str) -> bo
         row = agents_q.get_execution(conn, proven["id"])
         if row is None or any(row[name] != proven[name] for name in _PROVEN_FIELDS):
             return False
-        agents_q.transition(conn, row["id"], ExecutionState.LOST,
-                            failure_kind=FailureKind.SUPERVISOR_LOST.value, failure_message=reason)
+        agents_q.transition(
+            conn,
+            row["id"],
+            ExecutionState.LOST,
+            failure_kind=FailureKind.SUPERVISOR_LOST.value,
+            failure_message=reason,
+        )
         for command in commands_q.pending(conn, row["id"]):
             commands_q.resolve(conn, command, state="refused", result="the execution was lost")
     return True
@@ -94,7 +99,9 @@ def _mark_lost(conn: sqlite3.Connection, proven: sqlite3.Row, reason: str) -> bo
 
 def storage_cause(home: Home, row: sqlite3.Row) -> str | None:
     """What the dead supervisor left about a full disk (its log), or the disk's state now."""
-    said = supervisor_log_says_full(home.execution_dir(row["agent_id"], row["id"]) / "supervisor.log")
+    said = supervisor_log_says_full(
+        home.execution_dir(row["agent_id"], row["id"]) / "supervisor.log"
+    )
     if said:
         return f"its log says the disk was full: {said}"
     free = filesystem_full(home.root)
@@ -103,10 +110,13 @@ def storage_cause(home: Home, row: sqlite3.Row) -> str | None:
     return None
 
 
-def reconcile_execution(conn: sqlite3.Connection, execution_id: str,
-                        starting: set[str] | frozenset[str] = frozenset(),
-                        supervised: Callable[[], set[str]] = supervised_executions,
-                        home: Home | None = None) -> LostExecution | OrphanExecution | None:
+def reconcile_execution(
+    conn: sqlite3.Connection,
+    execution_id: str,
+    starting: set[str] | frozenset[str] = frozenset(),
+    supervised: Callable[[], set[str]] = supervised_executions,
+    home: Home | None = None,
+) -> LostExecution | OrphanExecution | None:
     """Judge one execution: lost (written), orphaned (for the caller to spawn), or left alone."""
     # `starting` is the daemon's live set: an execution joins it before its row is committed
     # and leaves once its spawn has settled (the supervisor took the row, or it ended failed).
@@ -133,12 +143,15 @@ def reconcile_execution(conn: sqlite3.Connection, execution_id: str,
     if home is not None:  # the dead supervisor's reserve is space nobody will use
         (home.execution_dir(row["agent_id"], row["id"]) / RESERVE_NAME).unlink(missing_ok=True)
     # The group was ours a moment ago; check again right before the signal, outside the lock.
-    killed = leader is not None and engine_group_alive(leader.pid, leader) and kill_group(leader.pid)
+    killed = (
+        leader is not None and engine_group_alive(leader.pid, leader) and kill_group(leader.pid)
+    )
     return LostExecution(execution_id, reason, killed)
 
 
-def reconcile_once(conn: sqlite3.Connection, starting: set[str],
-                   home: Home | None = None) -> Reconciled:
+def reconcile_once(
+    conn: sqlite3.Connection, starting: set[str], home: Home | None = None
+) -> Reconciled:
     """One pass over every live execution, except those this daemon is spawning right now."""
     done = Reconciled([], [])
     scanned: list[set[str]] = []

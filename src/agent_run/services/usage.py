@@ -34,15 +34,25 @@ class _Sum:
             self.costed += 1
 
     def view(self) -> UsageRow:
-        return UsageRow(key=self.key, executions=self.executions, input_tokens=self.input_tokens,
-                        output_tokens=self.output_tokens, total_tokens=self.input_tokens + self.output_tokens,
-                        cost_usd=round(self.cost, 6) if self.costed else None, cost_reported_by=self.costed)
+        return UsageRow(
+            key=self.key,
+            executions=self.executions,
+            input_tokens=self.input_tokens,
+            output_tokens=self.output_tokens,
+            total_tokens=self.input_tokens + self.output_tokens,
+            cost_usd=round(self.cost, 6) if self.costed else None,
+            cost_reported_by=self.costed,
+        )
 
 
 def _key(row: sqlite3.Row, by: list[str]) -> dict[str, str | None]:
-    values = {"runtime": row["runtime"], "account": row["account"], "model": row["model"],
-              "batch": row["batch_id"],
-              "day": time.strftime("%Y-%m-%d", time.gmtime(row["ended_at"] or row["created_at"]))}
+    values = {
+        "runtime": row["runtime"],
+        "account": row["account"],
+        "model": row["model"],
+        "batch": row["batch_id"],
+        "day": time.strftime("%Y-%m-%d", time.gmtime(row["ended_at"] or row["created_at"])),
+    }
     return {name: values[name] for name in by}
 
 

@@ -12,8 +12,9 @@ from agent_run.store.events import append_event
 TERMINAL_SQL = "(" + ", ".join(f"'{state.value}'" for state in sorted(TERMINAL_STATES)) + ")"
 
 
-def insert_agent_with_execution(conn: sqlite3.Connection, *, agent: dict[str, Any],
-                                execution: dict[str, Any]) -> None:
+def insert_agent_with_execution(
+    conn: sqlite3.Connection, *, agent: dict[str, Any], execution: dict[str, Any]
+) -> None:
     """Admission: the agent row, its first execution (`created`) and a `created` event."""
     now = time.time()
     conn.execute(
@@ -33,12 +34,27 @@ def insert_execution(conn: sqlite3.Connection, *, agent_id: str, execution: dict
     conn.execute(
         "INSERT INTO executions (id, agent_id, number, kind, prompt, state, plan_json, created_at,"
         " updated_at, account, max_tokens, max_cost_usd) VALUES (?, ?, ?, ?, ?, 'created', ?, ?, ?, ?, ?, ?)",
-        (execution["id"], agent_id, number, execution["kind"], execution["prompt"],
-         json.dumps(execution["plan"]), now, now, execution.get("account"), execution.get("max_tokens"),
-         execution.get("max_cost_usd")),
+        (
+            execution["id"],
+            agent_id,
+            number,
+            execution["kind"],
+            execution["prompt"],
+            json.dumps(execution["plan"]),
+            now,
+            now,
+            execution.get("account"),
+            execution.get("max_tokens"),
+            execution.get("max_cost_usd"),
+        ),
     )
-    append_event(conn, agent_id=agent_id, execution_id=execution["id"], kind="state",
-                 data={"state": "created", "number": number})
+    append_event(
+        conn,
+        agent_id=agent_id,
+        execution_id=execution["id"],
+        kind="state",
+        data={"state": "created", "number": number},
+    )
 
 
 def get_agent(conn: sqlite3.Connection, agent_id: str) -> sqlite3.Row | None:
@@ -54,7 +70,11 @@ def get_execution(conn: sqlite3.Connection, execution_id: str) -> sqlite3.Row | 
 
 
 def latest_execution(conn: sqlite3.Connection, agent_id: str) -> sqlite3.Row | None:
-    return one(conn, "SELECT * FROM executions WHERE agent_id = ? ORDER BY number DESC LIMIT 1", (agent_id,))
+    return one(
+        conn,
+        "SELECT * FROM executions WHERE agent_id = ? ORDER BY number DESC LIMIT 1",
+        (agent_id,),
+    )
 
 
 def live_executions(conn: sqlite3.Connection) -> list[sqlite3.Row]:
@@ -69,9 +89,15 @@ _LIST_BASE = (
 )
 
 
-def list_agents(conn: sqlite3.Connection, *, states: list[str] | None, runtime: str | None,
-                after_revision: int | None, limit: int,
-                offset: int) -> tuple[list[sqlite3.Row], int]:
+def list_agents(
+    conn: sqlite3.Connection,
+    *,
+    states: list[str] | None,
+    runtime: str | None,
+    after_revision: int | None,
+    limit: int,
+    offset: int,
+) -> tuple[list[sqlite3.Row], int]:
     """A page of agents (newest first) with their latest execution, and the exact total."""
     where: list[str] = []
     params: list[Any] = []
@@ -95,14 +121,16 @@ def list_agents(conn: sqlite3.Connection, *, states: list[str] | None, runtime: 
     return rows, total
 
 
-def transition(conn: sqlite3.Connection, execution_id: str, new: ExecutionState,
-               **fields: Any) -> ExecutionState:
+def transition(
+    conn: sqlite3.Connection, execution_id: str, new: ExecutionState, **fields: Any
+) -> ExecutionState:
     """Move an execution to `new` (checked against the lifecycle), set fields, log a `state` event.
 
     Call inside a write transaction. Returns the previous state.
     """
-    row = conn.execute("SELECT agent_id, state FROM executions WHERE id = ?",
-                       (execution_id,)).fetchone()
+    row = conn.execute(
+        "SELECT agent_id, state FROM executions WHERE id = ?", (execution_id,)
+    ).fetchone()
     old = ExecutionState(row["state"])
     check_transition(old, new)
     now = time.time()
@@ -110,11 +138,15 @@ def transition(conn: sqlite3.Connection, execution_id: str, new: ExecutionState,
     if new.terminal:
         fields.setdefault("ended_at", now)
     assignments = ", ".join(f"{name} = :{name}" for name in fields)
-    conn.execute(f"UPDATE executions SET {assignments} WHERE id = :id", {**fields, "id": execution_id})
+    conn.execute(
+        f"UPDATE executions SET {assignments} WHERE id = :id", {**fields, "id": execution_id}
+    )
     event = {"state": new.value, "from": old.value}
     if fields.get("failure_kind"):
         event["failure_kind"] = fields["failure_kind"]
-    append_event(conn, agent_id=row["agent_id"], execution_id=execution_id, kind="state", data=event)
+    append_event(
+        conn, agent_id=row["agent_id"], execution_id=execution_id, kind="state", data=event
+    )
     return old
 
 
@@ -122,4 +154,6 @@ def update_execution(conn: sqlite3.Connection, execution_id: str, **fields: Any)
     """Set non-state fields (identity, session id, usage). Call inside a write transaction."""
     fields = {**fields, "updated_at": time.time()}
     assignments = ", ".join(f"{name} = :{name}" for name in fields)
-    conn.execute(f"UPDATE executions SET {assignments} WHERE id = :id", {**fields, "id": execution_id})
+    conn.execute(
+        f"UPDATE executions SET {assignments} WHERE id = :id", {**fields, "id": execution_id}
+    )

@@ -59,14 +59,18 @@ def get_batch_by_request(conn: sqlite3.Connection, request_id: str) -> sqlite3.R
 
 
 def live_batches(conn: sqlite3.Connection) -> list[sqlite3.Row]:
-    return conn.execute(f"SELECT * FROM batches WHERE state NOT IN {ENDED_BATCH_SQL}"
-                        " ORDER BY created_at").fetchall()
+    return conn.execute(
+        f"SELECT * FROM batches WHERE state NOT IN {ENDED_BATCH_SQL} ORDER BY created_at"
+    ).fetchall()
 
 
-def list_batches(conn: sqlite3.Connection, *, limit: int, offset: int) -> tuple[list[sqlite3.Row], int]:
+def list_batches(
+    conn: sqlite3.Connection, *, limit: int, offset: int
+) -> tuple[list[sqlite3.Row], int]:
     total = conn.execute("SELECT count(*) FROM batches").fetchone()[0]
-    rows = conn.execute("SELECT * FROM batches ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?",
-                        (limit, offset)).fetchall()
+    rows = conn.execute(
+        "SELECT * FROM batches ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?", (limit, offset)
+    ).fetchall()
     return rows, total
 
 
@@ -74,7 +78,8 @@ def runs(conn: sqlite3.Connection, batch_id: str) -> list[sqlite3.Row]:
     return conn.execute(
         "SELECT * FROM batch_runs WHERE batch_id = ? ORDER BY CASE stage WHEN 'generator' THEN 0"
         " WHEN 'worker' THEN 1 WHEN 'candidate' THEN 1 WHEN 'reviewer' THEN 2 ELSE 3 END, idx",
-        (batch_id,)).fetchall()
+        (batch_id,),
+    ).fetchall()
 
 
 def get_run(conn: sqlite3.Connection, run_id: str) -> sqlite3.Row | None:
@@ -82,12 +87,14 @@ def get_run(conn: sqlite3.Connection, run_id: str) -> sqlite3.Row | None:
 
 
 def attempts(conn: sqlite3.Connection, run_id: str) -> list[sqlite3.Row]:
-    return conn.execute("SELECT * FROM batch_attempts WHERE run_id = ? ORDER BY attempt",
-                        (run_id,)).fetchall()
+    return conn.execute(
+        "SELECT * FROM batch_attempts WHERE run_id = ? ORDER BY attempt", (run_id,)
+    ).fetchall()
 
 
-def _set(conn: sqlite3.Connection, table: str, fields: dict[str, Any], where: str,
-         params: dict[str, Any]) -> bool:
+def _set(
+    conn: sqlite3.Connection, table: str, fields: dict[str, Any], where: str, params: dict[str, Any]
+) -> bool:
     fields = {**fields, "updated_at": time.time()}
     assignments = ", ".join(f"{name} = :{name}" for name in fields)
     cursor = conn.execute(f"UPDATE {table} SET {assignments} WHERE {where}", {**fields, **params})
@@ -103,13 +110,19 @@ def update_batch(conn: sqlite3.Connection, batch_id: str, **fields: Any) -> None
         log_batch(conn, batch_id, fields)
 
 
-def move_batch(conn: sqlite3.Connection, batch_id: str, *, expect: BatchState, to: BatchState,
-               **fields: Any) -> bool:
+def move_batch(
+    conn: sqlite3.Connection, batch_id: str, *, expect: BatchState, to: BatchState, **fields: Any
+) -> bool:
     """Compare-and-set the batch's state `expect -> to` (and `fields`); IllegalTransition when the
     machine forbids it, False when the batch is no longer in `expect`."""
     check_batch_transition(BatchState(expect), BatchState(to))
-    if not _set(conn, "batches", {"state": BatchState(to).value, **fields}, "id = :id AND state = :expect",
-                {"id": batch_id, "expect": BatchState(expect).value}):
+    if not _set(
+        conn,
+        "batches",
+        {"state": BatchState(to).value, **fields},
+        "id = :id AND state = :expect",
+        {"id": batch_id, "expect": BatchState(expect).value},
+    ):
         return False
     log_batch(conn, batch_id, {"state": BatchState(to).value, **fields})
     return True
@@ -120,32 +133,60 @@ def update_run(conn: sqlite3.Connection, run: sqlite3.Row, **fields: Any) -> Non
     if "state" in fields:
         raise IllegalTransition("a run's state changes only through update_run_if")
     _set(conn, "batch_runs", fields, "id = :id", {"id": run["id"]})
-    log_batch(conn, run["batch_id"], {"run": run["id"], **{k: v for k, v in fields.items() if k in _RUN_LOGGED}})
+    log_batch(
+        conn,
+        run["batch_id"],
+        {"run": run["id"], **{k: v for k, v in fields.items() if k in _RUN_LOGGED}},
+    )
 
 
-def update_run_if(conn: sqlite3.Connection, run: sqlite3.Row, *, expect_state: str | tuple[str, ...],
-                  expect_attempt: int, **fields: Any) -> bool:
+def update_run_if(
+    conn: sqlite3.Connection,
+    run: sqlite3.Row,
+    *,
+    expect_state: str | tuple[str, ...],
+    expect_attempt: int,
+    **fields: Any,
+) -> bool:
     """Compare-and-set: update the run only while it is still in `state` (one or several) at
     `attempt`; False when someone moved it meanwhile (a stop, a rerun, a cancel).
     IllegalTransition when a new `state` is not allowed from every expected one."""
-    states = [RunState(s) for s in ((expect_state,) if isinstance(expect_state, str) else expect_state)]
+    states = [
+        RunState(s) for s in ((expect_state,) if isinstance(expect_state, str) else expect_state)
+    ]
     if "state" in fields:
         fields["state"] = RunState(fields["state"]).value
         for old in states:
             check_run_transition(old, RunState(fields["state"]))
     marks = ", ".join(f":s{i}" for i in range(len(states)))
-    if not _set(conn, "batch_runs", fields, f"id = :id AND attempt = :expect_attempt AND state IN ({marks})",
-                {"id": run["id"], "expect_attempt": expect_attempt,
-                 **{f"s{i}": s.value for i, s in enumerate(states)}}):
+    if not _set(
+        conn,
+        "batch_runs",
+        fields,
+        f"id = :id AND attempt = :expect_attempt AND state IN ({marks})",
+        {
+            "id": run["id"],
+            "expect_attempt": expect_attempt,
+            **{f"s{i}": s.value for i, s in enumerate(states)},
+        },
+    ):
         return False
-    log_batch(conn, run["batch_id"], {"run": run["id"], **{k: v for k, v in fields.items() if k in _RUN_LOGGED}})
+    log_batch(
+        conn,
+        run["batch_id"],
+        {"run": run["id"], **{k: v for k, v in fields.items() if k in _RUN_LOGGED}},
+    )
     return True
 
 
-def record_attempt(conn: sqlite3.Connection, run: sqlite3.Row, *, attempt: int, kind: str,
-                   agent_id: str) -> None:
-    conn.execute("INSERT OR IGNORE INTO batch_attempts (run_id, attempt, kind, agent_id, created_at)"
-                 " VALUES (?, ?, ?, ?, ?)", (run["id"], attempt, kind, agent_id, time.time()))
+def record_attempt(
+    conn: sqlite3.Connection, run: sqlite3.Row, *, attempt: int, kind: str, agent_id: str
+) -> None:
+    conn.execute(
+        "INSERT OR IGNORE INTO batch_attempts (run_id, attempt, kind, agent_id, created_at)"
+        " VALUES (?, ?, ?, ?, ?)",
+        (run["id"], attempt, kind, agent_id, time.time()),
+    )
 
 
 def result(row: sqlite3.Row) -> Any:

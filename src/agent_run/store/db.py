@@ -67,8 +67,9 @@ def connect(path: Path, *, apply_migrations: bool = True) -> sqlite3.Connection:
     """Open the state database in WAL mode (file 0600), migrated to the newest schema."""
     if not path.exists():
         path.touch(mode=0o600)
-    conn = sqlite3.connect(path, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000,
-                           check_same_thread=False)
+    conn = sqlite3.connect(
+        path, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False
+    )
     conn.row_factory = sqlite3.Row
     conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
     conn.execute("PRAGMA journal_mode = WAL")
@@ -89,12 +90,17 @@ def is_storage_full(exc: BaseException) -> bool:
 
 
 def storage_full(writing: str, exc: BaseException) -> StorageFull:
-    return StorageFull(f"the disk holding the agent-run home is full: could not write {writing} "
-                       f"({exc}); nothing partial was kept, retry once space is freed", writing=writing)
+    return StorageFull(
+        f"the disk holding the agent-run home is full: could not write {writing} "
+        f"({exc}); nothing partial was kept, retry once space is freed",
+        writing=writing,
+    )
 
 
 @contextmanager
-def write(conn: sqlite3.Connection, writing: str = "the state database") -> Iterator[sqlite3.Connection]:
+def write(
+    conn: sqlite3.Connection, writing: str = "the state database"
+) -> Iterator[sqlite3.Connection]:
     """A write transaction that takes the write lock up front (BEGIN IMMEDIATE).
 
     A full disk (SQLITE_FULL, at any statement or at COMMIT) rolls the whole transaction back

@@ -8,24 +8,54 @@ from typing import Any
 from agent_run.store.db import inserted_id, one, scalar
 
 
-def append_event(conn: sqlite3.Connection, *, agent_id: str, execution_id: str, kind: str,
-                 data: dict[str, Any], ts: float | None = None) -> int:
+def append_event(
+    conn: sqlite3.Connection,
+    *,
+    agent_id: str,
+    execution_id: str,
+    kind: str,
+    data: dict[str, Any],
+    ts: float | None = None,
+) -> int:
     """Append one event; call inside a write transaction so `agent_seq` stays contiguous."""
     cur = conn.execute(
         "INSERT INTO events (agent_id, execution_id, agent_seq, kind, data, ts)"
         " SELECT ?, ?, coalesce(max(agent_seq), 0) + 1, ?, ?, ? FROM events WHERE agent_id = ?",
-        (agent_id, execution_id, kind, json.dumps(data, separators=(",", ":")),
-         ts if ts is not None else time.time(), agent_id),
+        (
+            agent_id,
+            execution_id,
+            kind,
+            json.dumps(data, separators=(",", ":")),
+            ts if ts is not None else time.time(),
+            agent_id,
+        ),
     )
     return inserted_id(cur)
 
 
-def append_message(conn: sqlite3.Connection, *, agent_id: str, execution_id: str, role: str,
-                   name: str | None, content: str, ts: float | None = None, is_error: bool = False) -> int:
+def append_message(
+    conn: sqlite3.Connection,
+    *,
+    agent_id: str,
+    execution_id: str,
+    role: str,
+    name: str | None,
+    content: str,
+    ts: float | None = None,
+    is_error: bool = False,
+) -> int:
     cur = conn.execute(
         "INSERT INTO messages (agent_id, execution_id, role, name, content, ts, is_error)"
         " VALUES (?, ?, ?, ?, ?, ?, ?)",
-        (agent_id, execution_id, role, name, content, ts if ts is not None else time.time(), int(is_error)),
+        (
+            agent_id,
+            execution_id,
+            role,
+            name,
+            content,
+            ts if ts is not None else time.time(),
+            int(is_error),
+        ),
     )
     return inserted_id(cur)
 
@@ -38,8 +68,14 @@ def count_events(conn: sqlite3.Connection, agent_id: str) -> int:
     return scalar(conn, "SELECT count(*) FROM events WHERE agent_id = ?", (agent_id,))
 
 
-def agent_events(conn: sqlite3.Connection, agent_id: str, *, after_seq: int = 0,
-                 limit: int = 1000, kinds: list[str] | None = None) -> list[sqlite3.Row]:
+def agent_events(
+    conn: sqlite3.Connection,
+    agent_id: str,
+    *,
+    after_seq: int = 0,
+    limit: int = 1000,
+    kinds: list[str] | None = None,
+) -> list[sqlite3.Row]:
     if kinds is None:
         return conn.execute(
             "SELECT * FROM events WHERE agent_id = ? AND seq > ? ORDER BY seq LIMIT ?",
@@ -52,8 +88,9 @@ def agent_events(conn: sqlite3.Connection, agent_id: str, *, after_seq: int = 0,
     ).fetchall()
 
 
-def messages_page(conn: sqlite3.Connection, agent_id: str, *, after_id: int,
-                  limit: int) -> list[sqlite3.Row]:
+def messages_page(
+    conn: sqlite3.Connection, agent_id: str, *, after_id: int, limit: int
+) -> list[sqlite3.Row]:
     return conn.execute(
         "SELECT m.*, e.number AS execution_number FROM messages m"
         " JOIN executions e ON e.id = m.execution_id"
@@ -63,11 +100,16 @@ def messages_page(conn: sqlite3.Connection, agent_id: str, *, after_id: int,
 
 
 def last_message(conn: sqlite3.Connection, agent_id: str) -> sqlite3.Row | None:
-    return one(conn, "SELECT * FROM messages WHERE agent_id = ? ORDER BY id DESC LIMIT 1", (agent_id,))
+    return one(
+        conn, "SELECT * FROM messages WHERE agent_id = ? ORDER BY id DESC LIMIT 1", (agent_id,)
+    )
 
 
 def changed_since(conn: sqlite3.Connection, revision: int, upto: int, limit: int) -> list[str]:
     """The distinct agent and batch ids (events of batches carry the batch id) in (revision, upto]."""
-    rows = conn.execute("SELECT agent_id FROM events WHERE seq > ? AND seq <= ? GROUP BY agent_id"
-                        " ORDER BY max(seq) LIMIT ?", (revision, upto, limit + 1)).fetchall()
+    rows = conn.execute(
+        "SELECT agent_id FROM events WHERE seq > ? AND seq <= ? GROUP BY agent_id"
+        " ORDER BY max(seq) LIMIT ?",
+        (revision, upto, limit + 1),
+    ).fetchall()
     return [r[0] for r in rows]

@@ -20,8 +20,10 @@ class Sample:
     execution_id: str | None = None
 
 
-_COLUMNS = ("runtime, account, lane, window, remaining_percent, reset_at, observed_at, valid_until,"
-            " source, execution_id")
+_COLUMNS = (
+    "runtime, account, lane, window, remaining_percent, reset_at, observed_at, valid_until,"
+    " source, execution_id"
+)
 
 
 def append_samples(conn: sqlite3.Connection, samples: list[Sample], retention: int | None) -> int:
@@ -29,8 +31,21 @@ def append_samples(conn: sqlite3.Connection, samples: list[Sample], retention: i
     passes None: the daemon trims). Call inside a write transaction."""
     conn.executemany(
         f"INSERT INTO capacity_samples ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        [(s.runtime, s.account, s.lane, s.window, s.remaining_percent, s.reset_at, s.observed_at,
-          s.valid_until, s.source, s.execution_id) for s in samples],
+        [
+            (
+                s.runtime,
+                s.account,
+                s.lane,
+                s.window,
+                s.remaining_percent,
+                s.reset_at,
+                s.observed_at,
+                s.valid_until,
+                s.source,
+                s.execution_id,
+            )
+            for s in samples
+        ],
     )
     if retention is not None:
         trim(conn, retention)
@@ -39,15 +54,19 @@ def append_samples(conn: sqlite3.Connection, samples: list[Sample], retention: i
 
 def trim(conn: sqlite3.Connection, retention: int) -> None:
     """Keep the newest `retention` samples. Call inside a write transaction."""
-    conn.execute("DELETE FROM capacity_samples WHERE id NOT IN "
-                 "(SELECT id FROM capacity_samples ORDER BY observed_at DESC, id DESC LIMIT ?)",
-                 (retention,))
+    conn.execute(
+        "DELETE FROM capacity_samples WHERE id NOT IN "
+        "(SELECT id FROM capacity_samples ORDER BY observed_at DESC, id DESC LIMIT ?)",
+        (retention,),
+    )
 
 
 def samples_since(conn: sqlite3.Connection, since: float) -> list[Sample]:
     """Every sample observed at or after `since`, oldest first."""
-    rows = conn.execute(f"SELECT {_COLUMNS} FROM capacity_samples WHERE observed_at >= ?"
-                        " ORDER BY observed_at, id", (since,)).fetchall()
+    rows = conn.execute(
+        f"SELECT {_COLUMNS} FROM capacity_samples WHERE observed_at >= ? ORDER BY observed_at, id",
+        (since,),
+    ).fetchall()
     return [Sample(*tuple(row)) for row in rows]
 
 

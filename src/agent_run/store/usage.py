@@ -11,7 +11,9 @@ _EXECUTIONS = (
 )
 
 
-def execution_usage(conn: sqlite3.Connection, *, runtime: str | None, since: float | None) -> list[sqlite3.Row]:
+def execution_usage(
+    conn: sqlite3.Connection, *, runtime: str | None, since: float | None
+) -> list[sqlite3.Row]:
     """Every execution (oldest first) with what it reported, filtered by runtime and creation time."""
     where: list[str] = []
     params: list[str | float] = []
@@ -30,7 +32,9 @@ def batch_spend(conn: sqlite3.Connection, batch_id: str) -> tuple[int, float | N
     rows = conn.execute(
         "SELECT DISTINCT e.id, e.usage_json, e.cost_usd FROM executions e"
         " JOIN batch_attempts t ON t.agent_id = e.agent_id JOIN batch_runs r ON r.id = t.run_id"
-        " WHERE r.batch_id = ?", (batch_id,)).fetchall()
+        " WHERE r.batch_id = ?",
+        (batch_id,),
+    ).fetchall()
     tokens, cost = 0, None
     for row in rows:
         usage = json.loads(row["usage_json"]) if row["usage_json"] else {}

@@ -10,8 +10,11 @@ def main() -> int:
     parser.add_argument("--home", required=True)
     parser.add_argument("--execution")
     parser.add_argument("--ready-fd", type=int)
-    parser.add_argument("--canary", action="store_true",
-                        help="record identity and signal handlers, report, exit (doctor)")
+    parser.add_argument(
+        "--canary",
+        action="store_true",
+        help="record identity and signal handlers, report, exit (doctor)",
+    )
     args = parser.parse_args()
     os.umask(0o077)
     if args.canary:
@@ -34,8 +37,10 @@ def main() -> int:
         refuse_plan(home, args.execution, exc.message)
         return 1
     if payload is None and supervisor.plan.runtime_config.auth:
-        print("no credential payload on stdin (the spawner went away): exiting unrecorded",
-              file=sys.stderr)
+        print(
+            "no credential payload on stdin (the spawner went away): exiting unrecorded",
+            file=sys.stderr,
+        )
         return 1  # the row stays `created`, for a later spawn
     supervisor.payload = payload or {}
     if not supervisor.record_identity(args.ready_fd):

@@ -23,8 +23,19 @@ from typing import Any
 from agent_run.supervisor.upstream import Upstream
 
 TOKEN_PREFIX = "agent-run-broker-"
-_HOP_BY_HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te",
-               "trailer", "trailers", "transfer-encoding", "upgrade", "host", "content-length"}
+_HOP_BY_HOP = {
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "trailers",
+    "transfer-encoding",
+    "upgrade",
+    "host",
+    "content-length",
+}
 _SIGNAL_HEADERS = ("x-ratelimit-", "anthropic-ratelimit-", "ratelimit-", "retry-after")
 READ_BYTES = 65536
 
@@ -40,8 +51,12 @@ class CredentialBroker:
         self.unreachable: str | None = None
         self.server = _Server(("127.0.0.1", 0), _BrokerHandler)
         self.server.broker = self  # type: ignore[attr-defined]
-        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.2},
-                                       daemon=True, name="credential-broker")
+        self.thread = threading.Thread(
+            target=self.server.serve_forever,
+            kwargs={"poll_interval": 0.2},
+            daemon=True,
+            name="credential-broker",
+        )
 
     def start(self) -> "CredentialBroker":
         self.thread.start()
@@ -127,7 +142,11 @@ class _BrokerHandler(BaseHTTPRequestHandler):
                 continue
             if lower == "x-api-key" and self.broker.accepts(value.strip()):
                 value, authorized = self.broker.key, True
-            elif lower == "authorization" and value.startswith("Bearer ") and self.broker.accepts(value[7:].strip()):
+            elif (
+                lower == "authorization"
+                and value.startswith("Bearer ")
+                and self.broker.accepts(value[7:].strip())
+            ):
                 value, authorized = f"Bearer {self.broker.key}", True
             out[name] = value
         out["Host"] = self.broker.upstream.host_header
@@ -156,8 +175,9 @@ class _BrokerHandler(BaseHTTPRequestHandler):
             if self.upstream_conn is None:
                 self.upstream_conn = self.broker.upstream.connect()
             try:
-                self.upstream_conn.request(self.command, self.broker.upstream.target(self.path),
-                                           body=body, headers=headers)
+                self.upstream_conn.request(
+                    self.command, self.broker.upstream.target(self.path), body=body, headers=headers
+                )
                 return self.upstream_conn.getresponse()
             except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
                 self._drop_upstream()
@@ -170,7 +190,9 @@ class _BrokerHandler(BaseHTTPRequestHandler):
         for name, value in response.headers.items():
             if name.lower() not in _HOP_BY_HOP:
                 self.send_header(name, value)
-        bodyless = self.command == "HEAD" or response.status in (204, 304) or 100 <= response.status < 200
+        bodyless = (
+            self.command == "HEAD" or response.status in (204, 304) or 100 <= response.status < 200
+        )
         chunked = not bodyless and response.length is None
         if bodyless:
             self.send_header("Content-Length", response.headers.get("Content-Length", "0"))
@@ -212,8 +234,12 @@ class _BrokerHandler(BaseHTTPRequestHandler):
             self._drop_upstream()
 
     def _reply_error(self, status: int, kind: str, message: str) -> None:
-        data = json.dumps({"type": "error", "error": {"type": kind,
-                           "message": f"agent-run credential broker: {message}"}}).encode()
+        data = json.dumps(
+            {
+                "type": "error",
+                "error": {"type": kind, "message": f"agent-run credential broker: {message}"},
+            }
+        ).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
@@ -236,4 +262,3 @@ class _BrokerHandler(BaseHTTPRequestHandler):
     def finish(self) -> None:
         self._drop_upstream()
         super().finish()
-

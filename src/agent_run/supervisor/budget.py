@@ -17,8 +17,10 @@ class Budget:
     @classmethod
     def of_execution(cls, row: Any) -> "Budget":
         keys = row.keys()
-        return cls(row["max_tokens"] if "max_tokens" in keys else None,
-                   row["max_cost_usd"] if "max_cost_usd" in keys else None)
+        return cls(
+            row["max_tokens"] if "max_tokens" in keys else None,
+            row["max_cost_usd"] if "max_cost_usd" in keys else None,
+        )
 
     def exceeded(self, usage: dict[str, float], cost_usd: float | None) -> str | None:
         """Why the run must stop, or None while it is within its caps."""

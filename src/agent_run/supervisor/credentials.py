@@ -22,8 +22,12 @@ if TYPE_CHECKING:  # imported when a broker is started: http.server/http.client 
     from agent_run.supervisor.broker import CredentialBroker
 
 # What an engine makes of a dropped connection; with the broker's proof it is a network error.
-_UNREACHABLE_AS = {FailureKind.STREAM_ERROR, FailureKind.ERROR_REPLY, FailureKind.ENGINE_CRASHED,
-                   FailureKind.NETWORK_ERROR}
+_UNREACHABLE_AS = {
+    FailureKind.STREAM_ERROR,
+    FailureKind.ERROR_REPLY,
+    FailureKind.ENGINE_CRASHED,
+    FailureKind.NETWORK_ERROR,
+}
 
 
 @dataclass
@@ -44,7 +48,9 @@ class EngineCredentials:
             if windows:
                 log.quota(windows)
         while not self.broker.upstream_failures.empty():
-            log.event("upstream_unreachable", {"error": self.broker.upstream_failures.get_nowait()[:500]})
+            log.event(
+                "upstream_unreachable", {"error": self.broker.upstream_failures.get_nowait()[:500]}
+            )
 
     def reclassify(self, outcome: Outcome) -> Outcome:
         """An engine sees the broker drop its connection when the provider is unreachable and
@@ -52,15 +58,20 @@ class EngineCredentials:
         reason = self.broker.unreachable if self.broker else None
         if reason is None or outcome.failure not in _UNREACHABLE_AS:
             return outcome
-        return replace(outcome, failure=FailureKind.NETWORK_ERROR,
-                       message=f"cannot reach {self.broker.upstream.host_header}: {reason}"[:500])
+        return replace(
+            outcome,
+            failure=FailureKind.NETWORK_ERROR,
+            message=f"cannot reach {self.broker.upstream.host_header}: {reason}"[:500],
+        )
 
     def close(self) -> None:
         if self.broker is not None:
             self.broker.close()
 
 
-def engine_credentials(upstream: str | None, plan: ExecutionPlan, secrets: dict[str, str]) -> EngineCredentials:
+def engine_credentials(
+    upstream: str | None, plan: ExecutionPlan, secrets: dict[str, str]
+) -> EngineCredentials:
     """`upstream`: the engine's default provider URL (`EngineSpec.broker_upstream`)."""
     secret = single_secret(secrets)
     options = plan.runtime_config
@@ -69,5 +80,7 @@ def engine_credentials(upstream: str | None, plan: ExecutionPlan, secrets: dict[
     from agent_run.supervisor.broker import CredentialBroker
 
     broker = CredentialBroker(options.base_url or upstream, secret).start()
-    brokered = plan.model_copy(update={"runtime_config": options.model_copy(update={"base_url": broker.base_url})})
+    brokered = plan.model_copy(
+        update={"runtime_config": options.model_copy(update={"base_url": broker.base_url})}
+    )
     return EngineCredentials(brokered, {name: broker.token for name in secrets}, broker)

@@ -28,7 +28,9 @@ class Ending:
     failure: FailureKind | None = None
 
 
-def seal_verified(directory: Path, answer: str, *, agent_id: str, execution_id: str) -> dict[str, Any]:
+def seal_verified(
+    directory: Path, answer: str, *, agent_id: str, execution_id: str
+) -> dict[str, Any]:
     """Seal, then re-read and re-hash: a file the disk cut short is never reported sealed."""
     try:
         sealed = seal_answer(directory, answer, agent_id=agent_id, execution_id=execution_id)
@@ -38,15 +40,22 @@ def seal_verified(directory: Path, answer: str, *, agent_id: str, execution_id: 
             raise storage_full("the sealed answer (answer.md)", exc) from None
         raise
     except AnswerIntegrity as exc:
-        raise StorageFull(f"the sealed answer did not read back intact: {exc.message}",
-                          writing="the sealed answer (answer.md)") from None
-    return {"answer_path": str(sealed.path), "answer_sha256": sealed.sha256,
-            "answer_bytes": sealed.bytes, "answer_checked_at": time.time()}
+        raise StorageFull(
+            f"the sealed answer did not read back intact: {exc.message}",
+            writing="the sealed answer (answer.md)",
+        ) from None
+    return {
+        "answer_path": str(sealed.path),
+        "answer_sha256": sealed.sha256,
+        "answer_bytes": sealed.bytes,
+        "answer_checked_at": time.time(),
+    }
 
 
 class EndWriter:
-    def __init__(self, log: ExecutionLog, directory: Path, reserve: StorageReserve,
-                 wait_seconds: float) -> None:
+    def __init__(
+        self, log: ExecutionLog, directory: Path, reserve: StorageReserve, wait_seconds: float
+    ) -> None:
         self.log = log
         self.conn = log.conn
         self.directory = directory
@@ -82,8 +91,14 @@ class EndWriter:
 
     def _write_full(self, ending: Ending) -> None:
         if ending.answer is not None and "answer_sha256" not in ending.fields:
-            ending.fields.update(seal_verified(self.directory, ending.answer, agent_id=self.log.agent_id,
-                                               execution_id=self.log.execution_id))
+            ending.fields.update(
+                seal_verified(
+                    self.directory,
+                    ending.answer,
+                    agent_id=self.log.agent_id,
+                    execution_id=self.log.execution_id,
+                )
+            )
         self.log.flush_raw()
         rows = self.log.pending()
         with write(self.conn, "the execution's end (events and terminal state)"):
@@ -96,22 +111,40 @@ class EndWriter:
         dropped = self.log.drop_all()
         lost = ""
         if ending.answer is not None:
-            lost = ("; the answer was sealed in answer.md but its record is incomplete"
-                    if "answer_sha256" in ending.fields else "; the answer could not be sealed")
-        message = (ending.fields.get("failure_message") if ending.failure is FailureKind.STORAGE_FULL
-                   else None) or f"the disk stayed full: {error.message}"
+            lost = (
+                "; the answer was sealed in answer.md but its record is incomplete"
+                if "answer_sha256" in ending.fields
+                else "; the answer could not be sealed"
+            )
+        message = (
+            ending.fields.get("failure_message")
+            if ending.failure is FailureKind.STORAGE_FULL
+            else None
+        ) or f"the disk stayed full: {error.message}"
         message = f"{message}; {dropped} buffered row(s) could not be stored{lost}"[:1000]
-        keep = {k: v for k, v in ending.fields.items() if k in ("exit_code", "usage_json", "cost_usd")}
+        keep = {
+            k: v for k, v in ending.fields.items() if k in ("exit_code", "usage_json", "cost_usd")
+        }
 
         def attempt() -> None:
             with write(self.conn, "the execution's terminal state"):
-                agents_q.transition(self.conn, self.log.execution_id, ExecutionState.FAILED, **keep,
-                                    failure_kind=FailureKind.STORAGE_FULL.value, failure_message=message)
+                agents_q.transition(
+                    self.conn,
+                    self.log.execution_id,
+                    ExecutionState.FAILED,
+                    **keep,
+                    failure_kind=FailureKind.STORAGE_FULL.value,
+                    failure_message=message,
+                )
 
         last = self._retry(attempt, time.monotonic() + self.wait_seconds)
         if last is None:
-            note(f"storage_full: execution {self.log.execution_id} ended failed/storage_full: {message}")
+            note(
+                f"storage_full: execution {self.log.execution_id} ended failed/storage_full: {message}"
+            )
             return True
-        note(f"storage_full: gave up recording the end of execution {self.log.execution_id} after "
-             f"{self.wait_seconds:g}s; reconciliation will mark it lost: {last.message}")
+        note(
+            f"storage_full: gave up recording the end of execution {self.log.execution_id} after "
+            f"{self.wait_seconds:g}s; reconciliation will mark it lost: {last.message}"
+        )
         return False

@@ -36,11 +36,17 @@ class EngineProcess:
     @classmethod
     def start(cls, spec: LaunchSpec) -> "EngineProcess":
         """Start the engine in its own session; stdout and stderr are pipes (OSError if it cannot)."""
-        return cls(subprocess.Popen(
-            spec.argv, env=spec.env, cwd=spec.cwd, start_new_session=True,
-            stdin=subprocess.PIPE if spec.stdin_pipe else subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        ))
+        return cls(
+            subprocess.Popen(
+                spec.argv,
+                env=spec.env,
+                cwd=spec.cwd,
+                start_new_session=True,
+                stdin=subprocess.PIPE if spec.stdin_pipe else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
+        )
 
     def stderr_fd(self) -> int:
         assert self.proc.stderr is not None
@@ -73,7 +79,11 @@ class EngineProcess:
         if not escalation.sent_term and now >= escalation.term_at:
             escalation.sent_term = True
             kill_group(self.pgid, signal.SIGTERM)
-        elif escalation.sent_term and not escalation.sent_kill and now >= escalation.term_at + escalation.grace:
+        elif (
+            escalation.sent_term
+            and not escalation.sent_kill
+            and now >= escalation.term_at + escalation.grace
+        ):
             escalation.sent_kill = True
             kill_group(self.pgid, signal.SIGKILL)
 

@@ -28,8 +28,16 @@ DEFAULT_BUFFER_BYTES = 4 * 1024 * 1024
 
 
 class ExecutionLog:
-    def __init__(self, conn: sqlite3.Connection, agent_id: str, execution_id: str, runtime: str, *,
-                 raw_path: Path | None = None, buffer_bytes: int = DEFAULT_BUFFER_BYTES) -> None:
+    def __init__(
+        self,
+        conn: sqlite3.Connection,
+        agent_id: str,
+        execution_id: str,
+        runtime: str,
+        *,
+        raw_path: Path | None = None,
+        buffer_bytes: int = DEFAULT_BUFFER_BYTES,
+    ) -> None:
         self.conn = conn
         self.runtime = runtime
         self.agent_id = agent_id
@@ -65,7 +73,9 @@ class ExecutionLog:
     def event(self, kind: str, data: dict[str, Any]) -> None:
         self._add("event", (kind, data, time.time()), len(str(data)))
 
-    def message(self, role: str, content: str, name: str | None = None, *, is_error: bool = False) -> None:
+    def message(
+        self, role: str, content: str, name: str | None = None, *, is_error: bool = False
+    ) -> None:
         self._add("message", (role, name, content, time.time(), is_error), len(content))
 
     def signal(self, kind: str, status: int | None, retry_after: float | None, detail: str) -> None:
@@ -142,8 +152,12 @@ class ExecutionLog:
         if self.full_since is not None:
             held = time.monotonic() - self.full_since
             self.full_since = self.full_error = None
-            self.event("storage_recovered", {"held_seconds": round(held, 3), "dropped": self.dropped})
-            note(f"storage_recovered: execution {self.execution_id} wrote what it held for {held:.1f}s")
+            self.event(
+                "storage_recovered", {"held_seconds": round(held, 3), "dropped": self.dropped}
+            )
+            note(
+                f"storage_recovered: execution {self.execution_id} wrote what it held for {held:.1f}s"
+            )
             return self.flush()
         return True
 
@@ -151,11 +165,15 @@ class ExecutionLog:
         if self.full_since is None:
             self.full_since = time.monotonic()
             self.full_error = exc.message
-            self._rows.insert(0, ("event", ("storage_full", {"error": exc.message[:500]}, time.time())))
+            self._rows.insert(
+                0, ("event", ("storage_full", {"error": exc.message[:500]}, time.time()))
+            )
             self._sizes.insert(0, ROW_OVERHEAD_BYTES)
             self._row_bytes += ROW_OVERHEAD_BYTES
-            note(f"storage_full: execution {self.execution_id} holds its events in memory "
-                 f"(up to {self.buffer_bytes} bytes) and retries: {exc.message}")
+            note(
+                f"storage_full: execution {self.execution_id} holds its events in memory "
+                f"(up to {self.buffer_bytes} bytes) and retries: {exc.message}"
+            )
 
     def flush_raw(self) -> None:
         """Append the held raw lines to runtime.jsonl; a full disk leaves no partial line."""
@@ -168,7 +186,7 @@ class ExecutionLog:
         view = memoryview(b"".join(self._raw))
         try:
             while view:
-                view = view[os.write(self._raw_fd, view):]
+                view = view[os.write(self._raw_fd, view) :]
         except OSError as exc:
             if not is_storage_full(exc):
                 raise
@@ -183,12 +201,33 @@ class ExecutionLog:
 
     def _write_samples(self, windows: tuple[QuotaWindow, ...], observed_at: float) -> None:
         valid_until = observed_at + ENGINE_VALIDITY_SECONDS
-        append_samples(self.conn, [
-            Sample(self.runtime, None, w.lane, w.window, w.remaining_percent, w.reset_at, observed_at,
-                   valid_until, "native", self.execution_id) for w in windows], retention=None)
-        append_event(self.conn, agent_id=self.agent_id, execution_id=self.execution_id, kind="quota",
-                     data={"windows": [[w.lane, w.window, w.remaining_percent] for w in windows]},
-                     ts=observed_at)
+        append_samples(
+            self.conn,
+            [
+                Sample(
+                    self.runtime,
+                    None,
+                    w.lane,
+                    w.window,
+                    w.remaining_percent,
+                    w.reset_at,
+                    observed_at,
+                    valid_until,
+                    "native",
+                    self.execution_id,
+                )
+                for w in windows
+            ],
+            retention=None,
+        )
+        append_event(
+            self.conn,
+            agent_id=self.agent_id,
+            execution_id=self.execution_id,
+            kind="quota",
+            data={"windows": [[w.lane, w.window, w.remaining_percent] for w in windows]},
+            ts=observed_at,
+        )
 
     def write_rows(self, rows: list[tuple[str, Any]]) -> None:
         ids = {"agent_id": self.agent_id, "execution_id": self.execution_id}
@@ -198,14 +237,28 @@ class ExecutionLog:
                 append_event(self.conn, **ids, kind=kind, data=data, ts=ts)
             elif what == "signal":
                 kind, status, retry_after, detail = fields
-                append_signal(self.conn, **ids, runtime=self.runtime, kind=kind, status=status,
-                              retry_after=retry_after, detail=detail)
+                append_signal(
+                    self.conn,
+                    **ids,
+                    runtime=self.runtime,
+                    kind=kind,
+                    status=status,
+                    retry_after=retry_after,
+                    detail=detail,
+                )
             elif what == "samples":
                 self._write_samples(*fields)
             elif what == "message":
                 role, name, content, ts, is_error = fields
-                append_message(self.conn, **ids, role=role, name=name, content=content, ts=ts,
-                               is_error=is_error)
+                append_message(
+                    self.conn,
+                    **ids,
+                    role=role,
+                    name=name,
+                    content=content,
+                    ts=ts,
+                    is_error=is_error,
+                )
             elif what == "update":
                 agents_q.update_execution(self.conn, self.execution_id, **fields)
             elif what == "transition":

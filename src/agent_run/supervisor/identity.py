@@ -6,8 +6,16 @@ import signal
 
 from agent_run.processes import Liveness, ProcessIdentity, current
 
-__all__ = ["Liveness", "ProcessIdentity", "boot_id", "engine_group_alive", "group_members", "kill_group",
-           "liveness", "start_ticks"]
+__all__ = [
+    "Liveness",
+    "ProcessIdentity",
+    "boot_id",
+    "engine_group_alive",
+    "group_members",
+    "kill_group",
+    "liveness",
+    "start_ticks",
+]
 
 
 def boot_id() -> str:

@@ -19,8 +19,17 @@ READY_TIMEOUT_SECONDS = 30.0
 
 
 def supervisor_argv(home: Home, execution_id: str, ready_fd: int) -> list[str]:
-    return [sys.executable, "-m", "agent_run.supervisor", "--home", str(home.root),
-            "--execution", execution_id, "--ready-fd", str(ready_fd)]
+    return [
+        sys.executable,
+        "-m",
+        "agent_run.supervisor",
+        "--home",
+        str(home.root),
+        "--execution",
+        execution_id,
+        "--ready-fd",
+        str(ready_fd),
+    ]
 
 
 def supervisor_environment() -> dict[str, str]:
@@ -39,14 +48,16 @@ class StartedSupervisor:
     def identity(self, line: bytes) -> ProcessIdentity:
         """The identity in its ready line; SpawnFailed when it exited before writing one."""
         if not line:
-            raise SpawnFailed(f"supervisor pid {self.proc.pid} exited before it was ready; "
-                              f"see {self.log_path}")
+            raise SpawnFailed(
+                f"supervisor pid {self.proc.pid} exited before it was ready; see {self.log_path}"
+            )
         ready = json.loads(line)
         return ProcessIdentity(ready["pid"], ready["start_ticks"], ready["boot_id"])
 
 
-def start_supervisor(home: Home, execution_id: str, log_path: os.PathLike[str],
-                     payload: bytes | None = None) -> StartedSupervisor:
+def start_supervisor(
+    home: Home, execution_id: str, log_path: os.PathLike[str], payload: bytes | None = None
+) -> StartedSupervisor:
     """Start `python -m agent_run.supervisor` in its own session; do not wait for it.
 
     The caller waits for its ready line (`spawn_supervisor`, or the daemon's event loop) and
@@ -61,9 +72,14 @@ def start_supervisor(home: Home, execution_id: str, log_path: os.PathLike[str],
     log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
         proc = subprocess.Popen(
-            supervisor_argv(home, execution_id, write_fd), pass_fds=(write_fd,),
-            stdin=subprocess.DEVNULL if payload is None else subprocess.PIPE, stdout=log, stderr=log,
-            cwd="/", start_new_session=True, env=supervisor_environment(),
+            supervisor_argv(home, execution_id, write_fd),
+            pass_fds=(write_fd,),
+            stdin=subprocess.DEVNULL if payload is None else subprocess.PIPE,
+            stdout=log,
+            stderr=log,
+            cwd="/",
+            start_new_session=True,
+            env=supervisor_environment(),
         )
     except OSError as exc:
         os.close(read_fd)
@@ -78,8 +94,9 @@ def start_supervisor(home: Home, execution_id: str, log_path: os.PathLike[str],
     return StartedSupervisor(proc, read_fd, log_path)
 
 
-def spawn_supervisor(home: Home, execution_id: str, log_path: os.PathLike[str],
-                     payload: bytes | None = None) -> ProcessIdentity:
+def spawn_supervisor(
+    home: Home, execution_id: str, log_path: os.PathLike[str], payload: bytes | None = None
+) -> ProcessIdentity:
     """Start a supervisor and block until it is ready; its identity."""
     started = start_supervisor(home, execution_id, log_path, payload)
     try:
@@ -89,7 +106,9 @@ def spawn_supervisor(home: Home, execution_id: str, log_path: os.PathLike[str],
     return started.identity(line)
 
 
-async def await_ready(started: StartedSupervisor, timeout: float = READY_TIMEOUT_SECONDS) -> ProcessIdentity:
+async def await_ready(
+    started: StartedSupervisor, timeout: float = READY_TIMEOUT_SECONDS
+) -> ProcessIdentity:
     """Wait on the event loop (epoll, no thread held) for a started supervisor's ready line."""
     loop = asyncio.get_running_loop()
     done: asyncio.Future[bytes] = loop.create_future()
@@ -145,12 +164,27 @@ def _read_line(fd: int, timeout: float) -> bytes:
 def spawn_canary(home: Home) -> dict[str, int | str]:
     """Spawn a real detached supervisor in canary mode; return what it reported of itself."""
     read_fd, write_fd = os.pipe()
-    argv = [sys.executable, "-m", "agent_run.supervisor", "--home", str(home.root), "--canary",
-            "--ready-fd", str(write_fd)]
+    argv = [
+        sys.executable,
+        "-m",
+        "agent_run.supervisor",
+        "--home",
+        str(home.root),
+        "--canary",
+        "--ready-fd",
+        str(write_fd),
+    ]
     try:
-        proc = subprocess.Popen(argv, pass_fds=(write_fd,), stdin=subprocess.DEVNULL,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd="/",
-                                start_new_session=True, env=supervisor_environment())
+        proc = subprocess.Popen(
+            argv,
+            pass_fds=(write_fd,),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            cwd="/",
+            start_new_session=True,
+            env=supervisor_environment(),
+        )
     finally:
         os.close(write_fd)
     try:

@@ -35,15 +35,26 @@ def is_error_only(text: str) -> bool:
     return bool(_ERROR_ONLY.match(text))
 
 
-def decide_outcome(*, engine: Engine, group_gone: bool, stop: StopRequest | None,
-                   completion: Completion | None, exit_code: int | None, unparsed_lines: int,
-                   stderr_tail: str, finish: dict[str, str] | None = None) -> Outcome:
+def decide_outcome(
+    *,
+    engine: Engine,
+    group_gone: bool,
+    stop: StopRequest | None,
+    completion: Completion | None,
+    exit_code: int | None,
+    unparsed_lines: int,
+    stderr_tail: str,
+    finish: dict[str, str] | None = None,
+) -> Outcome:
     """`finish` is the last report of the worker tool of that name: its summary becomes the
     answer and its status the verdict, once the engine itself completed without error."""
     failed = ExecutionState.FAILED
     if not group_gone:
-        return Outcome(failed, FailureKind.ENGINE_GROUP_SURVIVED,
-                       "engine processes survived SIGKILL of their group")
+        return Outcome(
+            failed,
+            FailureKind.ENGINE_GROUP_SURVIVED,
+            "engine processes survived SIGKILL of their group",
+        )
     if stop is not None and stop.answer_stands and completion is not None:
         stop = None  # ended idle after a completed turn: that turn decides
     if stop is not None and stop.failure is None:
@@ -54,13 +65,21 @@ def decide_outcome(*, engine: Engine, group_gone: bool, stop: StopRequest | None
         last = stderr_tail.strip().splitlines()[-1:] if stderr_tail.strip() else []
         detail = f"; stderr: {last[0][:300]}" if last else ""
         if unparsed_lines:
-            return Outcome(failed, FailureKind.PROTOCOL_ERROR,
-                           f"engine exited {exit_code} after {unparsed_lines} unparseable line(s){detail}")
-        return Outcome(failed, FailureKind.ENGINE_CRASHED,
-                       f"engine exited {exit_code} without completing{detail}")
+            return Outcome(
+                failed,
+                FailureKind.PROTOCOL_ERROR,
+                f"engine exited {exit_code} after {unparsed_lines} unparseable line(s){detail}",
+            )
+        return Outcome(
+            failed,
+            FailureKind.ENGINE_CRASHED,
+            f"engine exited {exit_code} without completing{detail}",
+        )
     kind = engine.classify(completion)
     if kind is not None:
-        return Outcome(failed, kind, completion.text[:500] or completion.subtype, answer=completion.text)
+        return Outcome(
+            failed, kind, completion.text[:500] or completion.subtype, answer=completion.text
+        )
     verdict = finish["status"] if finish else None
     text = finish["summary"] if finish else completion.text
     if not text.strip():

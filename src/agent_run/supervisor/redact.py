@@ -18,7 +18,10 @@ _UNICODE_ESCAPE = re.compile(r"\\u[0-9a-f]{4}")
 
 def _json_escapes(value: str) -> set[str]:
     """The forms a JSON encoder may give `value` inside a string literal."""
-    forms = {json.dumps(value, ensure_ascii=False)[1:-1], json.dumps(value, ensure_ascii=True)[1:-1]}
+    forms = {
+        json.dumps(value, ensure_ascii=False)[1:-1],
+        json.dumps(value, ensure_ascii=True)[1:-1],
+    }
     for form in list(forms):
         forms.add(_UNICODE_ESCAPE.sub(lambda m: m.group(0)[:2] + m.group(0)[2:].upper(), form))
         if "/" in form:
@@ -67,8 +70,8 @@ class StreamRedactor:
     def feed(self, text: str) -> str:
         done = self.redact(self.carry + text)
         keep = self._held_back(done)
-        self.carry = done[len(done) - keep:] if keep else ""
-        return done[:len(done) - keep]
+        self.carry = done[len(done) - keep :] if keep else ""
+        return done[: len(done) - keep]
 
     def _held_back(self, text: str) -> int:
         """The length of the longest tail of `text` that is a proper prefix of a secret form."""

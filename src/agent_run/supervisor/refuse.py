@@ -21,10 +21,17 @@ def refuse_plan(home: Home, execution_id: str, message: str) -> None:
             row = agents_q.get_execution(conn, execution_id)
             if row is None or row["state"] != ExecutionState.CREATED:
                 return
-            agents_q.transition(conn, execution_id, ExecutionState.FAILED,
-                                failure_kind=FailureKind.CONFIG_ERROR.value, failure_message=message[:500])
+            agents_q.transition(
+                conn,
+                execution_id,
+                ExecutionState.FAILED,
+                failure_kind=FailureKind.CONFIG_ERROR.value,
+                failure_message=message[:500],
+            )
             for command in commands_q.pending(conn, execution_id):
-                commands_q.resolve(conn, command, state="refused", result="the execution plan is invalid")
+                commands_q.resolve(
+                    conn, command, state="refused", result="the execution plan is invalid"
+                )
     except StorageFull as exc:
         note(f"storage_full: could not record the refusal: {exc.message}")
     finally:

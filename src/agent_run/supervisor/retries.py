@@ -43,8 +43,12 @@ class RetryWatch:
         self.auth_refusals = self.auth_refusals + 1 if event.status in (401, 403) else 0
         if self.auth_refusals < AUTH_REFUSALS_FINAL:
             return None
-        return Verdict(FailureKind.AUTH_FAILED, f"the provider refused the credentials (HTTP "
-                       f"{event.status}) {self.auth_refusals} times in a row", event.status)
+        return Verdict(
+            FailureKind.AUTH_FAILED,
+            f"the provider refused the credentials (HTTP "
+            f"{event.status}) {self.auth_refusals} times in a row",
+            event.status,
+        )
 
     def due(self, now: float) -> bool:
         return self.since is not None and now - self.since > self.give_up_seconds
@@ -58,7 +62,10 @@ class RetryWatch:
         if from_stderr:
             status = last_status_in(stderr_tail)
         kind = kind_for_http_status(status, retry.message if retry else "") or (
-            FailureKind.NETWORK_ERROR if status is None else FailureKind.PROVIDER_ERROR)
-        reason = (f"the engine only retried for {self.give_up_seconds:g}s (last status: "
-                  f"{status or 'none'}): {retry.message[:200] if retry else ''}")
+            FailureKind.NETWORK_ERROR if status is None else FailureKind.PROVIDER_ERROR
+        )
+        reason = (
+            f"the engine only retried for {self.give_up_seconds:g}s (last status: "
+            f"{status or 'none'}): {retry.message[:200] if retry else ''}"
+        )
         return Verdict(kind, reason, status, from_stderr and status is not None)

@@ -79,16 +79,23 @@ class Supervisor:
         self.budget = Budget.of_execution(row)  # spend caps, checked at each completion
         self.engine_spec = engine_spec(self.plan.engine)
         self.dir = home.execution_dir(self.plan.agent_id, execution_id)
-        self.log = ExecutionLog(self.conn, self.plan.agent_id, execution_id, self.plan.runtime,
-                                raw_path=self.dir / "runtime.jsonl",
-                                buffer_bytes=self.plan.storage_buffer_bytes)
+        self.log = ExecutionLog(
+            self.conn,
+            self.plan.agent_id,
+            execution_id,
+            self.plan.runtime,
+            raw_path=self.dir / "runtime.jsonl",
+            buffer_bytes=self.plan.storage_buffer_bytes,
+        )
         self.reserve = StorageReserve(self.dir)
         self.handled_commands: set[int] = set()  # resolved, though maybe not yet written
         self.retries = RetryWatch(self.plan.runtime_config.retry_give_up_seconds)
         self.signalled: int | None = None
         self.child: EngineProcess | None = None
         self.stderr: StderrLog | None = None
-        self.payload: dict[str, Any] = {}  # from the spawner: {"secrets": ...} or {"auth_error": ...}
+        self.payload: dict[
+            str, Any
+        ] = {}  # from the spawner: {"secrets": ...} or {"auth_error": ...}
         self.credentials: EngineCredentials | None = None
         self.signin: SignInKeeper | None = None  # a native login's shared credential
         self.stop: StopRequest | None = None
@@ -115,10 +122,16 @@ class Supervisor:
                 state = agents_q.get_execution(self.conn, self.execution_id)["state"]
                 if state != ExecutionState.CREATED:
                     return False  # the spawner gave up on us, or another supervisor took it
-                agents_q.update_execution(self.conn, self.execution_id, supervisor_pid=me.pid,
-                                          supervisor_start_ticks=me.start_ticks, boot_id=me.boot_id)
-                agents_q.transition(self.conn, self.execution_id, ExecutionState.STARTING,
-                                    started_at=time.time())
+                agents_q.update_execution(
+                    self.conn,
+                    self.execution_id,
+                    supervisor_pid=me.pid,
+                    supervisor_start_ticks=me.start_ticks,
+                    boot_id=me.boot_id,
+                )
+                agents_q.transition(
+                    self.conn, self.execution_id, ExecutionState.STARTING, started_at=time.time()
+                )
         except StorageFull as exc:
             note(f"storage_full: {exc.message}")
             return False
@@ -155,22 +168,37 @@ class Supervisor:
         secrets: dict[str, str] = self.payload.get("secrets") or {}
         worker = self._worker_mcp()
         self.credentials = engine_credentials(self.engine_spec.broker_upstream, self.plan, secrets)
-        redact = Redactor([*secrets.values(), *self.credentials.secrets.values(), worker.env[TOKEN_ENV],
-                           *(self.payload.get("redact") or [])])
+        redact = Redactor(
+            [
+                *secrets.values(),
+                *self.credentials.secrets.values(),
+                worker.env[TOKEN_ENV],
+                *(self.payload.get("redact") or []),
+            ]
+        )
         Path(self.plan.engine_home).mkdir(mode=0o700, parents=True, exist_ok=True)
-        self.signin = SignInKeeper.start(self.plan.engine, self.plan.runtime_config.auth,
-                                         self.plan.engine_home, redact)
+        self.signin = SignInKeeper.start(
+            self.plan.engine, self.plan.runtime_config.auth, self.plan.engine_home, redact
+        )
         self.spec = engine.launch(self.credentials.plan, self.credentials.secrets, worker, self.dir)
         spec = self.spec
         try:
             self.child = EngineProcess.start(spec)
         except OSError as exc:
-            self._finish(Outcome(ExecutionState.FAILED, FailureKind.SPAWN_FAILED,
-                                 spawn_failure(spec.argv[0], self.plan.runtime, exc)))
+            self._finish(
+                Outcome(
+                    ExecutionState.FAILED,
+                    FailureKind.SPAWN_FAILED,
+                    spawn_failure(spec.argv[0], self.plan.runtime, exc),
+                )
+            )
             return
         self.stderr = StderrLog(self.child.stderr_fd(), self.dir / "engine.log", redact).start()
         identity = self.child.identity
-        self.log.update(engine_pid=self.child.pgid, engine_start_ticks=identity.start_ticks if identity else None)
+        self.log.update(
+            engine_pid=self.child.pgid,
+            engine_start_ticks=identity.start_ticks if identity else None,
+        )
         self.log.transition(ExecutionState.RUNNING)
         self.log.flush()
         for data in engine.initial_input(self.plan, self.prompt):
@@ -184,10 +212,19 @@ class Supervisor:
         self.log.update(worker_token_sha256=token_hash(token))
         self.log.flush()
         tools = self.plan.worker_tools
-        env = {HOME_ENV: str(self.home.root), EXECUTION_ENV: self.execution_id, TOKEN_ENV: token,
-               TOOLS_ENV: ",".join(tools)}
-        return WorkerMcp(name=SERVER_NAME, command=sys.executable, args=["-m", "agent_run.worker_tools"],
-                         env=env, tools=tools)
+        env = {
+            HOME_ENV: str(self.home.root),
+            EXECUTION_ENV: self.execution_id,
+            TOKEN_ENV: token,
+            TOOLS_ENV: ",".join(tools),
+        }
+        return WorkerMcp(
+            name=SERVER_NAME,
+            command=sys.executable,
+            args=["-m", "agent_run.worker_tools"],
+            env=env,
+            tools=tools,
+        )
 
     def _pump(self, engine: Engine, redact: Redactor) -> None:
         """Read the engine's stdout until EOF, obeying commands and watchdogs meanwhile."""
@@ -221,8 +258,12 @@ class Supervisor:
             if self.signin is not None:
                 self.signin.check()
             if self.log.due() and not self.log.flush() and self.log.exhausted:
-                self._request_stop(engine, f"the disk stayed full and the {self.log.buffer_bytes}-byte "
-                                   f"event buffer is exhausted: {self.log.full_error}", FailureKind.STORAGE_FULL)
+                self._request_stop(
+                    engine,
+                    f"the disk stayed full and the {self.log.buffer_bytes}-byte "
+                    f"event buffer is exhausted: {self.log.full_error}",
+                    FailureKind.STORAGE_FULL,
+                )
             if now >= next_poll:
                 next_poll = now + COMMAND_POLL_SECONDS
                 self._poll_commands(engine)
@@ -252,11 +293,14 @@ class Supervisor:
                 self.log.flush()
         elif isinstance(event, MessageEvent):
             self.log.message(event.role, event.content, event.name, is_error=event.is_error)
-            self.log.event("message", {"role": event.role, "name": event.name,
-                                       "preview": event.content[:200]})
+            self.log.event(
+                "message", {"role": event.role, "name": event.name, "preview": event.content[:200]}
+            )
         elif isinstance(event, RetryEvent):
-            self.log.event("retry", {"status": event.status, "attempt": event.attempt,
-                                     "message": event.message[:500]})
+            self.log.event(
+                "retry",
+                {"status": event.status, "attempt": event.attempt, "message": event.message[:500]},
+            )
             kind = {429: "rate_limited"}.get(event.status or 0, "retry")
             self.log.signal(kind, event.status, None, event.message)
             verdict = self.retries.retry(event)
@@ -292,9 +336,15 @@ class Supervisor:
         over = self.budget.exceeded(self.usage, self.cost_usd)
         if over is not None:
             self._request_stop(self.engine, over, FailureKind.BUDGET_EXCEEDED)
-        self.log.event("completion", {"is_error": completion.is_error, "subtype": completion.subtype,
-                                      "error_status": completion.error_status,
-                                      "chars": len(completion.text)})
+        self.log.event(
+            "completion",
+            {
+                "is_error": completion.is_error,
+                "subtype": completion.subtype,
+                "error_status": completion.error_status,
+                "chars": len(completion.text),
+            },
+        )
         if self.turns_outstanding <= 0:
             self._close_stdin()  # no queued turn: let the engine finish
 
@@ -328,13 +378,18 @@ class Supervisor:
             self.turns_outstanding += 1
         self._write_stdin(data)
         self.log.message("user", text, "steer")
-        return "delivered", "added to the running turn" if joins else "queued as the engine's next turn"
+        return (
+            "delivered",
+            "added to the running turn" if joins else "queued as the engine's next turn",
+        )
 
     def _request_stop(self, engine: Engine, reason: str, failure: FailureKind | None) -> None:
         if self.stop is not None:
             return
         grace = self.plan.cancel_grace_seconds
-        self.stop = StopRequest(reason, failure, Escalation(time.monotonic() + grace, max(grace, 1.0)))
+        self.stop = StopRequest(
+            reason, failure, Escalation(time.monotonic() + grace, max(grace, 1.0))
+        )
         self.log.event("stopping", {"reason": reason, "failure_kind": failure})
         if failure is None:
             self.log.transition(ExecutionState.CANCELLING)
@@ -355,13 +410,20 @@ class Supervisor:
         elif now - last_event > stall:
             self._request_stop(self.engine, f"no engine event for {stall:g}s", FailureKind.STALLED)
         elif self.plan.wall_seconds is not None and now - started > self.plan.wall_seconds:
-            self._request_stop(self.engine, f"wall budget of {self.plan.wall_seconds:g}s spent",
-                               FailureKind.TIMED_OUT)
+            self._request_stop(
+                self.engine,
+                f"wall budget of {self.plan.wall_seconds:g}s spent",
+                FailureKind.TIMED_OUT,
+            )
         elif self.retries.due(now):
             verdict = self.retries.give_up(self._stderr_tail())
             if verdict.status_from_stderr:
-                self.log.signal({429: "rate_limited"}.get(verdict.status, "retry"), verdict.status, None,
-                                f"HTTP {verdict.status} on the engine's stderr while it retried")
+                self.log.signal(
+                    {429: "rate_limited"}.get(verdict.status, "retry"),
+                    verdict.status,
+                    None,
+                    f"HTTP {verdict.status} on the engine's stderr while it retried",
+                )
             self._request_stop(self.engine, verdict.reason, verdict.kind)
 
     def _stderr_tail(self) -> str:
@@ -378,8 +440,12 @@ class Supervisor:
         the finished turn) never began. A completed answer is never discarded: it stands, and
         the engine gets end of input (then TERM after the grace) instead of an interrupt."""
         grace = self.plan.cancel_grace_seconds
-        self.stop = StopRequest(f"idle {stall:g}s after a completed turn; no further turn began", None,
-                                Escalation(time.monotonic() + grace, max(grace, 1.0)), answer_stands=True)
+        self.stop = StopRequest(
+            f"idle {stall:g}s after a completed turn; no further turn began",
+            None,
+            Escalation(time.monotonic() + grace, max(grace, 1.0)),
+            answer_stands=True,
+        )
         self.log.event("idle_after_completion", {"turns_outstanding": self.turns_outstanding})
         self.log.flush()
         self._close_stdin()
@@ -411,8 +477,13 @@ class Supervisor:
         finish = reports_q.reports(self.conn, self.execution_id, "finish")
         finish_payload = json.loads(finish[-1]["payload"]) if finish else None
         outcome = decide_outcome(
-            engine=engine, group_gone=group_gone, stop=self.stop, completion=self.completion,
-            exit_code=exit_code, unparsed_lines=self.unparsed_lines, stderr_tail=stderr_tail,
+            engine=engine,
+            group_gone=group_gone,
+            stop=self.stop,
+            completion=self.completion,
+            exit_code=exit_code,
+            unparsed_lines=self.unparsed_lines,
+            stderr_tail=stderr_tail,
             finish=finish_payload,
         )
         if self.credentials is not None:
@@ -435,8 +506,10 @@ class Supervisor:
         if self.cost_usd is not None:
             fields["cost_usd"] = self.cost_usd
         if outcome.state is not ExecutionState.SUCCEEDED:
-            fields.update(failure_kind=outcome.failure.value if outcome.failure else None,
-                          failure_message=outcome.message)
+            fields.update(
+                failure_kind=outcome.failure.value if outcome.failure else None,
+                failure_message=outcome.message,
+            )
             if outcome.answer:  # keep an error reply readable, unsealed, for diagnosis
                 try:
                     keep_reply(self.dir, outcome.answer)
@@ -445,8 +518,12 @@ class Supervisor:
         if outcome.failure in (FailureKind.RATE_LIMITED, FailureKind.QUOTA_EXHAUSTED):
             self.log.signal(outcome.failure.value, None, None, outcome.message or "")
         sealing = outcome.state is ExecutionState.SUCCEEDED
-        ending = Ending(outcome.state, fields, failure=outcome.failure,
-                        answer=(outcome.answer or "") if sealing else None)
+        ending = Ending(
+            outcome.state,
+            fields,
+            failure=outcome.failure,
+            answer=(outcome.answer or "") if sealing else None,
+        )
         writer = EndWriter(self.log, self.dir, self.reserve, self.plan.storage_wait_seconds)
         try:
             writer.record(ending)
@@ -464,10 +541,15 @@ class Supervisor:
             with write(self.conn, "the execution's terminal state"):
                 row = agents_q.get_execution(self.conn, self.execution_id)
                 if not ExecutionState(row["state"]).terminal:
-                    agents_q.transition(self.conn, self.execution_id, ExecutionState.FAILED,
-                                        failure_kind=(FailureKind.STORAGE_FULL if storage
-                                                      else FailureKind.SUPERVISOR_FAILED).value,
-                                        failure_message=trace.strip().splitlines()[-1][:500])
+                    agents_q.transition(
+                        self.conn,
+                        self.execution_id,
+                        ExecutionState.FAILED,
+                        failure_kind=(
+                            FailureKind.STORAGE_FULL if storage else FailureKind.SUPERVISOR_FAILED
+                        ).value,
+                        failure_message=trace.strip().splitlines()[-1][:500],
+                    )
         except StorageFull as exc:
             note(f"storage_full: could not record the supervisor's failure: {exc.message}")
         except Exception:
@@ -479,6 +561,8 @@ class Supervisor:
 def spawn_failure(binary: str, runtime: str, exc: OSError) -> str:
     """Why the engine did not start, and the fix (the daemon's PATH is not the user's shell's)."""
     if isinstance(exc, FileNotFoundError) and os.sep not in binary:
-        return (f"the daemon's PATH has no `{binary}`: set `binary` under [runtimes.{runtime}] to an "
-                "absolute path, or restart the daemon from a shell that has it (`agent-run api restart`)")
+        return (
+            f"the daemon's PATH has no `{binary}`: set `binary` under [runtimes.{runtime}] to an "
+            "absolute path, or restart the daemon from a shell that has it (`agent-run api restart`)"
+        )
     return f"cannot start {binary}: {exc.strerror}"

@@ -22,8 +22,13 @@ def seal_answer(directory: Path, text: str, *, agent_id: str, execution_id: str)
     digest = hashlib.sha256(data).hexdigest()
     answer_path = directory / "answer.md"
     write_private_file(answer_path, data)
-    proof = {"agent_id": agent_id, "execution_id": execution_id, "sha256": digest,
-             "bytes": len(data), "sealed_at": time.time()}
+    proof = {
+        "agent_id": agent_id,
+        "execution_id": execution_id,
+        "sha256": digest,
+        "bytes": len(data),
+        "sealed_at": time.time(),
+    }
     write_private_file(directory / "answer.json", (json.dumps(proof, indent=2) + "\n").encode())
     return SealedAnswer(answer_path, digest, len(data))
 
@@ -40,11 +45,15 @@ def read_verified_answer(path: Path, sha256: str, size: int) -> str:
     try:
         data = path.read_bytes()
     except OSError as exc:
-        raise AnswerIntegrity(f"sealed answer {path} cannot be read: {exc.strerror}",
-                              path=str(path)) from None
+        raise AnswerIntegrity(
+            f"sealed answer {path} cannot be read: {exc.strerror}", path=str(path)
+        ) from None
     digest = hashlib.sha256(data).hexdigest()
     if digest != sha256 or len(data) != size:
         raise AnswerIntegrity(
             f"sealed answer {path} does not match its proof (sha256 {digest[:12]}... != {sha256[:12]}...)",
-            path=str(path), expected_sha256=sha256, actual_sha256=digest)
+            path=str(path),
+            expected_sha256=sha256,
+            actual_sha256=digest,
+        )
     return data.decode()

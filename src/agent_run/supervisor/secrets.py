@@ -36,7 +36,9 @@ def resolve_secrets(auth: dict[str, Any] | None) -> dict[str, str]:
         name = auth["env"]
         value = os.environ.get(name)
         if not value:
-            raise ValueError(f"runtime auth: variable {name} is not set in the daemon's environment")
+            raise ValueError(
+                f"runtime auth: variable {name} is not set in the daemon's environment"
+            )
         return {name: value}
     path = Path(os.path.expanduser(auth["file"]))
     if why := auth_file_too_open(str(path)):

@@ -26,8 +26,9 @@ class SignInKeeper:
         self.seen: tuple[int, int] | None = None  # the first check reads the file
 
     @classmethod
-    def start(cls, engine: str, auth: dict[str, Any] | None, engine_home: str,
-              redact: Redactor) -> "SignInKeeper | None":
+    def start(
+        cls, engine: str, auth: dict[str, Any] | None, engine_home: str, redact: Redactor
+    ) -> "SignInKeeper | None":
         """Share the credential with the generated home (native login only) and keep it."""
         if not is_native(auth):
             return None

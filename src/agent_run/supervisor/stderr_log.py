@@ -36,7 +36,11 @@ class StderrLog:
                 except OSError:
                     chunk = b""
                 text = self.decoder.decode(chunk, final=not chunk)
-                log.write(self.stream.feed(text) if chunk else self.stream.feed(text) + self.stream.close())
+                log.write(
+                    self.stream.feed(text)
+                    if chunk
+                    else self.stream.feed(text) + self.stream.close()
+                )
                 log.flush()
                 if not chunk:
                     break

@@ -72,8 +72,13 @@ def supervisor_log_says_full(log_path: Path, tail_bytes: int = 16384) -> str | N
             tail = fh.read().decode("utf-8", errors="replace")
     except OSError:
         return None
-    lines = [line for line in tail.splitlines() if STORAGE_FULL_MARK in line
-             or "database or disk is full" in line or "No space left on device" in line]
+    lines = [
+        line
+        for line in tail.splitlines()
+        if STORAGE_FULL_MARK in line
+        or "database or disk is full" in line
+        or "No space left on device" in line
+    ]
     return lines[-1].strip()[:300] if lines else None
 
 

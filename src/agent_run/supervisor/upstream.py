@@ -76,7 +76,9 @@ class Upstream:
                 return http.client.HTTPSConnection(self.host, self.port, context=tls_context())
             return http.client.HTTPConnection(self.host, self.port)
         if self.scheme == "https":
-            conn = http.client.HTTPSConnection(self.proxy_host, self.proxy_port, context=tls_context())
+            conn = http.client.HTTPSConnection(
+                self.proxy_host, self.proxy_port, context=tls_context()
+            )
             conn.set_tunnel(self.host, self.port, headers=self.proxy_auth)
             return conn
         return http.client.HTTPConnection(self.proxy_host, self.proxy_port)

@@ -30,8 +30,15 @@ async def agent_create(request: Request) -> Response:
     try:
         agent = await proxy(request).call("start", params)
     except DomainError as exc:
-        return page(request, "agent_new.html", status=422, form=form, errors=field_errors(exc), watch="",
-                    runtimes=runtimes(request))
+        return page(
+            request,
+            "agent_new.html",
+            status=422,
+            form=form,
+            errors=field_errors(exc),
+            watch="",
+            runtimes=runtimes(request),
+        )
     return see(f"/agents/{agent['id']}")
 
 
@@ -60,9 +67,16 @@ async def batch_create(request: Request) -> Response:
         errors = {shown_at.get(name, name): message for name, message in field_errors(exc).items()}
     else:
         return see(f"/batches/{batch['id']}")
-    return page(request, "batch_new.html", status=422, form=form, errors=errors, watch="",
-                runtimes=runtimes(request),
-                inspect=await inspect_project(request, form.get("project")))
+    return page(
+        request,
+        "batch_new.html",
+        status=422,
+        form=form,
+        errors=errors,
+        watch="",
+        runtimes=runtimes(request),
+        inspect=await inspect_project(request, form.get("project")),
+    )
 
 
 async def batch_cancel(request: Request) -> Response:
@@ -75,12 +89,18 @@ async def batch_cancel(request: Request) -> Response:
 async def batch_clean(request: Request) -> Response:
     form = await checked_form(request)
     batch_id = request.path_params["batch_id"]
-    result = await proxy(request).call("batch_clean", {"batch_id": batch_id, "confirm": True,
-                                                      "force": form.get("force") == "on"})
+    result = await proxy(request).call(
+        "batch_clean", {"batch_id": batch_id, "confirm": True, "force": form.get("force") == "on"}
+    )
     return page(request, "clean.html", batch_id=batch_id, preview=result, watch="")
 
 
-RUN_TOOLS = {"stop": "run_stop", "rerun": "run_rerun", "resume": "run_resume", "followup": "run_followup"}
+RUN_TOOLS = {
+    "stop": "run_stop",
+    "rerun": "run_rerun",
+    "resume": "run_resume",
+    "followup": "run_followup",
+}
 
 
 async def run_action(request: Request) -> Response:

@@ -13,8 +13,16 @@ from agent_run.domain.errors import DomainError
 from agent_run.tools import TOOLS, tool_schemas
 from agent_run.web.security import require_csrf
 
-STATUS = {"InvalidParams": 422, "AgentNotFound": 404, "BatchNotFound": 404, "RunNotFound": 404,
-          "UnknownTool": 404, "Conflict": 409, "RunLocked": 409, "DaemonUnavailable": 503}
+STATUS = {
+    "InvalidParams": 422,
+    "AgentNotFound": 404,
+    "BatchNotFound": 404,
+    "RunNotFound": 404,
+    "UnknownTool": 404,
+    "Conflict": 409,
+    "RunLocked": 409,
+    "DaemonUnavailable": 503,
+}
 
 
 def error_response(data: dict) -> JSONResponse:
@@ -30,14 +38,21 @@ async def call_tool(request: Request) -> JSONResponse:
     require_csrf(request)
     name = request.path_params["name"]
     if name not in TOOLS:
-        return error_response({"code": "UnknownTool", "field": "name",
-                               "message": f"no tool {name!r}; tools: {', '.join(TOOLS)}"})
+        return error_response(
+            {
+                "code": "UnknownTool",
+                "field": "name",
+                "message": f"no tool {name!r}; tools: {', '.join(TOOLS)}",
+            }
+        )
     try:
         params = json.loads(await request.body() or b"{}")
     except ValueError as exc:
         return error_response({"code": "InvalidParams", "message": f"the body is not JSON: {exc}"})
     if not isinstance(params, dict):
-        return error_response({"code": "InvalidParams", "message": "the body must be a JSON object"})
+        return error_response(
+            {"code": "InvalidParams", "message": "the body must be a JSON object"}
+        )
     try:
         result = await request.app.state.proxy.call(name, params)
     except DomainError as exc:

@@ -36,7 +36,9 @@ async def domain_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, DomainError)
     if request.url.path.startswith("/api/"):
         return api.error_response(exc.to_data())
-    status = 503 if isinstance(exc, DaemonUnavailable) else 404 if exc.code.endswith("NotFound") else 400
+    status = (
+        503 if isinstance(exc, DaemonUnavailable) else 404 if exc.code.endswith("NotFound") else 400
+    )
     return pages.page(request, "error.html", status=status, error=exc.to_data(), watch="")
 
 
@@ -71,8 +73,11 @@ def routes() -> list[Route | Mount]:
 
 
 def build_app(home: Home, guard: Guard) -> Starlette:
-    app = Starlette(routes=routes(), middleware=[Middleware(GuardMiddleware, guard=guard)],
-                    exception_handlers={DomainError: domain_error, HTTPException: http_error})
+    app = Starlette(
+        routes=routes(),
+        middleware=[Middleware(GuardMiddleware, guard=guard)],
+        exception_handlers={DomainError: domain_error, HTTPException: http_error},
+    )
     app.state.guard = guard
     app.state.proxy = DaemonProxy(home)
     app.state.hub = ChangeHub(app.state.proxy)
@@ -88,7 +93,9 @@ def bind(port: int) -> socket.socket:
         sock.bind(("127.0.0.1", port))
     except OSError as exc:
         sock.close()
-        raise SystemExit(f"agent-run web: cannot listen on 127.0.0.1:{port}: {exc.strerror}") from None
+        raise SystemExit(
+            f"agent-run web: cannot listen on 127.0.0.1:{port}: {exc.strerror}"
+        ) from None
     sock.listen(128)
     sock.setblocking(False)
     return sock
@@ -103,8 +110,13 @@ def run(home: Home, port: int = DEFAULT_PORT, open_browser: bool = False) -> Non
     print(f"agent-run web: {url}", flush=True)
     if open_browser:
         webbrowser.open(url)
-    config = uvicorn.Config(build_app(home, guard), log_level="warning", access_log=False,
-                            lifespan="off", timeout_graceful_shutdown=1)
+    config = uvicorn.Config(
+        build_app(home, guard),
+        log_level="warning",
+        access_log=False,
+        lifespan="off",
+        timeout_graceful_shutdown=1,
+    )
     try:
         asyncio.run(uvicorn.Server(config).serve(sockets=[sock]))
     except KeyboardInterrupt:

@@ -56,7 +56,9 @@ class LiveCache:
                 self.pages.popitem(last=False)
 
 
-async def _render(cache: LiveCache, key: str, request: Request, handler: Handler, wanted: int) -> Response:
+async def _render(
+    cache: LiveCache, key: str, request: Request, handler: Handler, wanted: int
+) -> Response:
     """This request renders the page for everyone waiting on `key`, after the pause since the last."""
     flight: asyncio.Future[None] = asyncio.get_running_loop().create_future()
     cache.flights[key] = flight

@@ -53,10 +53,18 @@ class ChangeHub:
         while True:
             try:
                 if self.revision is None:
-                    self.revision = (await self.proxy.call("changes", {"after_revision": NOW}))["revision"]
-                result = await self.proxy.call("changes", {"after_revision": self.revision,
-                                                           "wait_seconds": LONG_POLL_SECONDS})
-            except (DomainError, RpcError, OSError, ValueError):  # the daemon is away or cut us off: retry
+                    self.revision = (await self.proxy.call("changes", {"after_revision": NOW}))[
+                        "revision"
+                    ]
+                result = await self.proxy.call(
+                    "changes", {"after_revision": self.revision, "wait_seconds": LONG_POLL_SECONDS}
+                )
+            except (
+                DomainError,
+                RpcError,
+                OSError,
+                ValueError,
+            ):  # the daemon is away or cut us off: retry
                 self.connected = False
                 async with self._moved:
                     self._moved.notify_all()
@@ -65,8 +73,15 @@ class ChangeHub:
             self.connected = True
             moved = result["revision"] > self.revision
             if moved:
-                self.history.append(Change(self.revision, result["revision"], frozenset(result["agents"]),
-                                           frozenset(result["batches"]), result["truncated"]))
+                self.history.append(
+                    Change(
+                        self.revision,
+                        result["revision"],
+                        frozenset(result["agents"]),
+                        frozenset(result["batches"]),
+                        result["truncated"],
+                    )
+                )
                 self.revision = result["revision"]
             self.calls += 1
             async with self._moved:
@@ -77,8 +92,12 @@ class ChangeHub:
     async def wait_past(self, revision: int, timeout: float) -> None:
         async with self._moved:
             try:
-                await asyncio.wait_for(self._moved.wait_for(
-                    lambda: self.revision is not None and self.revision > revision), timeout)
+                await asyncio.wait_for(
+                    self._moved.wait_for(
+                        lambda: self.revision is not None and self.revision > revision
+                    ),
+                    timeout,
+                )
             except TimeoutError:
                 pass
 
@@ -89,8 +108,13 @@ class ChangeHub:
         if not self.history or self.history[0].after > revision:
             return None
         parts = [c for c in self.history if c.revision > revision]
-        return Change(revision, self.revision, frozenset().union(*(c.agents for c in parts)),
-                      frozenset().union(*(c.batches for c in parts)), any(c.truncated for c in parts))
+        return Change(
+            revision,
+            self.revision,
+            frozenset().union(*(c.agents for c in parts)),
+            frozenset().union(*(c.batches for c in parts)),
+            any(c.truncated for c in parts),
+        )
 
     async def catch_up(self, revision: int) -> Change | None:
         """What changed after `revision`: from memory, or else from the daemon directly."""
@@ -100,5 +124,10 @@ class ChangeHub:
         result = await self.proxy.call("changes", {"after_revision": revision})
         if result["revision"] <= revision:
             return None
-        return Change(revision, result["revision"], frozenset(result["agents"]), frozenset(result["batches"]),
-                      result["truncated"])
+        return Change(
+            revision,
+            result["revision"],
+            frozenset(result["agents"]),
+            frozenset(result["batches"]),
+            result["truncated"],
+        )

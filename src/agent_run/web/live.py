@@ -31,7 +31,11 @@ def start_revision(request: Request) -> int | None:
 
 
 def event(change: Change) -> str:
-    summary = {"agents": sorted(change.agents), "batches": sorted(change.batches), "truncated": change.truncated}
+    summary = {
+        "agents": sorted(change.agents),
+        "batches": sorted(change.batches),
+        "truncated": change.truncated,
+    }
     return f"id: {change.revision}\nevent: change\ndata: {json.dumps(summary)}\n\n"
 
 
@@ -50,7 +54,11 @@ async def stream(request: Request) -> AsyncIterator[str]:
                 after = hub.revision
                 yield f"id: {after}\nevent: hello\ndata: {json.dumps({'revision': after})}\n\n"
             change = await hub.catch_up(after)
-        except (DomainError, RpcError, OSError) as exc:  # the daemon is away: say so, then try again
+        except (
+            DomainError,
+            RpcError,
+            OSError,
+        ) as exc:  # the daemon is away: say so, then try again
             yield f": daemon unavailable ({type(exc).__name__})\n\n"
             await asyncio.sleep(RETRY_SECONDS)
             continue
@@ -65,5 +73,6 @@ async def stream(request: Request) -> AsyncIterator[str]:
 
 
 async def events(request: Request) -> StreamingResponse:
-    return StreamingResponse(stream(request), media_type="text/event-stream",
-                             headers={"x-accel-buffering": "no"})
+    return StreamingResponse(
+        stream(request), media_type="text/event-stream", headers={"x-accel-buffering": "no"}
+    )

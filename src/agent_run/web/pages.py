@@ -19,7 +19,9 @@ def page(request: Request, template: str, status: int = 200, **context: Any) -> 
     """Render a page; `watch` names the ids whose changes make the page refresh its live parts."""
     env = request.app.state.env
     context.setdefault("watch", "*")
-    html = env.get_template(template).render(csrf=request.app.state.guard.csrf, request=request, **context)
+    html = env.get_template(template).render(
+        csrf=request.app.state.guard.csrf, request=request, **context
+    )
     return HTMLResponse(html, status_code=status)
 
 
@@ -37,18 +39,35 @@ BATCH_RUN_REQUEST = re.compile(r"^rn_[0-9a-z]+-a\d+$")  # a batch run's agent (t
 
 async def home(request: Request) -> HTMLResponse:
     project = request.query_params.get("project") or None
-    batches, agents = await asyncio.gather(proxy(request).call("list_batches", {"limit": 50}),
-                                           proxy(request).call("list_agents", {"limit": 100}))
+    batches, agents = await asyncio.gather(
+        proxy(request).call("list_batches", {"limit": 50}),
+        proxy(request).call("list_agents", {"limit": 100}),
+    )
     shown = [b for b in batches["items"] if project is None or b["project_root"] == project]
     # Only the batches that need you are read in full (for their failed runs and reason).
-    needs_you = await asyncio.gather(*(proxy(request).call("batch", {"batch_id": b["id"]}) for b in shown
-                                       if b["state"] == BatchState.BLOCKED or b["counts"].get("failed")))
-    standalone = [a for a in agents["items"] if not BATCH_RUN_REQUEST.match(a.get("request_id") or "")]
+    needs_you = await asyncio.gather(
+        *(
+            proxy(request).call("batch", {"batch_id": b["id"]})
+            for b in shown
+            if b["state"] == BatchState.BLOCKED or b["counts"].get("failed")
+        )
+    )
+    standalone = [
+        a for a in agents["items"] if not BATCH_RUN_REQUEST.match(a.get("request_id") or "")
+    ]
     blocked_agents = [a for a in agents["items"] if a.get("verdict") == "blocked"]
     projects = sorted({b["project_root"] for b in batches["items"]})
-    return page(request, "home.html", batches=shown, needs_you=needs_you, agents=standalone,
-                blocked_agents=blocked_agents,
-                projects=projects, project=project, revision=batches["revision"])
+    return page(
+        request,
+        "home.html",
+        batches=shown,
+        needs_you=needs_you,
+        agents=standalone,
+        blocked_agents=blocked_agents,
+        projects=projects,
+        project=project,
+        revision=batches["revision"],
+    )
 
 
 async def agent_new(request: Request) -> HTMLResponse:
@@ -61,8 +80,16 @@ async def agent_page(request: Request) -> HTMLResponse:
     tab = request.query_params.get("tab", "session")
     session = await read_session(request, agent_id) if tab != "log" else None
     log = await read_log(request, agent_id) if tab == "log" else None
-    return page(request, "agent.html", agent=agent, session=session, log=log, tab=tab, watch=agent_id,
-                revision=agent["revision"])
+    return page(
+        request,
+        "agent.html",
+        agent=agent,
+        session=session,
+        log=log,
+        tab=tab,
+        watch=agent_id,
+        revision=agent["revision"],
+    )
 
 
 async def read_log(request: Request, agent_id: str) -> dict[str, Any]:
@@ -73,13 +100,25 @@ async def read_log(request: Request, agent_id: str) -> dict[str, Any]:
     items: list[dict[str, Any]] = []
     after = 0
     while len(items) < LOG_EVENTS:
-        chunk = await proxy(request).call("events", {"agent_id": agent_id, "after_seq": after, "limit": 1000,
-                                                     **({"kinds": [kind]} if kind else {})})
+        chunk = await proxy(request).call(
+            "events",
+            {
+                "agent_id": agent_id,
+                "after_seq": after,
+                "limit": 1000,
+                **({"kinds": [kind]} if kind else {}),
+            },
+        )
         items += chunk["items"]
         after = chunk["next_after"]
         if len(chunk["items"]) < 1000:
             break
-    return {"items": items[:LOG_EVENTS], "kinds": kinds, "kind": kind, "truncated": len(items) >= LOG_EVENTS}
+    return {
+        "items": items[:LOG_EVENTS],
+        "kinds": kinds,
+        "kind": kind,
+        "truncated": len(items) >= LOG_EVENTS,
+    }
 
 
 async def batch_new(request: Request) -> HTMLResponse:
@@ -88,13 +127,22 @@ async def batch_new(request: Request) -> HTMLResponse:
     if template:
         source = await proxy(request).call("batch", {"batch_id": template})
         form = {k: v for k, v in source["config"].items() if v is not None}
-        form.update(workflow=source["workflow"], base_ref=source["base_ref"], project=source["project_root"])
+        form.update(
+            workflow=source["workflow"], base_ref=source["base_ref"], project=source["project_root"]
+        )
         if source["workflow"] == "generated":
             form["generator_instruction"] = form.pop("prompt", "")
     if request.query_params.get("project"):
         form["project"] = request.query_params["project"]
-    return page(request, "batch_new.html", form=form, errors={}, watch="", runtimes=runtimes(request),
-                inspect=await inspect_project(request, form.get("project")))
+    return page(
+        request,
+        "batch_new.html",
+        form=form,
+        errors={},
+        watch="",
+        runtimes=runtimes(request),
+        inspect=await inspect_project(request, form.get("project")),
+    )
 
 
 async def inspect_project(request: Request, folder: str | None) -> dict[str, Any] | None:
@@ -108,20 +156,31 @@ async def inspect_project(request: Request, folder: str | None) -> dict[str, Any
 
 
 async def folders(request: Request) -> HTMLResponse:
-    listing = await proxy(request).call("list_dir", {"path": request.query_params.get("path") or None})
+    listing = await proxy(request).call(
+        "list_dir", {"path": request.query_params.get("path") or None}
+    )
     return page(request, "folders.html", listing=listing, watch="")
 
 
 async def batch_page(request: Request) -> HTMLResponse:
     batch = await proxy(request).call("batch", {"batch_id": request.path_params["batch_id"]})
-    return page(request, "batch.html", batch=batch, sections=batch_sections(batch),
-                can_cancel=batch["state"] not in BATCH_ENDED, watch=batch["id"], revision=batch["revision"])
+    return page(
+        request,
+        "batch.html",
+        batch=batch,
+        sections=batch_sections(batch),
+        can_cancel=batch["state"] not in BATCH_ENDED,
+        watch=batch["id"],
+        revision=batch["revision"],
+    )
 
 
 def batch_sections(batch: dict[str, Any]) -> dict[str, Any]:
     runs = batch["runs"]
-    candidates = sorted((r for r in runs if r["stage"] == "candidate"),
-                        key=lambda r: (r["rank"] is None, r["rank"] or 0, r["index"]))
+    candidates = sorted(
+        (r for r in runs if r["stage"] == "candidate"),
+        key=lambda r: (r["rank"] is None, r["rank"] or 0, r["index"]),
+    )
     reviews: dict[str, list[dict[str, Any]]] = {}
     for r in runs:
         if r["stage"] == "reviewer" and r["parent_run_id"]:
@@ -144,9 +203,21 @@ def validation_section(runs: list[dict[str, Any]]) -> dict[str, Any]:
     validator = next((r for r in runs if r["stage"] == "validator"), None)
     verdict = validator["result"] if validator and isinstance(validator["result"], dict) else {}
     by_worker = {v.get("worker"): v for v in verdict.get("workers") or [] if isinstance(v, dict)}
-    workers = [{"run": r, "verdict": by_worker.get(r["index"]), "winner": verdict.get("winner") == r["index"]}
-               for r in runs if r["stage"] == "worker"]
-    return {"validator": validator, "workers": workers, "winner": verdict.get("winner"), "has_verdict": bool(verdict)}
+    workers = [
+        {
+            "run": r,
+            "verdict": by_worker.get(r["index"]),
+            "winner": verdict.get("winner") == r["index"],
+        }
+        for r in runs
+        if r["stage"] == "worker"
+    ]
+    return {
+        "validator": validator,
+        "workers": workers,
+        "winner": verdict.get("winner"),
+        "has_verdict": bool(verdict),
+    }
 
 
 def generation_section(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -154,8 +225,11 @@ def generation_section(runs: list[dict[str, Any]]) -> dict[str, Any]:
     generator = next((r for r in runs if r["stage"] == "generator"), None)
     made = generator["result"] if generator and isinstance(generator["result"], list) else []
     workers = {r["index"]: r for r in runs if r["stage"] == "worker"}
-    tasks = [{"number": n, "title": t.get("title"), "prompt": t.get("prompt"), "run": workers.get(n)}
-             for n, t in enumerate(made, start=1) if isinstance(t, dict)]
+    tasks = [
+        {"number": n, "title": t.get("title"), "prompt": t.get("prompt"), "run": workers.get(n)}
+        for n, t in enumerate(made, start=1)
+        if isinstance(t, dict)
+    ]
     return {"generator": generator, "tasks": tasks}
 
 
@@ -171,14 +245,24 @@ async def run_page(request: Request) -> HTMLResponse:
     if run is None:
         from agent_run.domain.errors import RunNotFound
 
-        raise RunNotFound(f"no run {request.path_params['run_id']} in {batch['id']}", field="run_id")
+        raise RunNotFound(
+            f"no run {request.path_params['run_id']} in {batch['id']}", field="run_id"
+        )
     tab = request.query_params.get("tab", "session")
     attempt = _attempt(run, request.query_params.get("attempt"))
-    context: dict[str, Any] = {"batch": batch, "run": run, "tab": tab, "attempt": attempt,
-                               "actions": run_actions(batch, run), "revision": batch["revision"]}
+    context: dict[str, Any] = {
+        "batch": batch,
+        "run": run,
+        "tab": tab,
+        "attempt": attempt,
+        "actions": run_actions(batch, run),
+        "revision": batch["revision"],
+    }
     agent_id = attempt["agent_id"] if attempt else None
     if tab == "changes":
-        review = await proxy(request).call("batch_review", {"batch_id": batch["id"], "run_id": run["id"]})
+        review = await proxy(request).call(
+            "batch_review", {"batch_id": batch["id"], "run_id": run["id"]}
+        )
         context["review"] = review["runs"][0] if review["runs"] else None
     elif agent_id:
         context["agent"] = await proxy(request).call("agent", {"agent_id": agent_id})
@@ -186,7 +270,9 @@ async def run_page(request: Request) -> HTMLResponse:
             context["log"] = await read_log(request, agent_id)
         else:
             context["session"] = await read_session(request, agent_id)
-    return page(request, "run.html", watch=" ".join(filter(None, [batch["id"], agent_id])), **context)
+    return page(
+        request, "run.html", watch=" ".join(filter(None, [batch["id"], agent_id])), **context
+    )
 
 
 def _attempt(run: dict[str, Any], wanted: str | None) -> dict[str, Any] | None:
@@ -201,10 +287,18 @@ def run_actions(batch: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
     """Which buttons the lifecycle allows now, and why follow-up is locked when it is."""
     live = batch["state"] != BatchState.CANCELLED
     settled = run["state"] in RUN_SETTLED
-    return {"stop": run["state"] == RunState.RUNNING,
-            "rerun": live and settled,
-            "resume": live and run["state"] in (RunState.FAILED, RunState.CANCELLED) and bool(run["agent_id"]),
-            "followup": live and settled and bool(run["agent_id"]),
-            "locked_reason": ("this run's result feeds the batch's "
-                              f"{'ranking' if batch['workflow'] == 'ranked' else 'verdict'}; "
-                              "a follow-up must reopen it") if run["locked"] else None}
+    return {
+        "stop": run["state"] == RunState.RUNNING,
+        "rerun": live and settled,
+        "resume": live
+        and run["state"] in (RunState.FAILED, RunState.CANCELLED)
+        and bool(run["agent_id"]),
+        "followup": live and settled and bool(run["agent_id"]),
+        "locked_reason": (
+            "this run's result feeds the batch's "
+            f"{'ranking' if batch['workflow'] == 'ranked' else 'verdict'}; "
+            "a follow-up must reopen it"
+        )
+        if run["locked"]
+        else None,
+    }

@@ -42,7 +42,11 @@ def compact(value: Any) -> str:
 
 
 def make_env() -> Environment:
-    env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape(default=True),
-                      trim_blocks=True, lstrip_blocks=True)
+    env = Environment(
+        loader=FileSystemLoader(TEMPLATES),
+        autoescape=select_autoescape(default=True),
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
     env.filters.update(markdown=markdown, ago=ago, clock=clock, pretty=pretty, compact=compact)
     return env

@@ -43,7 +43,13 @@ def runtime_choices(home: Home) -> RuntimeChoices:
         config = load_config(home)
     except DomainError as exc:
         return RuntimeChoices(error=exc.message)
-    runtimes = tuple(RuntimeChoice(name, str(getattr(r.engine, "value", r.engine)), tuple(r.models),
-                                   r.default_model) for name, r in sorted(config.runtimes.items()) if r.enabled)
-    return RuntimeChoices(default=config.default_runtime, runtimes=runtimes,
-                          names=frozenset(r.name for r in runtimes))
+    runtimes = tuple(
+        RuntimeChoice(
+            name, str(getattr(r.engine, "value", r.engine)), tuple(r.models), r.default_model
+        )
+        for name, r in sorted(config.runtimes.items())
+        if r.enabled
+    )
+    return RuntimeChoices(
+        default=config.default_runtime, runtimes=runtimes, names=frozenset(r.name for r in runtimes)
+    )

@@ -24,11 +24,17 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from agent_run.home import Home
 
 SAFE_METHODS = {"GET", "HEAD", "OPTIONS"}
-CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-       "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
-SECURITY_HEADERS = {"content-security-policy": CSP, "x-content-type-options": "nosniff",
-                    "referrer-policy": "same-origin", "x-frame-options": "DENY",
-                    "cache-control": "no-store"}
+CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+)
+SECURITY_HEADERS = {
+    "content-security-policy": CSP,
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "same-origin",
+    "x-frame-options": "DENY",
+    "cache-control": "no-store",
+}
 
 
 def token_path(home: Home) -> Path:
@@ -97,21 +103,25 @@ class GuardMiddleware:
         headers = Headers(scope=scope)
         guard = self.guard
         if headers.get("host") not in guard.hosts:
-            return PlainTextResponse("400: this server answers only to 127.0.0.1 or localhost on its port",
-                                     status_code=400)
+            return PlainTextResponse(
+                "400: this server answers only to 127.0.0.1 or localhost on its port",
+                status_code=400,
+            )
         query = dict(parse_qsl(scope.get("query_string", b"").decode()))
         if "token" in query and scope["method"] == "GET":
             if not guard.token_ok(query.pop("token")):
                 return PlainTextResponse("401: bad token", status_code=401)
             return self._exchange(scope["path"], query)
         bearer = headers.get("authorization", "")
-        by_header = bearer.startswith("Bearer ") and guard.token_ok(bearer[len("Bearer "):])
+        by_header = bearer.startswith("Bearer ") and guard.token_ok(bearer[len("Bearer ") :])
         by_cookie = guard.token_ok(_cookie(headers, guard.cookie))
         if scope["path"].startswith("/static/") and scope["method"] in SAFE_METHODS:
             return None  # CSS and JS of the package: no secret there, and no state to change
         if not (by_header or by_cookie):
-            return PlainTextResponse("401: open the URL that `agent-run web` printed (it carries the token)",
-                                     status_code=401)
+            return PlainTextResponse(
+                "401: open the URL that `agent-run web` printed (it carries the token)",
+                status_code=401,
+            )
         if scope["method"] in SAFE_METHODS:
             return None
         origin = headers.get("origin")
@@ -119,7 +129,9 @@ class GuardMiddleware:
             return PlainTextResponse("403: foreign Origin", status_code=403)
         state = scope.setdefault("state", {})
         if by_header:
-            state["csrf_ok"] = True  # a browser cannot send Authorization cross-site without CORS consent
+            state["csrf_ok"] = (
+                True  # a browser cannot send Authorization cross-site without CORS consent
+            )
             return None
         if origin is None:
             return PlainTextResponse("403: no Origin on a state-changing request", status_code=403)
@@ -132,8 +144,14 @@ class GuardMiddleware:
     def _exchange(self, path: str, query: dict[str, str]) -> Response:
         target = path + (f"?{urlencode(query)}" if query else "")
         response = RedirectResponse(target, status_code=303)
-        response.set_cookie(self.guard.cookie, self.guard.token, httponly=True, samesite="strict",
-                            path="/", max_age=30 * 86400)
+        response.set_cookie(
+            self.guard.cookie,
+            self.guard.token,
+            httponly=True,
+            samesite="strict",
+            path="/",
+            max_age=30 * 86400,
+        )
         return response
 
 

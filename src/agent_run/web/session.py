@@ -21,30 +21,46 @@ TRANSCRIPT_PAGES = 20  # a page render reads at most this many calls' worth
 TOOL_ROLES = ("tool", "tool_call", "tool_result")
 
 
-def group_blocks(items: list[dict[str, Any]], after: int = 0, turn: int = 0) -> list[dict[str, Any]]:
+def group_blocks(
+    items: list[dict[str, Any]], after: int = 0, turn: int = 0
+) -> list[dict[str, Any]]:
     """Consecutive tool items of one turn fold into one block; every other item is a block."""
     blocks: list[dict[str, Any]] = []
     for item in items:
         last = blocks[-1] if blocks else None
         is_tool = item["role"] in TOOL_ROLES
-        if is_tool and last and last["kind"] == "tools" and last["turn"] == item["execution_number"]:
+        if (
+            is_tool
+            and last
+            and last["kind"] == "tools"
+            and last["turn"] == item["execution_number"]
+        ):
             last["items"].append(item)
         else:
             previous_turn = last["turn"] if last else turn
-            blocks.append({"kind": "tools" if is_tool else "message", "items": [item], "after": after,
-                           "turn": item["execution_number"], "new_turn": item["execution_number"] != previous_turn})
+            blocks.append(
+                {
+                    "kind": "tools" if is_tool else "message",
+                    "items": [item],
+                    "after": after,
+                    "turn": item["execution_number"],
+                    "new_turn": item["execution_number"] != previous_turn,
+                }
+            )
         blocks[-1]["last"] = item["id"]
         after = item["id"]
     return blocks
 
 
-async def read_items(request: Request, agent_id: str, cursor: int,
-                     pages: int) -> tuple[list[dict[str, Any]], int, bool]:
+async def read_items(
+    request: Request, agent_id: str, cursor: int, pages: int
+) -> tuple[list[dict[str, Any]], int, bool]:
     """Up to `pages` calls of the transcript after `cursor`: the items, the next cursor, whether more."""
     items: list[dict[str, Any]] = []
     for _ in range(pages):
-        chunk = await request.app.state.proxy.call("transcript", {"agent_id": agent_id, "cursor": cursor,
-                                                                  "limit": TRANSCRIPT_PAGE})
+        chunk = await request.app.state.proxy.call(
+            "transcript", {"agent_id": agent_id, "cursor": cursor, "limit": TRANSCRIPT_PAGE}
+        )
         items += chunk["items"]
         cursor = chunk["next_cursor"]
         if len(chunk["items"]) < TRANSCRIPT_PAGE:
@@ -52,7 +68,9 @@ async def read_items(request: Request, agent_id: str, cursor: int,
     return items, cursor, True
 
 
-async def read_answer(request: Request, agent_id: str) -> tuple[dict[str, Any] | None, dict[str, str] | None]:
+async def read_answer(
+    request: Request, agent_id: str
+) -> tuple[dict[str, Any] | None, dict[str, str] | None]:
     """The verified answer, or why there is none (integrity failures are shown)."""
     try:
         return await request.app.state.proxy.call("answer", {"agent_id": agent_id}), None

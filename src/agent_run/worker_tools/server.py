@@ -36,12 +36,14 @@ def _bound_row(conn: sqlite3.Connection, execution_id: str, token: str) -> sqlit
     return row
 
 
-def record(conn: sqlite3.Connection, execution_id: str, token: str, tool: str,
-           payload: dict[str, Any]) -> int:
+def record(
+    conn: sqlite3.Connection, execution_id: str, token: str, tool: str, payload: dict[str, Any]
+) -> int:
     with write(conn):
         row = _bound_row(conn, execution_id, token)
-        return append_report(conn, agent_id=row["agent_id"], execution_id=execution_id, tool=tool,
-                             payload=payload)
+        return append_report(
+            conn, agent_id=row["agent_id"], execution_id=execution_id, tool=tool, payload=payload
+        )
 
 
 def workdir_of(conn: sqlite3.Connection, execution_id: str) -> Path:
@@ -49,17 +51,23 @@ def workdir_of(conn: sqlite3.Connection, execution_id: str) -> Path:
     return Path(json.loads(row["plan_json"])["workdir"])
 
 
-def create_commit(conn: sqlite3.Connection, execution_id: str, token: str, payload: dict[str, Any]) -> tuple[int, str]:
+def create_commit(
+    conn: sqlite3.Connection, execution_id: str, token: str, payload: dict[str, Any]
+) -> tuple[int, str]:
     """Record the intent first (while the execution is live), then commit, then complete the
     report with the sha: a commit never exists without its report, whatever ends in between
     (the judge then finds the commit in git). A failed commit completes it as `failed`."""
     from agent_run.git import commit_files
 
-    report_id = record(conn, execution_id, token, "create_commit", {**payload, "sha": None, "state": "intent"})
+    report_id = record(
+        conn, execution_id, token, "create_commit", {**payload, "sha": None, "state": "intent"}
+    )
     try:
         sha = commit_files(workdir_of(conn, execution_id), payload["message"], payload["files"])
     except DomainError as exc:
-        _complete(conn, report_id, {**payload, "sha": None, "state": "failed", "error": exc.message})
+        _complete(
+            conn, report_id, {**payload, "sha": None, "state": "failed", "error": exc.message}
+        )
         raise
     _complete(conn, report_id, {**payload, "sha": sha, "state": "committed"})
     return report_id, sha
@@ -73,15 +81,28 @@ def _complete(conn: sqlite3.Connection, report_id: int, payload: dict[str, Any])
 class WorkerTools:
     """The tools one execution offers, bound to its token: listed and called by the stdio loop."""
 
-    def __init__(self, conn: sqlite3.Connection, execution_id: str, token: str, offered: list[str]) -> None:
+    def __init__(
+        self, conn: sqlite3.Connection, execution_id: str, token: str, offered: list[str]
+    ) -> None:
         self.conn, self.execution_id, self.token = conn, execution_id, token
         self.offered = [name for name in WORKER_TOOLS if name in offered]
 
     def list(self) -> list[dict[str, Any]]:
-        annotations = {"destructiveHint": False, "idempotentHint": False, "openWorldHint": False,
-                       "readOnlyHint": False}
-        return [{"annotations": annotations, "description": WORKER_TOOLS[name].description,
-                 "inputSchema": WORKER_TOOLS[name].schema, "name": name} for name in self.offered]
+        annotations = {
+            "destructiveHint": False,
+            "idempotentHint": False,
+            "openWorldHint": False,
+            "readOnlyHint": False,
+        }
+        return [
+            {
+                "annotations": annotations,
+                "description": WORKER_TOOLS[name].description,
+                "inputSchema": WORKER_TOOLS[name].schema,
+                "name": name,
+            }
+            for name in self.offered
+        ]
 
     def call(self, name: Any, arguments: Any) -> ToolAnswer:
         if not isinstance(name, str) or name not in self.offered:

@@ -15,7 +15,12 @@ from agent_run.worker_tools.binding import SERVER_NAME
 # The initialize-handshake revisions we answer with (the same set as the mcp SDK we replaced).
 PROTOCOL_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
 PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL_ERROR = (
-    -32700, -32600, -32601, -32602, -32603)
+    -32700,
+    -32600,
+    -32601,
+    -32602,
+    -32603,
+)
 
 
 class ToolAnswer(NamedTuple):
@@ -52,16 +57,20 @@ def _tools_call(tools: Tools, params: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(name, str):
         raise RpcFailure(INVALID_PARAMS, "invalid name: must be a string", {"field": "name"})
     if arguments is not None and not isinstance(arguments, dict):
-        raise RpcFailure(INVALID_PARAMS, "invalid arguments: must be an object", {"field": "arguments"})
+        raise RpcFailure(
+            INVALID_PARAMS, "invalid arguments: must be an object", {"field": "arguments"}
+        )
     answer = tools.call(name, arguments)
     return {"content": [{"type": "text", "text": answer.text}], "isError": answer.error}
 
 
 def dispatch(tools: Tools, method: str, params: dict[str, Any]) -> dict[str, Any]:
     if method == "initialize":
-        return {"capabilities": {"tools": {"listChanged": False}},
-                "protocolVersion": negotiate(params.get("protocolVersion")),
-                "serverInfo": {"name": SERVER_NAME, "version": __version__}}
+        return {
+            "capabilities": {"tools": {"listChanged": False}},
+            "protocolVersion": negotiate(params.get("protocolVersion")),
+            "serverInfo": {"name": SERVER_NAME, "version": __version__},
+        }
     if method == "ping":
         return {}
     if method == "tools/list":
@@ -86,7 +95,9 @@ def handle(tools: Tools, message: Any) -> dict[str, Any] | None:
     if method is None and ("result" in message or "error" in message):
         return None  # a response to a request we never send: nothing to answer
     if not isinstance(method, str):
-        return _error(msg_id, INVALID_REQUEST, "Invalid Request: method must be a string", {"field": "method"})
+        return _error(
+            msg_id, INVALID_REQUEST, "Invalid Request: method must be a string", {"field": "method"}
+        )
     if "id" not in message:
         return None  # notifications (initialized, cancelled, ...) need no answer
     try:
@@ -112,7 +123,9 @@ def answer_line(tools: Tools, line: bytes) -> Any:
     return handle(tools, message)
 
 
-def serve_stdio(tools: Tools, stdin: IO[bytes] | None = None, stdout: IO[bytes] | None = None) -> None:
+def serve_stdio(
+    tools: Tools, stdin: IO[bytes] | None = None, stdout: IO[bytes] | None = None
+) -> None:
     """Answer line by line until stdin closes (or stdout does)."""
     stdin = stdin or sys.stdin.buffer
     stdout = stdout or sys.stdout.buffer
@@ -123,7 +136,9 @@ def serve_stdio(tools: Tools, stdin: IO[bytes] | None = None, stdout: IO[bytes] 
         if answer is None:
             continue
         try:
-            stdout.write(json.dumps(answer, ensure_ascii=False, separators=(",", ":")).encode() + b"\n")
+            stdout.write(
+                json.dumps(answer, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+            )
             stdout.flush()
         except BrokenPipeError:
             return

@@ -37,9 +37,13 @@ def _check(root: dict[str, Any], schema: dict[str, Any], value: Any, loc: list[s
     return _string(schema, value, loc)
 
 
-def _object(root: dict[str, Any], schema: dict[str, Any], value: Any, loc: list[str | int]) -> dict[str, Any]:
+def _object(
+    root: dict[str, Any], schema: dict[str, Any], value: Any, loc: list[str | int]
+) -> dict[str, Any]:
     if not isinstance(value, dict):
-        what = f"a valid dictionary or instance of {schema['title']}" if loc else "a valid dictionary"
+        what = (
+            f"a valid dictionary or instance of {schema['title']}" if loc else "a valid dictionary"
+        )
         raise InvalidArgument(loc, f"Input should be {what}")
     out: dict[str, Any] = {}
     for name, field in schema["properties"].items():
@@ -54,16 +58,24 @@ def _object(root: dict[str, Any], schema: dict[str, Any], value: Any, loc: list[
     return out
 
 
-def _array(root: dict[str, Any], schema: dict[str, Any], value: Any, loc: list[str | int]) -> list[Any]:
+def _array(
+    root: dict[str, Any], schema: dict[str, Any], value: Any, loc: list[str | int]
+) -> list[Any]:
     if not isinstance(value, list):
         raise InvalidArgument(loc, "Input should be a valid list")
     items = [_check(root, schema["items"], item, [*loc, i]) for i, item in enumerate(value)]
     if len(items) < schema["minItems"]:
-        raise InvalidArgument(loc, f"List should have at least {schema['minItems']} item after validation, "
-                                   f"not {len(items)}")
+        raise InvalidArgument(
+            loc,
+            f"List should have at least {schema['minItems']} item after validation, "
+            f"not {len(items)}",
+        )
     if len(items) > schema["maxItems"]:
-        raise InvalidArgument(loc, f"List should have at most {schema['maxItems']} items after validation, "
-                                   f"not {len(items)}")
+        raise InvalidArgument(
+            loc,
+            f"List should have at most {schema['maxItems']} items after validation, "
+            f"not {len(items)}",
+        )
     return items
 
 
@@ -74,7 +86,9 @@ def _number(schema: dict[str, Any], value: Any, loc: list[str | int]) -> float:
         try:
             number = float(value.strip())
         except ValueError:
-            raise InvalidArgument(loc, "Input should be a valid number, unable to parse string as a number") from None
+            raise InvalidArgument(
+                loc, "Input should be a valid number, unable to parse string as a number"
+            ) from None
     else:
         raise InvalidArgument(loc, "Input should be a valid number")
     if not number >= schema["minimum"]:
