@@ -8,9 +8,11 @@ import stat
 
 import pytest
 
-from tests.engine_harness import NODE_BIN, run_agent
+from tests.engine_harness import node_bin, run_agent
 from tests.harness import TEST_CONFIG, DaemonProcess, cli, make_home, remove_home
 from tests.support.mock_provider import MockProvider, Text
+
+pytestmark = pytest.mark.engines  # the real engine CLIs from node_modules
 
 WORK_KEY, HOME_KEY = "sk-work-account-3c9d1e7f2a", "sk-home-account-8b4f6a0c5d"
 
@@ -23,7 +25,7 @@ def provider():
 
 def claude_block(base_url: str) -> str:
     return (
-        f'[runtimes.cc]\nengine = "claude"\nbinary = "{NODE_BIN / "claude"}"\n'
+        f'[runtimes.cc]\nengine = "claude"\nbinary = "{node_bin() / "claude"}"\n'
         'models = ["claude-sonnet-4-5"]\nallow_plain_http_loopback = true\n'
         f'base_url = "{base_url}"\nmax_retries = 0\nrequest_timeout_seconds = 4.0\nstall_seconds = 30.0\n'
         'default_account = "work"\n'
@@ -60,7 +62,7 @@ def test_two_accounts_each_reach_the_provider_with_their_own_key(provider, workd
 
 def test_codex_account_signed_in_by_login_account_runs_on_its_own_folder(provider, workdir):
     block = (
-        f'[runtimes.cx]\nengine = "codex"\nbinary = "{NODE_BIN / "codex"}"\nmodels = ["gpt-5.5"]\n'
+        f'[runtimes.cx]\nengine = "codex"\nbinary = "{node_bin() / "codex"}"\nmodels = ["gpt-5.5"]\n'
         f'allow_plain_http_loopback = true\nbase_url = "{provider.url}/v1"\nmax_retries = 0\n'
         "request_timeout_seconds = 4.0\nstall_seconds = 30.0\n"
         '[runtimes.cx.accounts.work]\nauth = { login = "native" }\n'

@@ -7,16 +7,27 @@ from pathlib import Path
 
 import pytest
 
-from agent_run.engines import engine_for
 from agent_run.engines.base import (
     Completion,
     EngineNote,
-    ExecutionPlan,
     MessageEvent,
     SendInput,
     SessionStarted,
     Unparsed,
 )
+from agent_run.engines.plan import ExecutionPlan, load_plan
+from agent_run.engines.registry import engine_for
+
+
+def _plan(engine_name: str, model: str) -> ExecutionPlan:
+    data = {
+        **PLAN,
+        "engine": engine_name,
+        "model": model,
+        "runtime_config": {"engine": engine_name},
+    }
+    return load_plan(json.dumps(data))
+
 
 STREAMS = Path(__file__).parent / "fixtures" / "streams"
 PLAN = {
@@ -27,8 +38,8 @@ PLAN = {
     "model": "?",
     "workdir": "/tmp/w",
     "profile": "write",
-    "prompt": "Run the marker command.",
-    "runtime_config": {},
+    "plan_version": 2,
+    "runtime_config": None,  # set per engine: {"engine": NAME}
     "stall_seconds": 60.0,
     "wall_seconds": None,
     "cancel_grace_seconds": 1.0,
@@ -42,7 +53,7 @@ PLAN = {
 
 def parsed(engine_name: str, model: str) -> list:
     engine = engine_for(engine_name)
-    engine.initial_input(ExecutionPlan.from_json({**PLAN, "engine": engine_name, "model": model}))
+    engine.initial_input(_plan(engine_name, model), "Run the marker command.")
     lines = (STREAMS / engine_name / "tool_then_text.jsonl").read_text().splitlines()
     return [event for line in lines for event in engine.parse_line(line)]
 
@@ -121,7 +132,7 @@ def test_codex_app_server_tool_then_text():
 def test_a_truncated_recording_never_completes(engine_name):
     model = {"claude": "claude-sonnet-4-5", "codex": "gpt-5.5"}[engine_name]
     engine = engine_for(engine_name)
-    engine.initial_input(ExecutionPlan.from_json({**PLAN, "engine": engine_name, "model": model}))
+    engine.initial_input(_plan(engine_name, model), "Run the marker command.")
     lines = (STREAMS / engine_name / "tool_then_text.jsonl").read_text().splitlines()[:-1]
     events = [event for line in lines for event in engine.parse_line(line)]
     assert not [e for e in events if isinstance(e, Completion)]
