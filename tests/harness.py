@@ -2,6 +2,7 @@
 
 import json
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -14,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from agent_run.domain.errors import DaemonUnavailable
 from agent_run.home import Home
 from agent_run.rpc.client import RpcClient
 from agent_run.supervisor.identity import Liveness, ProcessIdentity, kill_group, liveness
@@ -95,6 +97,12 @@ class DaemonProcess:
 
         env = {**os.environ, **self.env}
         env.pop("AGENT_RUN_HOME", None)
+        if any(name.startswith("PYTHON") for name in self.env):
+            # The interpreter reads these at its own start (sys.path, sitecustomize, entry
+            # points): a fork of the pre-imported zygote would never see them.
+            self.proc = self._popen(env)
+            wait_for(self._answers, timeout=30, what="the daemon to answer ping")
+            return self
         # Forked from a zygote that has the daemon's imports loaded: the same `python -m
         # agent_run ... api serve`, a second of CPU cheaper per boot (tests/support/zygote.py).
         self.proc = spawn(
@@ -106,6 +114,29 @@ class DaemonProcess:
         wait_for(self._answers, timeout=30, what="the daemon to answer ping")
         return self
 
+    def _popen(self, env: dict[str, str]) -> subprocess.Popen[bytes]:
+        """`python -m agent_run ... api serve` started afresh, in its own session."""
+        argv = [sys.executable, "-m", "agent_run", "--home", str(self.home.root), "api", "serve"]
+        limit = None
+        if self.nofile_soft is not None:
+            soft = self.nofile_soft
+
+            def limit() -> None:
+                resource.setrlimit(
+                    resource.RLIMIT_NOFILE, (soft, resource.getrlimit(resource.RLIMIT_NOFILE)[1])
+                )
+
+        with open(self.home.root / "daemon-test.out", "ab") as out:
+            return subprocess.Popen(
+                argv,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=out,
+                start_new_session=True,
+                preexec_fn=limit,
+            )
+
     def _answers(self) -> bool:
         assert self.proc is not None
         if self.proc.poll() is not None:
@@ -115,7 +146,7 @@ class DaemonProcess:
         try:
             with RpcClient(self.home.socket_path, timeout=5) as client:
                 return client.call("ping")["pid"] == self.proc.pid
-        except OSError:
+        except (OSError, DaemonUnavailable):  # not listening yet, or the killed one's backlog
             return False
 
     def client(self, timeout: float | None = 60) -> RpcClient:
