@@ -39,7 +39,7 @@ from _common import (
     write_results,
 )
 
-from agent_run.rpc.client import RpcClient
+from agent_run.rpc.client import RawClient
 
 PROBE_GAP = 0.02
 BASELINE_SECONDS = 4.0
@@ -49,7 +49,7 @@ PROBES = ("ping", "agent", "list_agents")
 def probe(socket_path: str, agent_id: str, stop: Any, out: Any) -> None:
     """Child process: time each read, back to back with PROBE_GAP between, until `stop` is set."""
     params = {"ping": {}, "agent": {"agent_id": agent_id}, "list_agents": {"limit": 50}}
-    clients = {m: RpcClient(socket_path, timeout=300) for m in PROBES}
+    clients = {m: RawClient(socket_path, timeout=300) for m in PROBES}
     samples: list[tuple[float, str, float]] = []
     for method in itertools.cycle(PROBES):
         if stop.is_set():
@@ -147,7 +147,7 @@ def verify(home: Any, socket_path: str, ids: dict[int, str]) -> dict[str, Any]:
         r["failure_kind"] for r in rows if r["failure_kind"] and r["agent_id"] in ids.values()
     )
     verified = 0
-    with RpcClient(socket_path, timeout=60) as client:
+    with RawClient(socket_path, timeout=60) as client:
         for i, agent_id in ids.items():
             if (
                 state.get(agent_id) == "succeeded"

@@ -11,7 +11,7 @@ import time
 
 from _common import daemon_env, print_table, ratio, summary, write_results
 
-from agent_run.rpc.client import RpcClient
+from agent_run.rpc.client import RawClient
 from agent_run.store.db import connect, write
 from agent_run.store.events import append_event
 
@@ -28,7 +28,7 @@ def main() -> int:
             returned: dict[str, float] = {}
 
             def poll(after: int = revision, returned: dict[str, float] = returned) -> None:
-                with RpcClient(home.socket_path, timeout=30) as c:
+                with RawClient(home.socket_path, timeout=30) as c:
                     result = c.call("list_agents", {"after_revision": after, "wait_seconds": 10})
                 returned["at"] = time.perf_counter()
                 returned["revision"] = result["revision"]
@@ -45,7 +45,7 @@ def main() -> int:
             wakes.append((returned["at"] - committed) * 1000)
             revision = returned["revision"]
             begun = time.perf_counter()
-            with RpcClient(home.socket_path, timeout=30) as c:
+            with RawClient(home.socket_path, timeout=30) as c:
                 c.call("ping")
             pings.append((time.perf_counter() - begun) * 1000)
         conn.close()

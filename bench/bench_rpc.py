@@ -49,7 +49,7 @@ from _common import (
     write_results,
 )
 
-from agent_run.rpc.client import RpcClient
+from agent_run.rpc.client import RawClient
 
 SERIES = (
     "start",
@@ -120,7 +120,7 @@ def run(
                     client.call("ping")
 
             def fresh_ping() -> None:
-                with RpcClient(home.socket_path, timeout=30) as c:
+                with RawClient(home.socket_path, timeout=30) as c:
                     c.call("ping")
 
             stamps: list[tuple[str, float, float]] = []

@@ -1,6 +1,8 @@
-"""Real git repositories in temp folders for batch tests, and waiting on batch states."""
+"""Real git repositories in temp folders for batch tests, waiting on batch states, and the
+`batch_project` fixture's `BatchProject`: a daemon and a fresh repository to run batches in."""
 
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -53,3 +55,42 @@ def wait_batch(
 
 def runs_of(batch: dict[str, Any], stage: str) -> list[dict[str, Any]]:
     return [r for r in batch["runs"] if r["stage"] == stage]
+
+
+# A candidate that writes a file and commits it (the demo engine's directives).
+CANDIDATE = "write: feature.txt = a feature\ncommit: add the feature"
+SETTLED = ("completed", "failed", "cancelled", "blocked")
+
+
+@dataclass
+class BatchProject:
+    """A running daemon and a fresh repository (branch `main`, one commit) whose runs' worktrees
+    go beside it; batches run on the demo engine. The `batch_project` fixture removes it all."""
+
+    daemon: DaemonProcess
+    repo: Path
+
+    def start(self, workflow: str, **params: Any) -> dict[str, Any]:
+        """`batch_start` of `workflow` on this repository (params may name another project)."""
+        return self.daemon.call(
+            "batch_start",
+            {"runtime": "demo", "workflow": workflow, "project": str(self.repo), **params},
+        )
+
+    def finish(
+        self,
+        workflow: str,
+        *,
+        states: tuple[str, ...] = SETTLED,
+        timeout: float = 120,
+        **params: Any,
+    ) -> dict[str, Any]:
+        """Start a batch and wait until it reaches one of `states`; the batch then."""
+        return wait_batch(self.daemon, self.start(workflow, **params)["id"], states, timeout)
+
+    def start_ranked_pair(self, review: str = "score: 50", **params: Any) -> dict[str, Any]:
+        """A ranked batch of one committing candidate and one reviewer (`review` its prompt)."""
+        return self.start(
+            "ranked",
+            **{"runs": 1, "reviewers": 1, "prompt": CANDIDATE, "review_prompt": review, **params},
+        )

@@ -28,9 +28,15 @@ SCREENSHOTS = Path(__file__).parent.parent / "docs" / "web"
 
 @contextmanager
 def browser_page(
-    width: int = 1200, height: int = 900
+    width: int = 1200,
+    height: int = 900,
+    javascript: bool = True,
+    args: tuple[str, ...] = (),
+    color_scheme: str = "light",
 ) -> Iterator[tuple[Page, dict[str, list[Any]]]]:
-    """A fresh page, and what it reported: dialogs (each dismissed), console errors, page errors."""
+    """A fresh page, and what it reported: dialogs (each dismissed), console errors, page errors.
+    `javascript=False` is a browser with JS off; `args` are extra chromium switches;
+    `color_scheme` is what `prefers-color-scheme` says (light or dark)."""
     if not Path(CHROMIUM).exists():
         raise AssertionError(
             "chromium is not installed: run scripts/test (it installs it with apt), "
@@ -38,9 +44,15 @@ def browser_page(
         )
     seen: dict[str, list[Any]] = {"dialogs": [], "console_errors": [], "page_errors": []}
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        browser = pw.chromium.launch(
+            executable_path=CHROMIUM, args=[*CHROMIUM_ARGS, *args], headless=True
+        )
         try:
-            context = browser.new_context(viewport={"width": width, "height": height})
+            context = browser.new_context(
+                viewport={"width": width, "height": height},
+                java_script_enabled=javascript,
+                color_scheme=color_scheme,  # type: ignore[arg-type]
+            )
             page = context.new_page()
             page.set_default_timeout(60_000)
             page.on("dialog", lambda d: (seen["dialogs"].append(d.message), d.dismiss()))

@@ -1,12 +1,56 @@
-"""Shared fixtures: a fresh home per test, a real daemon process, a work directory."""
+"""Shared fixtures: a fresh home per test, a real daemon process, a work directory, a git
+project to run batches in."""
 
+import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from agent_run.home import Home
-from tests.harness import DaemonProcess, make_home, remove_home, short_tmpdir
+from tests.batch_harness import BatchProject, make_repo
+from tests.harness import (
+    MADE_BY,
+    TMPDIRS_MADE,
+    DaemonProcess,
+    make_home,
+    remove_home,
+    remove_tmpdirs,
+    short_tmpdir,
+)
+
+
+@pytest.fixture(autouse=True)
+def _remove_tmpdirs_of_the_test() -> Iterator[None]:
+    """Remove every folder the test and its function fixtures made with short_tmpdir (homes,
+    repositories with their worktrees), after those fixtures' own teardown (this one is set up
+    first, so it is torn down last). Folders of wider-scoped fixtures are theirs to remove."""
+    first = len(TMPDIRS_MADE)
+    yield
+    remove_tmpdirs(TMPDIRS_MADE[first:])
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_folder_left_behind() -> Iterator[None]:
+    """The session-end check, which fails the run: a folder this process made with short_tmpdir
+    (a module or session fixture's too) still there when the session ends is removed and
+    reported as an error at the teardown of the last test (each xdist worker checks its own).
+    Set up before any other session fixture, so it is torn down after them all."""
+    yield
+    leftovers = remove_tmpdirs(TMPDIRS_MADE)
+    if leftovers:
+        made = "\n".join(f"  {path}  (made by {MADE_BY.get(path, '?')})" for path in leftovers)
+        pytest.fail(f"temporary folders left behind (now removed):\n{made}", pytrace=False)
+
+
+# The suite starts hundreds of Python processes (CLI calls, daemons, supervisors, web
+# servers, xdist workers), each importing the same stack. Where PYTHONDONTWRITEBYTECODE is set,
+# every one of them compiled every module from source again (a third of a CLI call's CPU), and
+# pytest re-rewrote every test module's asserts in every worker. The suite writes bytecode
+# caches (`__pycache__/`, git-ignored) like a default Python does; what runs is the same code.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
 
 
 @pytest.fixture
@@ -33,6 +77,17 @@ def workdir() -> Iterator[Path]:
 
 
 @pytest.fixture
+def batch_project(daemon: DaemonProcess) -> Iterator[BatchProject]:
+    """The daemon and a fresh git repository to run batches in; the repository's folder (with
+    the runs' worktrees beside it) is removed afterwards."""
+    project = BatchProject(daemon, make_repo())
+    yield project
+    import shutil
+
+    shutil.rmtree(project.repo.parent, ignore_errors=True)
+
+
+@pytest.fixture
 def web(daemon):
     from tests.web_harness import WebProcess
 
@@ -43,17 +98,19 @@ def web(daemon):
 
 # -- suite slices ---------------------------------------------------------------------------
 # A test that drives the real engine CLIs is marked `engines`; one that drives a browser,
-# `browser`; one that needs sshd, `sshd`. `--fast` deselects all three, so the quick loop needs
-# no npm, apt or sshd. The marks are explicit; a test that reaches node_modules without the
-# `engines` mark fails (tests.engine_harness.node_bin), so `--fast` cannot depend on npm silently.
-SLOW_SLICES = ("engines", "browser", "sshd")
+# `browser`; one that needs sshd, `sshd`; one that bootstraps a fresh machine from PyPI (uv and
+# the locked wheels into a new HOME, about a minute), `fresh`. `--fast` deselects all four, so
+# the quick loop needs no npm, apt, sshd or network. The marks are explicit; a test that
+# reaches node_modules without the `engines` mark fails (tests.engine_harness.node_bin), so
+# `--fast` cannot depend on npm silently.
+SLOW_SLICES = ("engines", "browser", "sshd", "fresh")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--fast",
         action="store_true",
-        help="skip tests that need the real engine CLIs, a browser or sshd",
+        help="skip tests that need the real engine CLIs, a browser, sshd or PyPI (fresh)",
     )
 
 

@@ -61,9 +61,11 @@ def runtime_block(name: str, engine: str, base_url: str, model: str, **knobs: An
 
 
 @contextmanager
-def engine_daemon(block: str, key: str = PLANTED_KEY) -> Iterator[tuple[Home, DaemonProcess]]:
+def engine_daemon(
+    block: str, key: str = PLANTED_KEY, env: dict[str, str] | None = None
+) -> Iterator[tuple[Home, DaemonProcess]]:
     home = make_home(TEST_CONFIG + "\n" + block)
-    daemon = DaemonProcess(home, env={KEY_VARIABLE: key}).start()
+    daemon = DaemonProcess(home, env={KEY_VARIABLE: key, **(env or {})}).start()
     try:
         yield home, daemon
     finally:
@@ -86,7 +88,9 @@ def run_agent(
 
 
 def wait_done(daemon: DaemonProcess, agent_id: str, timeout: float = 120) -> dict[str, Any]:
-    result = daemon.call("wait", {"agent_id": agent_id, "timeout_seconds": timeout})
+    # The socket must outlast the wait (the default client gives up at 60 s).
+    with daemon.client(timeout=timeout + 30) as client:
+        result = client.call("wait", {"agent_id": agent_id, "timeout_seconds": timeout})
     assert not result["timed_out"], result
     return result["agent"]
 

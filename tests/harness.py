@@ -17,7 +17,7 @@ from typing import Any
 
 from agent_run.domain.errors import DaemonUnavailable
 from agent_run.home import Home
-from agent_run.rpc.client import RpcClient
+from agent_run.rpc.client import RawClient
 from agent_run.supervisor.identity import Liveness, ProcessIdentity, kill_group, liveness
 
 TEST_CONFIG = """schema_version = 1
@@ -34,9 +34,90 @@ default_model = "demo-1"
 """
 
 
+# Every folder short_tmpdir made in this process, in order: conftest removes those a test made
+# when it ends, and lists any still there at the end of the session (tests/conftest.py).
+TMPDIRS_MADE: list[Path] = []
+MADE_BY: dict[Path, str] = {}  # folder -> the test (and phase) that made it
+
+
+# Golden files (text snapshots, service definitions): compared byte for byte; a missing or
+# different one fails unless AGENT_RUN_UPDATE_SNAPSHOTS=1, which rewrites it deliberately.
+# AGENT_RUN_SNAPSHOTS_DIR points the check elsewhere (tests/test_tmpdirs.py's child sessions).
+UPDATE_SNAPSHOTS_ENV = "AGENT_RUN_UPDATE_SNAPSHOTS"
+SNAPSHOTS_DIR_ENV = "AGENT_RUN_SNAPSHOTS_DIR"
+
+
+def snapshots_dir() -> Path:
+    return Path(os.environ.get(SNAPSHOTS_DIR_ENV) or Path(__file__).parent / "snapshots")
+
+
+def check_golden(name: str, text: str) -> None:
+    """`text` must equal the golden file `name`; only AGENT_RUN_UPDATE_SNAPSHOTS=1 writes one."""
+    path = snapshots_dir() / name
+    if os.environ.get(UPDATE_SNAPSHOTS_ENV) == "1":
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    assert path.exists(), (
+        f"golden file {path} is missing: {UPDATE_SNAPSHOTS_ENV}=1 writes it (then review and "
+        f"commit it); got:\n{text}"
+    )
+    assert text == path.read_text(), (
+        f"{name} differs from {path} ({UPDATE_SNAPSHOTS_ENV}=1 rewrites it deliberately):\n{text}"
+    )
+
+
 def short_tmpdir(prefix: str = "art-") -> Path:
     """A temp dir with a short path: a Unix socket path must fit in 107 bytes."""
-    return Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    TMPDIRS_MADE.append(path)
+    MADE_BY[path] = os.environ.get("PYTEST_CURRENT_TEST", "outside a test")
+    return path
+
+
+def remove_tmpdirs(paths: list[Path]) -> list[Path]:
+    """Remove these folders (git worktrees inside them included), first killing the
+    supervisors and engines of any agent-run home in them, and any process still naming the
+    folder (one not recorded yet would write into it again); return those that existed."""
+    existed = [path for path in paths if path.exists()]
+    homes = []  # the folders holding an agent-run home: where a daemon or supervisor may write
+    for path in existed:
+        for db in [*path.glob("state.db"), *path.glob("*/state.db")]:
+            kill_leftovers(Home(db.parent))
+            homes.append(path)
+    if homes:
+        kill_processes_naming(*homes)
+    for path in existed:
+        shutil.rmtree(path, ignore_errors=True)
+    return existed
+
+
+def kill_processes_naming(*folders: Path) -> None:
+    """SIGKILL every process whose command line names one of `folders` or a path inside one (a
+    daemon, its fork server, a supervisor that has not recorded itself yet, an engine or its
+    bubblewrap), and wait until each has ended: none then writes into a removed folder."""
+    from agent_run.processes import current
+
+    roots = [str(folder) for folder in folders]
+    ours = {os.getpid(), os.getppid()}
+    killed = []
+    for pid, args in current().command_lines():
+        named = any(arg == root or f"{root}/" in arg for arg in args for root in roots)
+        if pid in ours or not named:
+            continue
+        try:
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+        except (ProcessLookupError, PermissionError):
+            pass
+    wait_for(lambda: not any(_running(pid) for pid in killed), timeout=30, what="them to end")
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
 
 
 def wait_for(
@@ -54,6 +135,20 @@ def wait_for(
         if time.monotonic() >= deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(interval)
+
+
+async def wait_for_async(
+    predicate: Callable[[], Any], timeout: float = 60.0, what: str = "condition"
+) -> Any:
+    """`wait_for` inside an event loop: poll without blocking the loop; fail after the bound."""
+    import asyncio
+
+    deadline = time.monotonic() + timeout
+    while not (value := predicate()):
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.02)
+    return value
 
 
 def cli(
@@ -144,13 +239,13 @@ class DaemonProcess:
             out = log.read_text() if log.exists() else "(no output)"
             raise AssertionError(f"daemon exited {self.proc.returncode}: {out[-2000:]}")
         try:
-            with RpcClient(self.home.socket_path, timeout=5) as client:
+            with RawClient(self.home.socket_path, timeout=5) as client:
                 return client.call("ping")["pid"] == self.proc.pid
         except (OSError, DaemonUnavailable):  # not listening yet, or the killed one's backlog
             return False
 
-    def client(self, timeout: float | None = 60) -> RpcClient:
-        return RpcClient(self.home.socket_path, timeout)
+    def client(self, timeout: float | None = 60) -> RawClient:
+        return RawClient(self.home.socket_path, timeout)
 
     def call(self, method: str, params: dict[str, Any] | None = None) -> Any:
         with self.client() as client:
@@ -216,6 +311,7 @@ def make_home(config: str = TEST_CONFIG) -> Home:
 
 def remove_home(home: Home) -> None:
     kill_leftovers(home)
+    kill_processes_naming(home.root.parent)
     shutil.rmtree(home.root.parent, ignore_errors=True)
 
 

@@ -4,6 +4,7 @@ import os
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
@@ -13,8 +14,9 @@ from agent_run.home import Home
 
 @asynccontextmanager
 async def mcp_session(
-    home: Home, env: dict[str, str] | None = None
+    home: Home, env: dict[str, str] | None = None, **session: Any
 ) -> AsyncIterator[ClientSession]:
+    """`session`: more ClientSession arguments (e.g. `notification_bindings`)."""
     full_env = {k: v for k, v in os.environ.items() if k != "AGENT_RUN_HOME"}
     full_env.update(env or {})
     params = StdioServerParameters(
@@ -24,6 +26,6 @@ async def mcp_session(
     )
     with open(home.root / "mcp-test.err", "a") as errlog:
         async with stdio_client(params, errlog=errlog) as (read, write):
-            async with ClientSession(read, write) as session:
-                await session.initialize()
-                yield session
+            async with ClientSession(read, write, **session) as client:
+                await client.initialize()
+                yield client

@@ -202,6 +202,7 @@ def test_batch_start_passes_its_account_to_every_run_and_refuses_an_unknown_one(
     )
     batch = wait_batch(daemon, batch["id"])
     assert batch["state"] == "completed" and batch["config"]["account"] == "personal"
+    assert [r["account"] for r in batch["runs"]] == ["personal", "personal"]  # on the batch view
     agents = [daemon.call("agent", {"agent_id": r["agent_id"]}) for r in batch["runs"]]
     assert [a["account"] for a in agents] == ["personal", "personal"]
 
@@ -280,6 +281,9 @@ def test_models_lists_each_enabled_runtime_and_start_refuses_a_model_not_listed(
         "default_model": "demo-1",
         "accounts": ["personal", "spare", "work"],
         "default_account": "work",
+        "roster": None,  # the demo engine lists no models of its own
+        "roster_observed_at": None,
+        "available": ["demo-1", "demo-2"],
     }
     assert daemon.call("models", {"runtime": "demo"})["runtimes"][0]["models"] == ["demo-1"]
     with pytest.raises(InvalidRequest) as caught:

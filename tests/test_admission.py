@@ -13,7 +13,7 @@ from agent_run.config import load_config
 from agent_run.domain.errors import DaemonUnavailable, SpawnFailed
 from agent_run.domain.requests import StartParams
 from agent_run.home import Home
-from agent_run.rpc.client import RpcClient
+from agent_run.rpc.client import RawClient
 from agent_run.services.agents import admission_rows
 from agent_run.services.context import ServiceContext
 from agent_run.store.agents import insert_agent_with_execution
@@ -213,7 +213,7 @@ class Chaos:
 
         def attempt() -> str | None:
             try:
-                with RpcClient(self.home.socket_path, timeout=30) as client:
+                with RawClient(self.home.socket_path, timeout=30) as client:
                     return client.call("start", params)["id"]
             except (OSError, DaemonUnavailable, json.JSONDecodeError):
                 return None  # the daemon died under us: the same request_id again
@@ -271,10 +271,11 @@ def test_batch_start_runs_git_off_the_event_loop(home):
     gate = repo.parent / "gate"
     wrapper = bin_dir / "git"
     wrapper.write_text(f"""#!/bin/sh
-if [ "$1" = rev-parse ] && [ "$2" = --show-toplevel ]; then
-  touch {gate}.entered
-  while [ ! -e {gate} ]; do sleep 0.05; done
-fi
+case " $* " in  # after agent-run's own `-c` settings (git.NO_PROGRAMS)
+  *" rev-parse --show-toplevel "*)
+    touch {gate}.entered
+    while [ ! -e {gate} ]; do sleep 0.05; done;;
+esac
 exec {shutil.which("git")} "$@"
 """)
     wrapper.chmod(0o755)
@@ -297,7 +298,7 @@ exec {shutil.which("git")} "$@"
     try:
         thread.start()
         wait_for(lambda: Path(f"{gate}.entered").exists(), what="batch_start to be inside git")
-        with RpcClient(home.socket_path, timeout=10) as client:
+        with RawClient(home.socket_path, timeout=10) as client:
             assert client.call("ping")["pid"] == daemon.proc.pid
         assert "batch" not in started  # still held by git, and the daemon answered meanwhile
     finally:

@@ -5,7 +5,13 @@ from pathlib import Path
 
 import pytest
 
-from agent_run.domain.errors import AnswerIntegrity, AnswerNotReady, Conflict, NotRunning
+from agent_run.domain.errors import (
+    AnswerIntegrity,
+    AnswerNotReady,
+    Conflict,
+    DomainError,
+    NotRunning,
+)
 from tests.harness import cli_json, db_rows, pgid_alive, wait_for
 
 SLOW = "steps: 40\nstep_seconds: 0.1\nanswer: slow done"
@@ -188,6 +194,40 @@ def test_transcript_pages_with_a_cursor_until_finished(daemon, workdir):
     assert seen == [f"step {i}/7" for i in range(1, 8)] + ["end"]
 
 
+def test_transcript_pages_carry_each_turns_prompt_in_the_page_where_it_begins(daemon, workdir):
+    task = "steps: 3\nstep_seconds: 0\nanswer: first"
+    agent = start(daemon, workdir, task)
+    wait_terminal(daemon, agent["id"])
+    follow_up = "steps: 2\nstep_seconds: 0\nanswer: second <b>turn</b>"
+    daemon.call("resume", {"agent_id": agent["id"], "prompt": follow_up})
+    wait_terminal(daemon, agent["id"])
+    whole = daemon.call("transcript", {"agent_id": agent["id"], "limit": 1000})
+    assert [(t["number"], t["kind"], t["prompt"]) for t in whole["turns"]] == [
+        (1, "start", task),
+        (2, "resume", follow_up),
+    ]
+    # Page by page: each turn's prompt comes once, with the page holding the turn's first item.
+    seen, cursor = [], 0
+    while True:
+        page = daemon.call("transcript", {"agent_id": agent["id"], "cursor": cursor, "limit": 2})
+        numbers = [i["execution_number"] for i in page["items"]]
+        for turn in page["turns"]:
+            assert turn["number"] in numbers, (turn, numbers)
+            before = [i for i in whole["items"] if i["id"] <= cursor]
+            assert all(i["execution_number"] < turn["number"] for i in before)
+            seen.append(turn["number"])
+        cursor = page["next_cursor"]
+        if page["finished"]:
+            break
+    assert seen == [1, 2]
+    assert daemon.call("transcript", {"agent_id": agent["id"], "cursor": cursor})["turns"] == []
+    # A turn with no message yet: its prompt is there past the last item, before any item of it.
+    daemon.call("resume", {"agent_id": agent["id"], "prompt": "fail: crash"})
+    page = daemon.call("transcript", {"agent_id": agent["id"], "cursor": cursor})
+    assert [(t["number"], t["prompt"]) for t in page["turns"]] == [(3, "fail: crash")]
+    wait_terminal(daemon, agent["id"])
+
+
 def test_list_agents_filters_and_pages_with_exact_total(daemon, workdir):
     ids = [start(daemon, workdir, f"answer: {n}")["id"] for n in range(5)]
     failed = start(daemon, workdir, "fail: auth")["id"]
@@ -321,3 +361,25 @@ def test_resume_of_a_running_agent_is_a_conflict(daemon, workdir):
     with pytest.raises(Conflict):
         with daemon.client() as c:
             c.call("resume", {"agent_id": agent["id"], "prompt": "more"})
+
+
+def test_list_agents_filters_standalone_agents_and_verdicts(batch_project, workdir):
+    daemon = batch_project.daemon
+    alone = start(daemon, workdir, "answer: on my own")
+    blocked = start(daemon, workdir, "finish: need a key\nfinish_status: blocked\nanswer: stuck")
+    batch = batch_project.finish("repeated", runs=2, prompt="answer: in a batch")
+    assert batch["state"] == "completed", batch["state_reason"]
+    for agent_id in (alone["id"], blocked["id"]):
+        wait_terminal(daemon, agent_id)
+    run_agents = {r["agent_id"] for r in batch["runs"]}
+    mine = daemon.call("list_agents", {"standalone": True})
+    assert {a["id"] for a in mine["items"]} == {alone["id"], blocked["id"]} and mine["total"] == 2
+    theirs = daemon.call("list_agents", {"standalone": False})
+    assert {a["id"] for a in theirs["items"]} == run_agents and theirs["total"] == 2
+    says_blocked = daemon.call("list_agents", {"verdict": "blocked"})
+    assert [a["id"] for a in says_blocked["items"]] == [blocked["id"]]
+    both = daemon.call("list_agents", {"verdict": "blocked", "standalone": False})
+    assert both["items"] == [] and both["total"] == 0
+    with pytest.raises(DomainError) as bad:
+        daemon.call("list_agents", {"verdict": "stuck"})
+    assert bad.value.code == "InvalidParams" and bad.value.field == "verdict"

@@ -10,14 +10,8 @@ from typing import Any
 
 from agent_run.domain.errors import DomainError
 from agent_run.home import Home
-from tests.batch_harness import make_repo, runs_of, wait_batch
-from tests.harness import DaemonProcess, short_tmpdir, wait_for
-
-CANDIDATE = "write: feature.txt = a feature\ncommit: add the feature"
-
-
-def start_batch(daemon: DaemonProcess, **params: Any) -> dict[str, Any]:
-    return daemon.call("batch_start", {"runtime": "demo", **params})
+from tests.batch_harness import BatchProject, make_repo, runs_of, wait_batch
+from tests.harness import DaemonProcess, make_home, remove_home, short_tmpdir, wait_for
 
 
 def _wait_for_file(path: Path, limit_tenths: int = 3000) -> str:
@@ -28,28 +22,21 @@ def _wait_for_file(path: Path, limit_tenths: int = 3000) -> str:
 
 
 def test_a_slow_verify_command_does_not_freeze_starting_and_cancelling_other_batches(
-    daemon: DaemonProcess,
+    batch_project: BatchProject,
 ) -> None:
-    marks = short_tmpdir("arm-")
-    started, release, finished = marks / "verify-started", marks / "release", marks / "verify-done"
-    slow = start_batch(
-        daemon,
-        workflow="ranked",
-        project=str(make_repo()),
-        runs=1,
-        reviewers=1,
-        prompt=CANDIDATE,
-        review_prompt="score: 50",
-        verify_command=f'touch "{started}"; {_wait_for_file(release)}; touch "{finished}"',
+    daemon = batch_project.daemon
+    # The verify_command runs sandboxed (a private /tmp, its workdir writable): its marks live in
+    # the candidate's worktree, named relative to it.
+    slow = batch_project.start_ranked_pair(
+        verify_command=f"touch verify-started; {_wait_for_file(Path('release'))}; touch verify-done"
     )
+    view = daemon.call("batch", {"batch_id": slow["id"]})
+    marks = Path(runs_of(view, "candidate")[0]["workdir"])
+    started, release, finished = marks / "verify-started", marks / "release", marks / "verify-done"
     try:
         wait_for(started.exists, timeout=90, what="the verify_command to start")
-        other = start_batch(
-            daemon,
-            workflow="repeated",
-            project=str(make_repo()),
-            runs=1,
-            prompt="steps: 400\nstep_seconds: 0.05\nanswer: x",
+        other = batch_project.start(
+            "repeated", runs=1, prompt="steps: 400\nstep_seconds: 0.05\nanswer: x"
         )
         assert other["state"] in ("queued", "running")
         daemon.call("batch_cancel", {"batch_id": other["id"]})
@@ -69,7 +56,6 @@ def test_a_slow_verify_command_does_not_freeze_starting_and_cancelling_other_bat
     assert done["state"] == "completed", done
     candidate = runs_of(done, "candidate")[0]
     assert candidate["verify_passed"] is True and finished.exists()
-    shutil.rmtree(marks, ignore_errors=True)
 
 
 def _race(calls: list[Any]) -> list[Any]:
@@ -92,16 +78,11 @@ def _race(calls: list[Any]) -> list[Any]:
     return results
 
 
-def test_clean_and_rerun_of_the_same_run_never_both_happen(daemon: DaemonProcess) -> None:
+def test_clean_and_rerun_of_the_same_run_never_both_happen(batch_project: BatchProject) -> None:
+    daemon = batch_project.daemon
     for _ in range(4):
-        batch = start_batch(
-            daemon,
-            workflow="repeated",
-            project=str(make_repo()),
-            runs=1,
-            prompt="answer: nothing changed",
-        )
-        run = runs_of(wait_batch(daemon, batch["id"]), "worker")[0]
+        batch = batch_project.finish("repeated", runs=1, prompt="answer: nothing changed")
+        run = runs_of(batch, "worker")[0]
         rerun, clean = _race(
             [
                 lambda run=run: daemon.call("run_rerun", {"run_id": run["id"]}),
@@ -142,7 +123,7 @@ def test_git_of_batch_start_runs_off_the_event_loop(home: Home) -> None:
     result: list[Any] = []
     starter = threading.Thread(
         target=lambda: result.append(
-            start_batch(daemon, workflow="repeated", project=str(repo), runs=1, prompt="answer: x")
+            BatchProject(daemon, repo).start("repeated", runs=1, prompt="answer: x")
         )
     )
     try:
@@ -156,6 +137,7 @@ def test_git_of_batch_start_runs_off_the_event_loop(home: Home) -> None:
         starter.join(timeout=60)
         daemon.stop()
         shutil.rmtree(marks, ignore_errors=True)
+        shutil.rmtree(repo.parent, ignore_errors=True)
     assert result and result[0]["state"] in ("queued", "running", "completed")
 
 
@@ -172,37 +154,43 @@ def test_a_failed_executions_reply_is_a_private_file_written_atomically(
     assert not [p.name for p in directory.iterdir() if ".tmp-" in p.name]
 
 
-def test_a_commit_whose_worker_server_dies_before_recording_it_still_counts(
-    daemon: DaemonProcess,
-) -> None:
+def test_a_commit_whose_worker_server_dies_before_recording_it_still_counts() -> None:
     """create_commit records its intent before it commits: kill -9 the worker-tools server right
-    after the commit (a real post-commit hook) and the candidate is still judged by its commit."""
-    repo = make_repo()
+    after the commit lands on the run's branch and the candidate is still judged by its commit.
+
+    agent-run's git runs no hook (core.hooksPath=/dev/null: a hook is a program the repository
+    names), so the kill comes from a `git` first on the daemon's PATH: the real git, then, once
+    its `update-ref` of the run's branch (create_commit's last step) succeeded, kill -9 of the
+    worker-tools server that ran it."""
     marks = short_tmpdir("arm-")
-    hook = repo / ".git" / "hooks" / "post-commit"
-    hook.write_text(
+    wrapper = marks / "bin" / "git"
+    wrapper.parent.mkdir()
+    wrapper.write_text(
         "#!/bin/sh\n"
-        f'[ -f "{marks}/killed" ] && exit 0\n'
-        "server=$(awk '{print $4}' /proc/$PPID/stat)\n"
-        'grep -q worker_tools "/proc/$server/cmdline" || exit 0\n'
-        f'touch "{marks}/killed"; kill -9 "$server"\n'
+        f'{shutil.which("git")} "$@"; status=$?\n'
+        'case "$*" in *update-ref*refs/heads/agent-run/*)\n'
+        f'  if [ $status = 0 ] && [ ! -f "{marks}/killed" ] &&'
+        ' grep -q worker_tools "/proc/$PPID/cmdline"; then\n'
+        f'    touch "{marks}/killed"; kill -9 "$PPID"\n'
+        "  fi;;\n"
+        "esac\n"
+        "exit $status\n"
     )
-    hook.chmod(0o755)
-    batch = start_batch(
-        daemon,
-        workflow="ranked",
-        project=str(repo),
-        runs=1,
-        reviewers=1,
-        prompt=CANDIDATE,
-        review_prompt="score: 50",
-    )
-    done = wait_batch(daemon, batch["id"])
-    assert (marks / "killed").exists(), "the hook never killed the worker-tools server"
-    candidate = runs_of(done, "candidate")[0]
-    assert candidate["state"] == "succeeded", candidate
-    assert len(candidate["result"]["commits"]) == 1 and done["state"] == "completed"
-    shutil.rmtree(marks, ignore_errors=True)
+    wrapper.chmod(0o755)
+    home = make_home()
+    daemon = DaemonProcess(home, env={"PATH": f"{wrapper.parent}:{os.environ['PATH']}"}).start()
+    project = BatchProject(daemon, make_repo())
+    try:
+        done = wait_batch(daemon, project.start_ranked_pair()["id"])
+        assert (marks / "killed").exists(), "the worker-tools server was never killed"
+        candidate = runs_of(done, "candidate")[0]
+        assert candidate["state"] == "succeeded", candidate
+        assert len(candidate["result"]["commits"]) == 1 and done["state"] == "completed"
+    finally:
+        daemon.stop()
+        remove_home(home)
+        shutil.rmtree(project.repo.parent, ignore_errors=True)
+        shutil.rmtree(marks, ignore_errors=True)
 
 
 def test_write_private_file_fsyncs_the_directory_after_the_rename(workdir: Path) -> None:

@@ -2,8 +2,11 @@
 compare-and-set enforcement on a real SQLite file, workflow and stage names checked in Python,
 and the migration that took their CHECKs out of the tables (data preserved)."""
 
+import json
 import sqlite3
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from itertools import product
 from typing import get_args
 
@@ -194,6 +197,45 @@ def test_update_run_if_checks_the_transition_from_every_expected_state(conn):
     assert _state(conn, "batch_runs", "rn_1") == "failed"
 
 
+def test_begin_attempt_is_a_compare_and_set_a_second_concurrent_begin_loses(tmp_path, conn):
+    """Two daemons' connections begin the same run's next attempt from the same row at once:
+    exactly one commits attempt 1; the other finds the run moved and writes nothing."""
+    path = tmp_path / "state.db"
+    run = batches_q.get_run(conn, "rn_1")
+    barrier = threading.Barrier(2)
+
+    def begin(_: int) -> int | None:
+        mine = connect(path)
+        try:
+            barrier.wait(timeout=30)
+            with write(mine):
+                return batches_q.begin_attempt(mine, run, agent_id=None)
+        finally:
+            mine.close()
+
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(begin, range(2)))
+    assert sorted(results, key=lambda r: r is None) == [1, None]
+    fresh = batches_q.get_run(conn, "rn_1")
+    assert (fresh["state"], fresh["attempt"], fresh["failure"]) == ("running", 1, None)
+    logged = [
+        json.loads(row[0])
+        for row in conn.execute("SELECT data FROM events WHERE kind = 'batch'").fetchall()
+    ]
+    assert [e for e in logged if e.get("attempt") == 1] == [
+        {"run": "rn_1", "state": "running", "attempt": 1}
+    ]  # the loser logged nothing
+    with write(conn):  # from the fresh row the next begin wins, clearing the failure
+        assert batches_q.update_run_if(
+            conn, fresh, expect_state=R.RUNNING, expect_attempt=1, state=R.FAILED, failure="x"
+        )
+        failed = batches_q.get_run(conn, "rn_1")
+        assert batches_q.begin_attempt(conn, failed) == 2
+        assert batches_q.begin_attempt(conn, failed) is None  # stale row
+    again = batches_q.get_run(conn, "rn_1")
+    assert (again["state"], again["attempt"], again["failure"]) == ("running", 2, None)
+
+
 # -- names in Python ------------------------------------------------------------------------------
 
 
@@ -227,6 +269,30 @@ def test_the_retry_policy_is_the_workflows():
 # -- the migration ----------------------------------------------------------------------------------
 
 
+def _insert_schema5_batch(conn: sqlite3.Connection, row: dict, now: float) -> None:
+    """A batch row as schema 5 had it (today's insert_batch names columns added later)."""
+    conn.execute(
+        f"INSERT INTO batches ({', '.join(row)}, state, created_at, updated_at)"
+        f" VALUES ({', '.join(':' + k for k in row)}, 'queued', :now, :now)",
+        {**row, "now": now},
+    )
+
+
+def _insert_schema5_run(conn: sqlite3.Connection, row: dict, now: float) -> None:
+    """A run row as schema 5 had it (its `prompt` column went in 0016)."""
+    row = {"parent_run_id": None, "worktree": None, "branch": None, "result_json": None, **row}
+    conn.execute(
+        f"INSERT INTO batch_runs ({', '.join(row)}, state, created_at, updated_at)"
+        f" VALUES ({', '.join(':' + k for k in row)}, 'queued', :now, :now)",
+        {**row, "now": now},
+    )
+
+
+def _all_runs(conn: sqlite3.Connection) -> list[sqlite3.Row]:
+    ids = [r[0] for r in conn.execute("SELECT id FROM batch_runs ORDER BY id, batch_id")]
+    return [batches_q.get_run(conn, run_id) for run_id in ids]
+
+
 def _database_at(path, version: int) -> sqlite3.Connection:
     """A state.db built by the migrations up to `version` only: the schema as it was then."""
     conn = connect(path, apply_migrations=False)
@@ -251,13 +317,13 @@ def test_migration_drops_the_name_checks_and_keeps_every_row(tmp_path):
     old = _database_at(path, 5)
     now = time.time()
     with write(old):
-        batches_q.insert_batch(old, _batch_row("bt_old", "ranked"))
+        _insert_schema5_batch(old, _batch_row("bt_old", "ranked"), now)
         old.execute(
             "UPDATE batches SET state = 'blocked', state_reason = 'r', cancel_requested = 1,"
             " ended_at = ? WHERE id = 'bt_old'",
             (now,),
         )
-        batches_q.insert_run(
+        _insert_schema5_run(
             old,
             {
                 **_run_row("rn_c", "bt_old", "candidate"),
@@ -265,9 +331,10 @@ def test_migration_drops_the_name_checks_and_keeps_every_row(tmp_path):
                 "branch": "agent-run/bt_old/candidate-1",
                 "result_json": '{"commits": ["a"]}',
             },
+            now,
         )
-        batches_q.insert_run(
-            old, {**_run_row("rn_r", "bt_old", "reviewer"), "parent_run_id": "rn_c"}
+        _insert_schema5_run(
+            old, {**_run_row("rn_r", "bt_old", "reviewer"), "parent_run_id": "rn_c"}, now
         )
         old.execute(
             "UPDATE batch_runs SET state = 'succeeded', attempt = 2, locked = 1, score = 87.5, rank = 1,"
@@ -279,18 +346,27 @@ def test_migration_drops_the_name_checks_and_keeps_every_row(tmp_path):
             (now, now),
         )
     with pytest.raises(sqlite3.IntegrityError), write(old):  # the old schema pinned the names
-        batches_q.insert_batch(old, _batch_row("bt_fifth", "fifth"))
-    before = {
-        t: [tuple(r) for r in old.execute(f"SELECT * FROM {t} ORDER BY 1, 2")]
+        _insert_schema5_batch(old, _batch_row("bt_fifth", "fifth"), now)
+    # Compared on the schema-5 columns: later migrations add columns (e.g. 0012's base_branch).
+    columns = {
+        t: [r[1] for r in old.execute(f"PRAGMA table_info({t})")]
         for t in ("batches", "batch_runs", "batch_attempts")
+    }
+    before = {
+        t: [tuple(r) for r in old.execute(f"SELECT {', '.join(c)} FROM {t} ORDER BY 1, 2")]
+        for t, c in columns.items()
     }
     old.close()
 
     conn = connect(path)  # migrates
     assert conn.execute("PRAGMA user_version").fetchone()[0] == migrations()[-1][0]
     after = {
-        t: [tuple(r) for r in conn.execute(f"SELECT * FROM {t} ORDER BY 1, 2")] for t in before
+        t: [tuple(r) for r in conn.execute(f"SELECT {', '.join(c)} FROM {t} ORDER BY 1, 2")]
+        for t, c in columns.items()
+        if t != "batch_runs"
     }
+    # A run's prompt is read through the store since 0016 (its own, else its batch's).
+    after["batch_runs"] = [tuple(r[c] for c in columns["batch_runs"]) for r in _all_runs(conn)]
     assert after == before
     assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
     assert not conn.execute("SELECT name FROM sqlite_master WHERE name LIKE 'old_%'").fetchall()

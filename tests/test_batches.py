@@ -7,27 +7,23 @@ from pathlib import Path
 import pytest
 
 from agent_run.domain.errors import DomainError
-from tests.batch_harness import git, make_repo, runs_of, wait_batch
+from tests.batch_harness import CANDIDATE, git, make_repo, runs_of, wait_batch
 from tests.harness import db_rows
 
-CANDIDATE = "write: feature.txt = a feature\ncommit: add the feature"
+
+def plan_of(daemon, agent_id):
+    """The stored execution plan of the agent's (first) execution."""
+    row = db_rows(daemon.home, "SELECT plan_json FROM executions WHERE agent_id = ?", (agent_id,))
+    return json.loads(row[0]["plan_json"])
 
 
-def start_batch(daemon, **params):
-    return daemon.call("batch_start", {"runtime": "demo", **params})
-
-
-def test_repeated_runs_each_in_its_own_named_worktree_and_keeps_them(daemon, home):
-    repo = make_repo()
-    batch = start_batch(
-        daemon,
-        workflow="repeated",
-        project=str(repo),
-        runs=3,
-        prompt="write: out.txt = done\nanswer: wrote out.txt",
+def test_repeated_runs_each_in_its_own_named_worktree_and_keeps_them(batch_project):
+    repo = batch_project.repo
+    batch = batch_project.start(
+        "repeated", runs=3, prompt="write: out.txt = done\nanswer: wrote out.txt"
     )
     assert batch["base_sha"] == git(repo, "rev-parse", "HEAD")
-    done = wait_batch(daemon, batch["id"])
+    done = wait_batch(batch_project.daemon, batch["id"])
     assert done["state"] == "completed", done
     workers = runs_of(done, "worker")
     assert [r["state"] for r in workers] == ["succeeded"] * 3
@@ -40,39 +36,29 @@ def test_repeated_runs_each_in_its_own_named_worktree_and_keeps_them(daemon, hom
     assert len({r["agent_id"] for r in workers}) == 3
 
 
-def test_generated_makes_exactly_n_tasks_then_one_run_per_task(daemon):
-    repo = make_repo()
-    batch = start_batch(
-        daemon, workflow="generated", project=str(repo), runs=3, prompt="tasks: auto"
-    )
-    done = wait_batch(daemon, batch["id"])
+def test_generated_makes_exactly_n_tasks_then_one_run_per_task(batch_project):
+    done = batch_project.finish("generated", runs=3, prompt="tasks: auto")
     assert done["state"] == "completed", done
     generator = runs_of(done, "generator")[0]
-    assert generator["worktree"] is None and generator["workdir"] == str(repo)
+    assert generator["worktree"] is None and generator["workdir"] == str(batch_project.repo)
     assert [t["title"] for t in generator["result"]] == ["task 1", "task 2", "task 3"]
     workers = runs_of(done, "worker")
     assert [w["title"] for w in workers] == ["task 1", "task 2", "task 3"]
     assert all((Path(w["worktree"]) / f"task{w['index']}.txt").exists() for w in workers)
 
 
-def test_generator_malformed_reply_fails_as_error_reply_after_one_retry(daemon):
-    repo = make_repo()
-    batch = start_batch(
-        daemon, workflow="generated", project=str(repo), runs=2, prompt="tasks: broken"
-    )
-    done = wait_batch(daemon, batch["id"], states=("failed",))
+def test_generator_malformed_reply_fails_as_error_reply_after_one_retry(batch_project):
+    done = batch_project.finish("generated", states=("failed",), runs=2, prompt="tasks: broken")
     generator = runs_of(done, "generator")[0]
     assert generator["failure"].startswith("error_reply")
     assert [a["kind"] for a in generator["attempts"]] == ["start", "rerun"]
     assert runs_of(done, "worker") == []
 
 
-def test_ranked_scores_by_reviewers_and_ranks_failed_verification_last(daemon):
-    repo = make_repo()
-    batch = start_batch(
-        daemon,
-        workflow="ranked",
-        project=str(repo),
+def test_ranked_scores_by_reviewers_and_ranks_failed_verification_last(batch_project):
+    repo, daemon = batch_project.repo, batch_project.daemon
+    done = batch_project.finish(
+        "ranked",
         runs=3,
         reviewers=2,
         prompt=CANDIDATE,
@@ -80,7 +66,6 @@ def test_ranked_scores_by_reviewers_and_ranks_failed_verification_last(daemon):
         concurrency=6,
         verify_command='case "$PWD" in *-2) echo broken; exit 1;; esac; test -f feature.txt',
     )
-    done = wait_batch(daemon, batch["id"])
     assert done["state"] == "completed", done
     candidates = runs_of(done, "candidate")
     reviewers = runs_of(done, "reviewer")
@@ -98,25 +83,13 @@ def test_ranked_scores_by_reviewers_and_ranks_failed_verification_last(daemon):
     for r in reviewers:
         parent = next(c for c in candidates if c["id"] == r["parent_run_id"])
         assert r["workdir"] == parent["workdir"] and r["worktree"] is None
-        plan = json.loads(
-            db_rows(
-                daemon.home, "SELECT plan_json FROM executions WHERE agent_id = ?", (r["agent_id"],)
-            )[0]["plan_json"]
-        )
+        plan = plan_of(daemon, r["agent_id"])
         assert plan["profile"] == "read_only" and "submit_score" in plan["worker_tools"]
 
 
-def test_failed_candidate_blocks_the_batch_and_a_rerun_clears_it(daemon):
-    repo = make_repo()
-    batch = start_batch(
-        daemon,
-        workflow="ranked",
-        project=str(repo),
-        runs=1,
-        reviewers=1,
-        prompt=f"require: go.flag\n{CANDIDATE}",
-        review_prompt="score: 70",
-    )
+def test_failed_candidate_blocks_the_batch_and_a_rerun_clears_it(batch_project):
+    daemon = batch_project.daemon
+    batch = batch_project.start_ranked_pair("score: 70", prompt=f"require: go.flag\n{CANDIDATE}")
     blocked = wait_batch(daemon, batch["id"], states=("blocked",))
     candidate = runs_of(blocked, "candidate")[0]
     assert candidate["state"] == "failed" and "error_reply" in candidate["failure"]
@@ -132,82 +105,68 @@ def test_failed_candidate_blocks_the_batch_and_a_rerun_clears_it(daemon):
     assert final["rank"] == 1 and final["score"] == 70
 
 
-def test_validated_workers_submit_results_and_the_validator_reads_every_worktree(daemon):
-    repo = make_repo()
-    batch = start_batch(
-        daemon,
-        workflow="validated",
-        project=str(repo),
+def test_validated_workers_submit_results_and_the_validator_reads_every_worktree(batch_project):
+    done = batch_project.finish(
+        "validated",
         runs=2,
         prompt="write: answer.txt = 42\nresult: auto",
         validator_prompt="verdict: auto",
     )
-    done = wait_batch(daemon, batch["id"])
     assert done["state"] == "completed", done
     workers = runs_of(done, "worker")
     assert all(w["result"]["files"][0]["path"] == "answer.txt" for w in workers)
     validator = runs_of(done, "validator")[0]
     assert validator["result"]["winner"] == 1
     assert [v["pass"] for v in validator["result"]["workers"]] == [True, True]
-    plan = json.loads(
-        db_rows(
-            daemon.home,
-            "SELECT plan_json FROM executions WHERE agent_id = ?",
-            (validator["agent_id"],),
-        )[0]["plan_json"]
-    )
+    plan = plan_of(batch_project.daemon, validator["agent_id"])
     assert plan["profile"] == "read_only"
     assert sorted(plan["read_roots"]) == sorted(str(Path(w["workdir"]).resolve()) for w in workers)
 
 
-def test_validated_worker_without_submit_result_fails_and_blocks(daemon):
-    repo = make_repo()
-    batch = start_batch(
-        daemon,
-        workflow="validated",
-        project=str(repo),
+def test_validated_worker_without_submit_result_fails_and_blocks(batch_project):
+    blocked = batch_project.finish(
+        "validated",
+        states=("blocked",),
         runs=1,
         prompt="answer: I forgot to submit",
         validator_prompt="verdict: auto",
     )
-    blocked = wait_batch(daemon, batch["id"], states=("blocked",))
     worker = runs_of(blocked, "worker")[0]
     assert worker["failure"].startswith("submit_result: called 0 times")
     assert runs_of(blocked, "validator") == []
 
 
-def test_base_stays_pinned_when_the_branch_moves_during_the_batch(daemon):
-    repo = make_repo()
-    batch = start_batch(
-        daemon,
-        workflow="generated",
-        project=str(repo),
-        runs=2,
-        prompt="steps: 15\nstep_seconds: 0.1\ntasks: auto",
+def test_base_stays_pinned_when_the_branch_moves_during_the_batch(batch_project):
+    repo = batch_project.repo
+    batch = batch_project.start(
+        "generated", runs=2, prompt="steps: 15\nstep_seconds: 0.1\ntasks: auto"
     )
     pinned = batch["base_sha"]
     (repo / "moved.txt").write_text("the branch moved on\n")
     git(repo, "add", "moved.txt")
     git(repo, "commit", "-q", "-m", "move main")
     assert git(repo, "rev-parse", "main") != pinned
-    done = wait_batch(daemon, batch["id"])
+    done = wait_batch(batch_project.daemon, batch["id"])
     assert done["state"] == "completed", done
     for worker in runs_of(done, "worker"):
         assert git(Path(worker["worktree"]), "rev-parse", "HEAD") == pinned
         assert not (Path(worker["worktree"]) / "moved.txt").exists()
 
 
-def test_subdirectory_project_maps_to_the_same_subdirectory_in_each_worktree(daemon):
-    repo = make_repo({"README.md": "root\n", "services/api/app.py": "print('api')\n"})
-    batch = start_batch(
-        daemon,
-        workflow="repeated",
+def test_subdirectory_project_maps_to_the_same_subdirectory_in_each_worktree(batch_project):
+    repo = batch_project.repo
+    (repo / "services" / "api").mkdir(parents=True)
+    (repo / "services" / "api" / "app.py").write_text("print('api')\n")
+    git(repo, "add", ".")
+    git(repo, "commit", "-q", "-m", "a service")
+    batch = batch_project.start(
+        "repeated",
         project=str(repo / "services" / "api"),
         runs=2,
         prompt="write: notes.txt = from the subdir\nanswer: ok",
     )
     assert batch["project_root"] == str(repo) and batch["project_subdir"] == "services/api"
-    done = wait_batch(daemon, batch["id"])
+    done = wait_batch(batch_project.daemon, batch["id"])
     for worker in runs_of(done, "worker"):
         assert worker["workdir"] == str(Path(worker["worktree"]) / "services" / "api")
         assert (Path(worker["workdir"]) / "notes.txt").read_text() == "from the subdir\n"
@@ -215,17 +174,9 @@ def test_subdirectory_project_maps_to_the_same_subdirectory_in_each_worktree(dae
         assert Path(worker["worktree"]).name.startswith("api-main-")
 
 
-def test_review_shows_committed_uncommitted_and_untracked_changes(daemon):
-    repo = make_repo()
-    batch = start_batch(
-        daemon,
-        workflow="ranked",
-        project=str(repo),
-        runs=1,
-        reviewers=1,
-        prompt=CANDIDATE,
-        review_prompt="score: 50",
-    )
+def test_review_shows_committed_uncommitted_and_untracked_changes(batch_project):
+    daemon = batch_project.daemon
+    batch = batch_project.start_ranked_pair()
     done = wait_batch(daemon, batch["id"])
     worktree = Path(runs_of(done, "candidate")[0]["worktree"])
     (worktree / "README.md").write_text("# project\nedited, not committed\n")
@@ -237,17 +188,9 @@ def test_review_shows_committed_uncommitted_and_untracked_changes(daemon):
     assert run["untracked"] == [{"path": "scratch.txt", "preview": "an untracked note\n"}]
 
 
-def test_clean_previews_then_refuses_unmerged_work_without_force(daemon):
-    repo = make_repo()
-    batch = start_batch(
-        daemon,
-        workflow="ranked",
-        project=str(repo),
-        runs=1,
-        reviewers=1,
-        prompt=CANDIDATE,
-        review_prompt="score: 50",
-    )
+def test_clean_previews_then_refuses_unmerged_work_without_force(batch_project):
+    repo, daemon = batch_project.repo, batch_project.daemon
+    batch = batch_project.start_ranked_pair()
     done = wait_batch(daemon, batch["id"])
     candidate = runs_of(done, "candidate")[0]
     preview = daemon.call("batch_clean", {"batch_id": batch["id"]})
@@ -265,13 +208,9 @@ def test_clean_previews_then_refuses_unmerged_work_without_force(daemon):
     assert git(repo, "branch", "--list", candidate["branch"]) == ""
 
 
-def test_clean_removes_merged_clean_worktrees_on_confirm(daemon):
-    repo = make_repo()
-    batch = start_batch(
-        daemon, workflow="repeated", project=str(repo), runs=2, prompt="answer: nothing changed"
-    )
-    done = wait_batch(daemon, batch["id"])
-    result = daemon.call("batch_clean", {"batch_id": batch["id"], "confirm": True})
+def test_clean_removes_merged_clean_worktrees_on_confirm(batch_project):
+    done = batch_project.finish("repeated", runs=2, prompt="answer: nothing changed")
+    result = batch_project.daemon.call("batch_clean", {"batch_id": done["id"], "confirm": True})
     assert [i["action"] for i in result["items"]] == ["removed", "removed"]
     assert not any(Path(r["worktree"]).exists() for r in runs_of(done, "worker"))
 
@@ -287,8 +226,10 @@ def test_clean_removes_merged_clean_worktrees_on_confirm(daemon):
         ({"workflow": "shuffled"}, "workflow"),
     ],
 )
-def test_bad_config_is_refused_with_the_field_named_and_leaves_nothing(daemon, params, field):
-    repo = make_repo()
+def test_bad_config_is_refused_with_the_field_named_and_leaves_nothing(
+    batch_project, params, field
+):
+    repo, daemon = batch_project.repo, batch_project.daemon
     before = sorted(p.name for p in repo.parent.iterdir())
     good = {"workflow": "repeated", "project": str(repo), "runs": 2, "prompt": "answer: x"}
     with pytest.raises(DomainError) as info:
@@ -300,24 +241,13 @@ def test_bad_config_is_refused_with_the_field_named_and_leaves_nothing(daemon, p
     assert daemon.call("list_batches", {})["total"] == 0
 
 
-def test_cancel_keeps_finished_results_and_stops_the_rest(daemon):
-    repo = make_repo()
-    batch = start_batch(
-        daemon,
-        workflow="repeated",
-        project=str(repo),
-        runs=3,
-        concurrency=3,
-        prompt="answer: quick",
+def test_cancel_keeps_finished_results_and_stops_the_rest(batch_project):
+    daemon = batch_project.daemon
+    first = batch_project.finish(
+        "repeated", states=("completed",), runs=3, concurrency=3, prompt="answer: quick"
     )
-    first = wait_batch(daemon, batch["id"], states=("completed",))
-    slow = start_batch(
-        daemon,
-        workflow="repeated",
-        project=str(repo),
-        runs=3,
-        concurrency=1,
-        prompt="steps: 200\nstep_seconds: 0.05\nanswer: slow",
+    slow = batch_project.start(
+        "repeated", runs=3, concurrency=1, prompt="steps: 200\nstep_seconds: 0.05\nanswer: slow"
     )
     cancelled = daemon.call("batch_cancel", {"batch_id": slow["id"]})
     done = wait_batch(daemon, slow["id"], states=("cancelled",))
@@ -326,17 +256,9 @@ def test_cancel_keeps_finished_results_and_stops_the_rest(daemon):
     assert cancelled["id"] == slow["id"]
 
 
-def test_followup_is_locked_in_ranked_until_reopened(daemon):
-    repo = make_repo()
-    batch = start_batch(
-        daemon,
-        workflow="ranked",
-        project=str(repo),
-        runs=1,
-        reviewers=1,
-        prompt=CANDIDATE,
-        review_prompt="score: 60",
-    )
+def test_followup_is_locked_in_ranked_until_reopened(batch_project):
+    daemon = batch_project.daemon
+    batch = batch_project.start_ranked_pair("score: 60")
     done = wait_batch(daemon, batch["id"])
     candidate = runs_of(done, "candidate")[0]
     with pytest.raises(DomainError) as info:
@@ -351,24 +273,21 @@ def test_followup_is_locked_in_ranked_until_reopened(daemon):
     assert daemon.call("answer", {"agent_id": candidate["agent_id"]})["text"] == "more"
 
 
-def test_resume_continues_a_failed_run_in_its_agents_session(daemon):
-    repo = make_repo()
-    batch = start_batch(daemon, workflow="repeated", project=str(repo), runs=1, prompt="fail: auth")
-    failed = wait_batch(daemon, batch["id"], states=("failed",))
+def test_resume_continues_a_failed_run_in_its_agents_session(batch_project):
+    daemon = batch_project.daemon
+    failed = batch_project.finish("repeated", states=("failed",), runs=1, prompt="fail: auth")
     run = runs_of(failed, "worker")[0]
     daemon.call("run_resume", {"run_id": run["id"], "prompt": "answer: recovered"})
-    done = wait_batch(daemon, batch["id"], states=("completed",))
+    done = wait_batch(daemon, failed["id"], states=("completed",))
     resumed = runs_of(done, "worker")[0]
     assert [a["kind"] for a in resumed["attempts"]] == ["start", "resume"]
     assert daemon.call("answer", {"agent_id": resumed["agent_id"]})["text"] == "recovered"
 
 
-def test_kill9_daemon_mid_ranked_batch_then_restart_completes_with_all_scores(daemon):
-    repo = make_repo()
-    batch = start_batch(
-        daemon,
-        workflow="ranked",
-        project=str(repo),
+def test_kill9_daemon_mid_ranked_batch_then_restart_completes_with_all_scores(batch_project):
+    daemon = batch_project.daemon
+    batch = batch_project.start(
+        "ranked",
         runs=3,
         reviewers=2,
         concurrency=2,
@@ -390,20 +309,33 @@ def test_kill9_daemon_mid_ranked_batch_then_restart_completes_with_all_scores(da
         assert len(run["attempts"]) == 1
 
 
-def test_batch_show_follow_draws_progress_and_ends_with_the_ranking(daemon, home):
+def test_batch_show_follow_draws_progress_and_ends_with_the_ranking(batch_project):
     from tests.harness import cli
 
-    repo = make_repo()
-    batch = start_batch(
-        daemon,
-        workflow="ranked",
-        project=str(repo),
-        runs=2,
-        reviewers=1,
-        prompt=CANDIDATE,
-        review_prompt="score: auto",
-    )
-    result = cli(home, "batch", "show", batch["id"], "--follow", timeout=180)
+    batch = batch_project.start_ranked_pair("score: auto", runs=2)
+    result = cli(batch_project.daemon.home, "batch", "show", batch["id"], "--follow", timeout=180)
     assert result.returncode == 0, result.stderr
     assert "ranking:" in result.stdout and "#1" in result.stdout and "#2" in result.stdout
-    assert os.path.exists(repo)
+    assert os.path.exists(batch_project.repo)
+
+
+def test_list_batches_filters_by_project_and_state_with_an_exact_total(batch_project):
+    daemon = batch_project.daemon
+    done = batch_project.finish("repeated", runs=1, prompt="answer: hi")
+    blocked = batch_project.finish(
+        "ranked", runs=1, reviewers=1, prompt="require: NOPE", review_prompt="score: 5"
+    )
+    assert (done["state"], blocked["state"]) == ("completed", "blocked")
+    other = make_repo()
+    elsewhere = batch_project.finish("repeated", project=str(other), runs=1, prompt="answer: hi")
+    mine = daemon.call("list_batches", {"project": str(batch_project.repo)})
+    assert [b["id"] for b in mine["items"]] == [blocked["id"], done["id"]] and mine["total"] == 2
+    only = daemon.call("list_batches", {"project": str(other)})
+    assert [b["id"] for b in only["items"]] == [elsewhere["id"]]
+    stuck = daemon.call("list_batches", {"state": ["blocked"], "limit": 1})
+    assert [b["id"] for b in stuck["items"]] == [blocked["id"]] and stuck["total"] == 1
+    paged = daemon.call("list_batches", {"project": str(batch_project.repo), "offset": 1})
+    assert [b["id"] for b in paged["items"]] == [done["id"]] and paged["total"] == 2
+    with pytest.raises(DomainError) as bad:
+        daemon.call("list_batches", {"state": ["stuck"]})
+    assert bad.value.code == "InvalidParams" and (bad.value.field or "").startswith("state")

@@ -2,7 +2,16 @@
 
 import pytest
 
-from agent_run.domain.capacity import Reading, RouteSpec, capacity_order, risk, window_state
+from agent_run.domain.capacity import (
+    Reading,
+    RouteSpec,
+    capacity_order,
+    model_lane,
+    risk,
+    window_state,
+)
+from agent_run.domain.errors import NoCapacity
+from agent_run.services.routing import pick
 
 NOW = 1_800_000_000.0
 H = 3600.0
@@ -148,7 +157,7 @@ def test_limiting_window_is_the_one_with_least_slack() -> None:
     assert only.limiting_window == "7d" and only.remaining_percent == 40.0
 
 
-def test_ties_break_by_lowest_remaining_then_earliest_reset() -> None:
+def test_ties_break_by_earliest_reset_when_remaining_is_equal_too() -> None:
     # equal slack and weight: a (capped at slack 1 from 100 %) vs b, same priority
     readings = [reading("a", 100.0, reset_in=2 * H), reading("b", 100.0, reset_in=H)]
     order = capacity_order([route("a"), route("b")], readings, NOW)
@@ -163,3 +172,95 @@ def test_risk_levels() -> None:
     burning = [reading("a", 100.0, ago=H / 3), reading("a", 80.0)]
     assert risk(window_state(burning, NOW), NOW) == "medium"
     assert risk(window_state([reading("a", 90.0, ago=2000)], NOW), NOW) == "unknown"
+
+
+def lane_route(runtime: str, lane: str, pool: str | None = None) -> RouteSpec:
+    return RouteSpec(runtime=runtime, account=None, lane=lane, pool=pool or runtime)
+
+
+def test_a_model_lane_route_spends_the_account_wide_windows_too() -> None:
+    # the audit's counter-example: Claude's default 5h at 0 %, its sonnet 7d at 50 %: the sonnet
+    # route spends the exhausted 5h window too, so it is omitted, never ranked
+    readings = [
+        reading("claude", 0.0, window="5h"),
+        reading("claude", 50.0, window="7d", lane="sonnet", reset_in=5 * 24 * H),
+    ]
+    specs = [lane_route("claude", "default"), lane_route("claude", "sonnet")]
+    order = capacity_order(specs, readings, NOW)
+    assert order.routes == []
+    assert [(o.lane, o.reason) for o in order.omitted] == [
+        ("default", "window 5h is exhausted (0 % left)"),
+        ("sonnet", "window default/5h is exhausted (0 % left)"),
+    ]
+
+
+def test_a_model_lane_routes_limiting_window_may_be_the_account_wide_one() -> None:
+    readings = [
+        reading("claude", 20.0, window="5h"),  # slack -0.6
+        reading("claude", 60.0, window="7d", lane="sonnet", reset_in=5 * 24 * H),  # slack 0.2
+        reading("claude", 0.0, window="7d", lane="opus", reset_in=5 * 24 * H),
+    ]
+    specs = [lane_route("claude", lane) for lane in ("default", "opus", "sonnet")]
+    order = capacity_order(specs, readings, NOW)
+    sonnet = next(r for r in order.routes if r.lane == "sonnet")
+    assert (sonnet.limiting_lane, sonnet.limiting_window) == ("default", "5h")
+    assert sonnet.remaining_percent == 20.0 and sonnet.lowest_remaining_percent == 20.0
+    assert sonnet.score == pytest.approx(0.4)
+    # an exhausted model lane omits only its own route: the account-wide one still ranks
+    assert [o.lane for o in order.omitted] == ["opus"]
+    assert {r.lane for r in order.routes} == {"default", "sonnet"}
+
+
+def test_a_model_lane_stale_account_wide_window_defers_it() -> None:
+    readings = [
+        reading("claude", 70.0, window="5h", ago=1000),  # stale
+        reading("claude", 60.0, window="7d", lane="sonnet", reset_in=5 * 24 * H),
+    ]
+    (deferred,) = capacity_order([lane_route("claude", "sonnet")], readings, NOW).deferred
+    assert deferred.reason == "no fresh reading for window default/5h"
+
+
+def test_the_lane_a_model_spends() -> None:
+    seen = {"default", "opus", "sonnet", "codex_bengalfox"}
+    assert model_lane("claude-sonnet-4-5", seen) == "sonnet"
+    assert model_lane("claude-opus-4-1", seen) == "opus"
+    assert model_lane("claude-haiku-4-5", seen) == "default"
+    assert model_lane("gpt-5.3-codex-spark", seen) == "default"  # no word names the lane ...
+    assert model_lane("gpt-5.3-codex-spark", seen, "codex_bengalfox") == "codex_bengalfox"  # ...
+    assert model_lane("claude-sonnet-4-5", {"default"}) == "default"  # a lane never read
+    assert model_lane("gpt-x", {"default"}, "codex_bengalfox") == "default"
+
+
+def test_ties_break_by_lowest_remaining_when_priority_and_score_are_equal() -> None:
+    # both slack 0.6 over an hour of burn, reset in 1 h: a 80 % burning 20 %/h, b 70 % burning 10 %/h
+    readings = [
+        reading("a", 100.0, ago=H),
+        reading("a", 80.0),
+        reading("b", 80.0, ago=H),
+        reading("b", 70.0),
+    ]
+    order = capacity_order([route("a"), route("b")], readings, NOW)
+    assert [r.score for r in order.routes] == [pytest.approx(1.6), pytest.approx(1.6)]
+    assert [r.runtime for r in order.routes] == ["b", "a"]  # 70 % before 80 %
+
+
+def test_min_remaining_is_compared_with_every_window_of_the_route() -> None:
+    # 5h at 20 % (slack -0.6) and 7d at 40 % burning toward -40 (slack -0.8): the limiting
+    # window is the 7d one, but a 30 % floor must see the 5h window's 20 %
+    readings = [
+        reading("a", 20.0, window="5h"),
+        reading("a", 70.0, window="7d", ago=H, reset_in=4 * H),
+        reading("a", 40.0, window="7d", reset_in=4 * H),
+        reading("b", 90.0),
+    ]
+    order = capacity_order([route("a"), route("b", runtime_multiplier=0.1)], readings, NOW)
+    first = order.routes[0]
+    assert (first.runtime, first.limiting_window, first.remaining_percent) == ("a", "7d", 40.0)
+    assert first.lowest_remaining_percent == 20.0
+    assert pick(order, {"a": "m", "b": "m"}, 30.0, {}).runtime == "b"
+    assert pick(order, {"a": "m", "b": "m"}, 10.0, {}).runtime == "a"
+    with pytest.raises(NoCapacity) as refused:
+        pick(order, {"a": "m"}, 30.0, {})
+    assert refused.value.details["below_min_remaining"] == [
+        "a/-/default: 20 % left in its lowest window, not above 30"
+    ]

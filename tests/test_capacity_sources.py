@@ -86,14 +86,18 @@ def test_codex_rate_limits_notification_and_token_count_shape() -> None:
             },
         }
     )
-    assert CodexEngine().parse_line(line) == [
+    assert CodexEngine().parse_line(line) == [  # `codex` is Codex's account-wide limit
         QuotaEvent(
             (
-                QuotaWindow("codex", "5h", 75.0, 1900000000.0),
-                QuotaWindow("codex", "7d", 0.0, 1900500000.0),
+                QuotaWindow("default", "5h", 75.0, 1900000000.0),
+                QuotaWindow("default", "7d", 0.0, 1900500000.0),
             )
         )
     ]
+    spark = line.replace('"limitId": "codex"', '"limitId": "codex_bengalfox"')
+    (model_specific,) = CodexEngine().parse_line(spark)
+    assert isinstance(model_specific, QuotaEvent)
+    assert {w.lane for w in model_specific.windows} == {"codex_bengalfox"}
     snake = {
         "primary": {"used_percent": 10.0, "window_minutes": 45, "resets_at": 5},
         "secondary": {"window_minutes": 60},
@@ -111,7 +115,7 @@ def test_appserver_prefers_limits_by_id_and_skips_a_bad_window() -> None:
             }
         },
     }
-    assert appserver_windows(result) == [("codex", "5h", 60.0, None)]
+    assert appserver_windows(result) == [("default", "5h", 60.0, None)]
     legacy = {"rateLimits": {"primary": {"usedPercent": 99, "windowDurationMins": 300}}}
     assert appserver_windows(legacy) == [("default", "5h", 1.0, None)]
 
@@ -219,7 +223,10 @@ def test_failing_collector_is_no_evidence_and_backs_off(
     daemon_for, tmp_path: Path, mode: str, reason: str
 ) -> None:
     runs = tmp_path / "runs.txt"
-    home, daemon = daemon_for(_collector_config(mode, runs, deadline=1.0))
+    # only `slow` is about the deadline: the others get a generous one (a loaded machine may take
+    # more than a second to start Python and write 3 MiB)
+    deadline = 1.0 if mode == "slow" else 30.0
+    home, daemon = daemon_for(_collector_config(mode, runs, deadline=deadline))
     started = time.monotonic()
     first = daemon.call("capacity_collect", {})
     assert time.monotonic() - started < 20  # the deadline, not the collector's 60 s sleep
@@ -246,6 +253,8 @@ def _fake_appserver(tmp: Path, mode: str) -> Path:
 
 @pytest.mark.parametrize("mode", ["ok", "refuse"])
 def test_codex_appserver_source_through_a_fake_app_server(daemon_for, mode: str) -> None:
+    """The fake answers only after a moment and exits at end of input, as the real app-server
+    does: the collector keeps its input open until the replies arrive."""
     tmp = short_tmpdir()
     ok, refusing = _fake_appserver(tmp, "ok"), _fake_appserver(tmp, mode)
     (tmp / "codex-home").mkdir()
@@ -259,20 +268,33 @@ auth = {{ login = "native", dir = "{tmp / "codex-home"}" }}
 """
         for name, binary in (("cx1", ok), ("cx2", refusing))
     )
+    block += '[runtimes.cx1.accounts.work]\nauth = { login = "native" }\n'
     head = (
         'schema_version = 1\ndefault_runtime = "cx1"\n[capacity]\ncollect_interval_seconds = 3600\n'
     )
     home, daemon = daemon_for(head + block)
-    sources = {s["runtime"]: s for s in daemon.call("capacity_collect", {})["sources"]}
-    assert sources["cx1"]["windows"] == 2 and sources["cx1"]["error"] is None
-    if mode == "refuse":  # one account's failure keeps the other's evidence
-        assert "refused" in sources["cx2"]["error"] and sources["cx2"]["windows"] == 0
+    work_home = home.root / "accounts" / "cx1" / "work"  # the account's own CODEX_HOME
+    work_home.mkdir(mode=0o700, parents=True)
+    (work_home / "used.txt").write_text("70")
+    sources = {
+        (s["runtime"], s["account"]): s for s in daemon.call("capacity_collect", {})["sources"]
+    }
+    assert sources[("cx1", None)]["windows"] == 2 and sources[("cx1", None)]["error"] is None
+    assert sources[("cx1", "work")]["windows"] == 2 and sources[("cx1", None)]["models"] == 2
+    if mode == "refuse":  # one account's failure keeps the other's evidence, and its roster
+        refused = sources[("cx2", None)]
+        assert "refused" in refused["error"] and refused["windows"] == 0
+        assert refused["models"] == 2
     lanes = {
-        (w["runtime"], w["lane"], w["window"]): w["remaining_percent"]
+        (w["runtime"], w["account"], w["lane"], w["window"]): w["remaining_percent"]
         for w in daemon.call("limits", {})["windows"]
     }
-    assert lanes[("cx1", "codex", "5h")] == 60.0 and lanes[("cx1", "codex_other", "5h")] == 90.0
-    assert ("cx1", "codex", "7d") not in lanes  # the bad window was skipped
+    assert lanes[("cx1", None, "default", "5h")] == 60.0  # limit id `codex`: account-wide
+    assert lanes[("cx1", None, "codex_other", "5h")] == 90.0
+    assert lanes[("cx1", "work", "default", "5h")] == 30.0  # read from the account's own home
+    assert ("cx1", None, "default", "7d") not in lanes  # the bad window was skipped
+    rosters = {r["runtime"]: r["roster"] for r in daemon.call("models", {})["runtimes"]}
+    assert rosters["cx2"] == ["gpt-test", "gpt-other"]
 
 
 def test_the_daemon_collects_every_interval(daemon_for, tmp_path: Path) -> None:
@@ -320,3 +342,85 @@ def test_capacity_text_renderers_match_their_snapshots(daemon_for, tmp_path: Pat
         check(name, text)
         with Client(home.socket_path) as client:
             same_as_the_model(client, tool, {}, text)
+
+
+def test_command_collector_asks_per_account_and_account_multipliers_apply(
+    daemon_for, tmp_path: Path
+) -> None:
+    extra = (
+        "priority_account_multipliers = { abc = 4.0 }\n"
+        '[runtimes.gamma.accounts.abc]\nauth = { env = "ABC_KEY" }\n'
+        '[runtimes.gamma.accounts.abcdefg]\nauth = { env = "ABCDEFG_KEY" }\n'
+    )
+    gamma = (
+        '[runtimes.gamma]\nengine = "demo"\nmodels = ["demo-1"]\nlimits_source = "command"\n'
+        'default_account = "abc"\n' + extra
+    )
+    home, daemon = daemon_for(_collector_config("ok", tmp_path / "runs.txt", extra=gamma))
+    sources = daemon.call("capacity_collect", {})["sources"]
+    assert [(s["runtime"], s["account"], s["windows"]) for s in sources] == [
+        ("alpha", None, 2),
+        ("beta", None, 2),
+        ("gamma", "abc", 2),
+        ("gamma", "abcdefg", 2),
+    ]  # gamma's own auth is replaced by its default account: not a route of its own
+    limits = {
+        (w["runtime"], w["account"], w["window"]): w["remaining_percent"]
+        for w in daemon.call("limits", {"runtime": "gamma"})["windows"]
+    }
+    assert limits[("gamma", "abc", "5h")] == 30.0 and limits[("gamma", "abcdefg", "5h")] == 70.0
+    order = daemon.call("capacity_order", {})
+    ranked = [(r["runtime"], r["account"], round(r["priority"], 6)) for r in order["routes"]]
+    # abc: 30 % -> slack -0.4 -> score 0.6, x 4.0 (account) = 2.4; abcdefg: 70 % -> 1.4 x 1.0
+    assert ranked == [
+        ("gamma", "abc", 2.4),
+        ("beta", None, 1.8),
+        ("alpha", None, 1.6),
+        ("gamma", "abcdefg", 1.4),
+    ]
+
+
+def test_claude_rate_limit_types_the_table_does_not_know_are_lanes_of_their_own() -> None:
+    def event(rate_type: object, **info: object) -> list:
+        line = {"type": "rate_limit_event", "rate_limit_info": {"rateLimitType": rate_type, **info}}
+        return parse_stream_json_line(json.dumps(line))
+
+    # in Claude Code 2.1.332's binary, not in the table: a rejection still reads 0 %
+    assert event("seven_day_oauth_apps", status="rejected", resetsAt=1900000000) == [
+        QuotaEvent((QuotaWindow("oauth_apps", "7d", 0.0, 1900000000.0),))
+    ]
+    assert event("five_hour_cowork", utilization=0.25) == [
+        QuotaEvent((QuotaWindow("cowork", "5h", 75.0, None),))
+    ]
+    assert event("omelette", utilization=0.5) == [
+        QuotaEvent((QuotaWindow("omelette", "period", 50.0, None),))
+    ]
+    for junk in ("Seven Day", "", 7, None, "x" * 65):  # not a type name: no window
+        assert event(junk, utilization=0.5) == []
+
+
+def test_one_sources_unexpected_fault_keeps_the_others_samples(daemon_for) -> None:
+    """A binary whose path holds a NUL byte makes starting it raise ValueError, which no source
+    expects: that source reports it; the other source's samples are still written."""
+    tmp = short_tmpdir()
+    ok = _fake_appserver(tmp, "ok")
+    (tmp / "codex-home").mkdir()
+    block = "\n".join(
+        f"""[runtimes.{name}]
+engine = "codex"
+models = ["gpt-test"]
+binary = "{binary}"
+limits_source = "codex_appserver"
+auth = {{ login = "native", dir = "{tmp / "codex-home"}" }}
+"""
+        for name, binary in (("cx1", ok), ("cx2", f"{ok}\\u0000"))
+    )
+    head = (
+        'schema_version = 1\ndefault_runtime = "cx1"\n[capacity]\ncollect_interval_seconds = 3600\n'
+    )
+    home, daemon = daemon_for(head + block)
+    sources = {s["runtime"]: s for s in daemon.call("capacity_collect", {})["sources"]}
+    assert sources["cx1"]["windows"] == 2 and sources["cx1"]["error"] is None
+    assert sources["cx2"]["error"].startswith("unexpected ValueError"), sources["cx2"]
+    assert sources["cx2"]["next_attempt_at"] is not None  # it backs off like any failure
+    assert {w["runtime"] for w in daemon.call("limits", {})["windows"]} == {"cx1"}

@@ -33,7 +33,9 @@ from tests.harness import (
     wait_for,
 )
 
-SLOW_TASK = "steps: 50\nstep_seconds: 0.1\nanswer: x"
+# Every test using it cancels it: it must outlive the CLI calls made meanwhile, each a fresh
+# interpreter that can take seconds on a loaded machine (5 s of steps lost that race under load).
+SLOW_TASK = "steps: 600\nstep_seconds: 0.1\nanswer: x"
 ADMIN_VERBS = {
     "init",
     "doctor",
@@ -183,6 +185,10 @@ def test_demo_in_a_fresh_home_verifies_every_answer_and_shows_where_to_look(
     try:
         assert result.returncode == 0, result.stdout + result.stderr
         assert "started one" in result.stderr  # a fresh machine has no daemon yet
+        # the demo repository and its worktrees live in the home, not in an unexplained /tmp dir
+        assert Path(repo.group(1)).is_relative_to(fresh_home.root / "demos")
+        worktrees = [p for p in Path(repo.group(1)).parent.iterdir() if p.name != "demo-project"]
+        assert len(worktrees) == 3, worktrees  # one per candidate
         proofs = re.findall(
             r"^\s+sha256 ([0-9a-f]{64}) \((\d+) bytes, (\w+)\)$", result.stdout, re.M
         )
@@ -612,3 +618,23 @@ def test_a_plain_verb_imports_no_pydantic_mcp_server_stack_or_engines(daemon, ho
     assert result.stdout.strip(), "the verb really ran"
     if argv == ["agents"]:
         assert json.loads(result.stdout)["items"] == []
+
+
+def test_transcript_follow_in_text_prints_each_turns_prompt_once_before_its_messages(
+    daemon: DaemonProcess, home: Home, workdir: Path
+) -> None:
+    agent = daemon.call(
+        "start", {"task": "steps: 2\nstep_seconds: 0\nanswer: one", "workdir": str(workdir)}
+    )
+    daemon.call("wait", {"agent_id": agent["id"], "timeout_seconds": 60})
+    daemon.call("resume", {"agent_id": agent["id"], "prompt": "answer: two"})
+    daemon.call("wait", {"agent_id": agent["id"], "timeout_seconds": 60})
+    text = cli(home, "transcript", agent["id"], "--follow", "--limit", "1", "--format", "text")
+    assert text.returncode == 0, text.stderr
+    lines = text.stdout.splitlines()
+    assert lines.count("── turn 1 · start ──") == 1 and lines.count("── turn 2 · resume ──") == 1
+    first, second = lines.index("── turn 1 · start ──"), lines.index("── turn 2 · resume ──")
+    assert first == 0 and lines[second + 1] == "> answer: two"
+    assert lines[second - 1] == "assistant: one" and lines[-1] == "assistant: two"
+    plain = cli(home, "transcript", agent["id"], "--follow")  # JSON lines: items only, as before
+    assert all("role" in o for o in json_lines(plain.stdout))

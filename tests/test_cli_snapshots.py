@@ -5,20 +5,17 @@ replies (demo engine), pueue-style: ids, hashes, paths and ages are masked, the 
 Each text is also rendered in-process from the result model (what MCP shows) and must equal
 the CLI's, which renders the same JSON through `cli_format.Record` without pydantic."""
 
-import os
 import re
 from pathlib import Path
 from typing import Any
 
 from agent_run.cli_format import RENDERERS, Record, render
+from agent_run.cli_session import cli_words
 from agent_run.home import Home
 from agent_run.rpc.client import Client
 from agent_run.tools import ALL_TOOLS
 from tests.batch_harness import make_repo, wait_batch
-from tests.harness import DaemonProcess, cli
-
-SNAPSHOTS = Path(__file__).parent / "snapshots"
-UPDATE = os.environ.get("AGENT_RUN_UPDATE_SNAPSHOTS") == "1"
+from tests.harness import DaemonProcess, check_golden, cli
 
 
 def mask(text: str, paths: dict[str, str]) -> str:
@@ -29,16 +26,13 @@ def mask(text: str, paths: dict[str, str]) -> str:
     text = re.sub(r"\b[0-9a-f]{64}\b", "SHA256", text)
     text = re.sub(r"\b[0-9a-f]{12}\b", "SHA12", text)
     text = re.sub(r" *\b\d+[smh] ago\b", " N ago", text)  # the padding varies with the width
+    text = re.sub(r"\bpid \d+", "pid N", text)
+    text = re.sub(r"\bversion \d+\.\d+\.\d+[\w.+-]*", "version V", text)
     return re.sub(r"  events \d+", "  events N", text)
 
 
 def check(name: str, text: str) -> None:
-    path = SNAPSHOTS / f"{name}.txt"
-    if UPDATE or not path.exists():
-        SNAPSHOTS.mkdir(exist_ok=True)
-        path.write_text(text)
-        assert not os.environ.get("CI"), f"snapshot {name} was missing in CI"
-    assert text == path.read_text(), f"{name} differs from {path}:\n{text}"
+    check_golden(f"{name}.txt", text)
 
 
 def cli_text(home: Home, *args: str) -> str:
@@ -48,9 +42,15 @@ def cli_text(home: Home, *args: str) -> str:
 
 
 def same_as_the_model(client: Client, tool: str, params: dict[str, Any], text: str) -> None:
-    """The CLI's text (JSON through Record) is what the model renders (MCP's text)."""
+    """The CLI's text (JSON through Record) is what the model renders (MCP's text), but for
+    the params a message names, which the CLI says as its flags (`confirm=true`: `--confirm`)."""
     model = client.call(tool, params)
-    assert mask(render(model) + "\n", {}) == mask(text, {})
+    flags = [
+        name
+        for name, field in ALL_TOOLS[tool].params.model_fields.items()
+        if field.annotation is bool
+    ]
+    assert mask(cli_words(render(model), flags) + "\n", {}) == mask(text, {})
     assert render(Record(model.model_dump(mode="json"), type(model).__name__)) == render(model)
 
 
@@ -108,5 +108,107 @@ def test_batch_renderers_match_their_snapshots(daemon: DaemonProcess, home: Home
 
 
 def test_every_renderer_is_keyed_by_a_result_model_of_the_table() -> None:
-    models = {tool.result.__name__ for tool in ALL_TOOLS.values()} | {"TranscriptItem"}
+    # `transcript --follow` prints items and each turn's prompt one by one
+    models = {tool.result.__name__ for tool in ALL_TOOLS.values()} | {
+        "TranscriptItem",
+        "TurnPrompt",
+    }
     assert set(RENDERERS) <= models, set(RENDERERS) - models
+
+
+WORKFLOWS = {  # each workflow's batch on the demo engine, as the batch tests run them
+    "generated": {"runs": 2, "prompt": "tasks: auto"},
+    "ranked": {
+        "runs": 2,
+        "reviewers": 1,
+        "prompt": "write: feature.txt = a feature\ncommit: add the feature",
+        "review_prompt": "score: 7",  # auto derives it from a commit sha: not stable
+        "verify_command": "test -s feature.txt",
+    },
+    "validated": {
+        "runs": 2,
+        "prompt": "write: answer.txt = 42\nresult: auto",
+        "validator_prompt": "verdict: auto",
+    },
+}
+
+
+def test_batch_show_of_each_workflow_and_its_review_match_their_snapshots(
+    daemon: DaemonProcess, home: Home
+) -> None:
+    repos = {workflow: make_repo() for workflow in WORKFLOWS}
+    with Client(home.socket_path) as client:
+        batches = {
+            workflow: client.call(
+                "batch_start",
+                {"workflow": workflow, "project": str(repos[workflow]), "runtime": "demo", **p},
+            )
+            for workflow, p in WORKFLOWS.items()
+        }
+        for workflow, batch in batches.items():
+            assert wait_batch(daemon, batch.id)["state"] == "completed", workflow
+            paths = {str(repos[workflow].parent): "REPO_PARENT", str(home.root): "HOME"}
+            params = {"batch_id": batch.id}
+            text = cli_text(home, "batch", "show", batch.id)
+            check(f"batch_show_{workflow}", mask(text, paths))
+            same_as_the_model(client, "batch", params, text)
+            if workflow == "validated":  # untracked files, previewed
+                text = cli_text(home, "batch", "review", batch.id)
+                check("batch_review_validated", mask(text, paths))
+                same_as_the_model(client, "batch_review", params, text)
+
+
+def test_doctor_text_matches_its_snapshot(daemon: DaemonProcess, home: Home) -> None:
+    home.config_path.chmod(0o600)  # the permission warning depends on the umask: not here
+    text = cli_text(home, "doctor")
+    # Engine CLIs this machine happens to have installed (npm prefixes) are not the snapshot's.
+    text = re.sub(r"^WARN daemon unconfigured .*\n(^ +\|.*\n)*", "", text, flags=re.M)
+    check("doctor", mask(text, {str(home.root): "HOME"}))
+
+
+def test_delivery_status_text_matches_its_snapshot(
+    daemon: DaemonProcess, home: Home, workdir: Path
+) -> None:
+    """An agent's delivered notice, one that failed (its error shown), one started without
+    notify, and a batch's notice by `--batch-id`; notice ids and durations masked."""
+    from tests.harness import wait_for
+
+    repo = make_repo()
+    delivered = {"transport": "command", "argv": ["/bin/sh", "-c", "cat >/dev/null"]}
+    refused = {"transport": "command", "argv": ["/bin/sh", "-c", "exit 3"], "max_attempts": 1}
+    with Client(home.socket_path) as client:
+        started = {
+            name: client.call("start", {"task": "answer: x", "workdir": str(workdir), **extra}).id
+            for name, extra in (
+                ("delivered", {"notify": delivered}),
+                ("failed", {"notify": refused}),
+                ("without", {}),
+            )
+        }
+        batch = client.call(
+            "batch_start",
+            {
+                "workflow": "repeated",
+                "project": str(repo),
+                "runs": 1,
+                "runtime": "demo",
+                "prompt": "answer: ok",
+                "notify": delivered,
+            },
+        )
+        wait_batch(daemon, batch.id)
+
+    def settled(params: dict[str, str], state: str | None) -> bool:
+        return daemon.call("delivery_status", params)["state"] == state
+
+    for name, state in (("delivered", "delivered"), ("failed", "failed"), ("without", None)):
+        params = {"agent_id": started[name]}
+        wait_for(lambda p=params, s=state: settled(p, s), timeout=60, what=name)
+    wait_for(lambda: settled({"batch_id": batch.id}, "delivered"), timeout=60, what="the batch")
+    texts = [cli_text(home, "delivery", "status", agent_id) for agent_id in started.values()]
+    texts.append(cli_text(home, "delivery", "status", "--batch-id", batch.id))
+    text = re.sub(r"\bnt_[0-9a-z]{6,}\b", "nt_ID", "".join(texts))
+    text = re.sub(r" in \d+\.\d\ds", " in N.NNs", text)
+    check("delivery_status", mask(text, {str(home.root): "HOME"}))
+    with Client(home.socket_path) as client:
+        same_as_the_model(client, "delivery_status", {"batch_id": batch.id}, texts[-1])

@@ -91,6 +91,39 @@ INVALID: list[tuple[str, str, str | None]] = [
         VALID + "[capacity.command]\nargv = []\n",
         "capacity.command.argv",
     ),
+    (
+        "account-weight-for-no-such-account",
+        VALID + "priority_account_multipliers = { work = 2.0 }\n"
+        '[runtimes.demo.accounts.home]\nauth = { env = "HOME_KEY" }\n',
+        "runtimes.demo.priority_account_multipliers.work",
+    ),
+    (
+        "model-lane-for-no-such-model",
+        VALID + 'model_lanes = { "demo-9" = "fast" }\n',
+        "runtimes.demo.model_lanes.demo-9",
+    ),
+    # [model_classes]: each pair a configured runtime and one of its models
+    (
+        "model-class-unknown-runtime",
+        VALID + '[model_classes]\nfast = ["gpt:demo-1"]\n',
+        "model_classes.fast.0",
+    ),
+    (
+        "model-class-unknown-model",
+        VALID + '[model_classes]\nfast = ["demo:demo-1", "demo:demo-9"]\n',
+        "model_classes.fast.1",
+    ),
+    ("model-class-empty", VALID + "[model_classes]\nfast = []\n", "model_classes.fast"),
+    (
+        "model-class-not-a-pair",
+        VALID + '[model_classes]\nfast = ["demo"]\n',
+        "model_classes.fast.0",
+    ),
+    (
+        "model-class-bad-name",
+        VALID + '[model_classes]\nFast = ["demo:demo-1"]\n',
+        "model_classes.Fast.[key]",
+    ),
 ]
 
 

@@ -106,3 +106,37 @@ def test_codex_account_signed_in_by_login_account_runs_on_its_own_folder(provide
     finally:
         daemon.stop()
         remove_home(home)
+
+
+def test_a_runs_quota_samples_carry_its_account_and_rank_as_its_route(provider, workdir):
+    """Real Codex on account `spare`: the x-codex-* headers become samples of (cx, spare), and
+    capacity_order ranks that account's route with its account multiplier."""
+    from tests.engine_harness import runtime_block
+
+    block = runtime_block("cx", "codex", provider.url + "/v1", "gpt-5.5") + (
+        "priority_account_multipliers = { spare = 2.0 }\n"
+        '[runtimes.cx.accounts.spare]\nauth = { env = "ART_HOME_KEY" }\n'
+    )
+    home = make_home(TEST_CONFIG + block)
+    daemon = DaemonProcess(home, env={"ART_HOME_KEY": HOME_KEY}).start()
+    try:
+        provider.response_headers = {
+            "x-codex-primary-used-percent": "25",
+            "x-codex-primary-window-minutes": "300",
+            "x-codex-primary-reset-at": str(int(__import__("time").time()) + 3 * 3600),
+        }
+        provider.add(Text("done"))
+        view = run_agent(daemon, "cx", "Say done.", workdir, account="spare")
+        assert view["state"] == "succeeded" and view["account"] == "spare", view
+        shown = daemon.call("limits", {"runtime": "cx"})["windows"]
+        assert [(w["account"], w["window"], w["remaining_percent"]) for w in shown] == [
+            ("spare", "5h", 75.0)
+        ]
+        order = daemon.call("capacity_order", {})
+        assert [(r["runtime"], r["account"], r["weight"]) for r in order["routes"]] == [
+            ("cx", "spare", 2.0)
+        ]
+        assert [(d["runtime"], d["account"]) for d in order["deferred"]] == [("cx", None)]
+    finally:
+        daemon.stop()
+        remove_home(home)

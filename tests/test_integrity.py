@@ -76,6 +76,28 @@ def test_a_restored_answer_is_verified_again(daemon, home, workdir):
     assert events(home, agent["id"], "integrity_restored")
 
 
+def test_a_home_moved_to_another_folder_still_serves_its_verified_answers(workdir):
+    """A home restored from a backup or moved by the user: the answer is found through the
+    home it is in, not the absolute path stored when it was sealed."""
+    home = make_home()
+    daemon = DaemonProcess(home).start()
+    moved = Home(home.root.parent / "moved")
+    try:
+        agent = finished(daemon, workdir)
+        daemon.stop()
+        home.root.rename(moved.root)
+        daemon = DaemonProcess(moved).start()
+        assert daemon.call("answer", {"agent_id": agent["id"]})["path"] == str(
+            answer_path(moved, agent)
+        )
+        assert daemon.call("answer", {"agent_id": agent["id"]})["text"] == "the truth"
+        assert daemon.call("agent", {"agent_id": agent["id"]})["answer_verified"] is True
+        assert not events(moved, agent["id"], "integrity_failed")
+    finally:
+        daemon.stop()
+        remove_home(moved)
+
+
 @pytest.fixture
 def scrubbing() -> Iterator[DaemonProcess]:
     home = make_home(FAST_SCRUB)
@@ -133,7 +155,7 @@ def tamper_while_the_daemon_is_down(
         return dict(rows[0]) if rows else None
 
     execution = wait_for(sealed, timeout=60, what=f"the {stage}'s agent to seal its answer")
-    Path(execution["answer_path"]).write_text(text)
+    answer_path(daemon.home, {"id": agent_id, "execution": execution}).write_text(text)
     daemon.start()
     return execution
 

@@ -1,8 +1,12 @@
 """The layers, guarded: every import of the package (module-level and inside functions, plus
 the tool table's handler strings) is parsed with `ast` and checked against the layering rules
-of docs/architecture.md, and the graph between packages must have no cycle."""
+of docs/architecture.md, and the graph between packages must have no cycle. Which layer a
+module is in is read from the layers table of docs/architecture.md, and every module of the
+tree must be in exactly one of its rows: a new front-end is a front-end as soon as it is
+documented, and cannot be left out of the rules by being left out of the table."""
 
 import ast
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -11,6 +15,7 @@ import pytest
 SRC = Path(__file__).resolve().parent.parent / "src"
 PACKAGE = SRC / "agent_run"
 TOOL_TABLE = PACKAGE / "tools.py"
+ARCHITECTURE = SRC.parent / "docs" / "architecture.md"
 
 
 def module_name(path: Path) -> str:
@@ -83,9 +88,72 @@ def package_of(module: str) -> str:
     return parts[1] if len(parts) > 1 else "agent_run"
 
 
+def table_rows(text: str) -> dict[str, list[str]]:
+    """The layers table: layer -> the files and folders its modules cell names, resolved
+    against the tree (`engine_process.py` after `supervisor/run.py` is `supervisor/...`)."""
+    section = text.split("## Layers", 1)[1].split("\n## ", 1)[0]
+    rows: dict[str, list[str]] = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) < 3 or cells[0] in ("layer", "") or set(cells[0]) <= {"-"}:
+            continue
+        folder, named = "", []
+        for token in re.findall(r"`([^`]+)`", cells[1]):
+            if "/" in token:
+                folder = token.split("/")[0]
+                named.append(token)
+            elif token.endswith(".py"):
+                named.append(f"{folder}/{token}" if folder else token)
+        rows[cells[0]] = named
+    return rows
+
+
+def modules_of(named: list[str]) -> set[str]:
+    """`cli.py` -> agent_run.cli; `web/` -> every module of the web package."""
+    found = set()
+    for entry in named:
+        path = PACKAGE / entry
+        if entry.endswith("/"):
+            found |= {module_name(p) for p in path.rglob("*.py") if p.name != "__init__.py"}
+        elif entry.endswith(".py"):
+            found.add(module_name(path))
+    return found
+
+
+LAYERS = {layer: modules_of(named) for layer, named in table_rows(ARCHITECTURE.read_text()).items()}
+FRONT_ENDS = LAYERS.get("front-ends", set())
+
+
 def is_front_end(module: str) -> bool:
-    name = module.split(".")[1] if "." in module else ""
-    return name.startswith("cli") or name in ("mcp_server", "quickstart", "rpc", "web")
+    return module in FRONT_ENDS
+
+
+def tree_modules() -> set[str]:
+    """Every module of the package; a package's `__init__` is the package, not a module."""
+    return {module_name(p) for p in PACKAGE.rglob("*.py") if p.name != "__init__.py"}
+
+
+def test_every_module_of_the_tree_is_in_exactly_one_row_of_the_layers_table():
+    listed = [m for modules in LAYERS.values() for m in modules]
+    assert sorted(tree_modules() - set(listed)) == [], "add them to docs/architecture.md"
+    assert sorted(m for m in set(listed) if listed.count(m) > 1) == []
+    assert sorted(set(listed) - tree_modules()) == [], "the table names modules that are gone"
+
+
+def test_the_front_ends_are_the_tables_and_include_every_client_of_the_daemon():
+    # Sharpness: the rule above is only as good as this set.
+    assert {
+        "agent_run.cli",
+        "agent_run.cli_daemon",
+        "agent_run.mcp_server",
+        "agent_run.mcp_channel",
+        "agent_run.quickstart",
+        "agent_run.rpc.client",
+        "agent_run.web.pages",
+    } <= FRONT_ENDS
+    # Whatever talks to the daemon through the client is a front-end (the daemon excepted).
+    clients = {m for m, targets in GRAPH.items() if "agent_run.rpc.client" in targets}
+    assert sorted(clients - FRONT_ENDS - {"agent_run.daemon"}) == []
 
 
 def in_package(module: str, *packages: str) -> bool:
@@ -141,6 +209,20 @@ def test_supervisor_imports_no_services_batches_or_front_ends():
         violations(
             lambda m, t: (
                 in_package(m, "supervisor")
+                and (in_package(t, "services", "batches", "tools") or is_front_end(t))
+            )
+        )
+        == []
+    )
+
+
+def test_executors_import_no_services_batches_or_front_ends():
+    """The executor seam sits between the supervisor and the services (docs/architecture.md)."""
+    assert GRAPH["agent_run.executors.mirror"]  # sharpness: the package is in the graph
+    assert (
+        violations(
+            lambda m, t: (
+                in_package(m, "executors")
                 and (in_package(t, "services", "batches", "tools") or is_front_end(t))
             )
         )

@@ -47,7 +47,7 @@ FROZEN_V1_CODEX = (
 
 def test_a_version_1_plan_loads_typed_without_its_prompt() -> None:
     plan = load_plan(FROZEN_V1_CODEX)
-    assert plan.plan_version == PLAN_VERSION == 2
+    assert plan.plan_version == PLAN_VERSION == 3
     options = plan.runtime_config
     assert isinstance(options, CodexOptions)
     assert (options.base_url, options.max_retries, options.auth and options.auth.env) == (
@@ -70,7 +70,7 @@ def test_a_plan_round_trips_with_its_engine_options() -> None:
 @pytest.mark.parametrize(
     "text,field",
     [
-        ('{"plan_version": 3}', "plan_version"),
+        ('{"plan_version": 4}', "plan_version"),
         ("[1, 2]", None),
         ("not json", None),
         (FROZEN_V1_DEMO.replace('"profile": "write"', '"profile": "root"'), "profile"),
@@ -158,7 +158,7 @@ def test_an_execution_stored_with_a_version_1_plan_runs_and_resumes(home_and_wor
     ]
     assert (
         "plan_version" not in plans[0]
-        and plans[1]["plan_version"] == 2
+        and plans[1]["plan_version"] == PLAN_VERSION
         and "prompt" not in plans[1]
     )
 
@@ -196,3 +196,10 @@ def test_a_plan_the_supervisor_cannot_run_ends_the_execution_config_error(home_a
     finally:
         daemon.stop()
     assert len(db_rows(home, "SELECT id FROM executions")) == 1
+
+
+def test_a_version_2_plan_loads_as_version_3_without_a_commit_branch() -> None:
+    v2 = json.loads(load_plan(FROZEN_V1_DEMO).to_json()) | {"plan_version": 2}
+    del v2["commit_branch"]
+    plan = load_plan(json.dumps(v2))
+    assert plan.plan_version == 3 and plan.commit_branch is None

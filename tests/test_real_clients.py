@@ -35,6 +35,10 @@ def inspector(home, *args: str) -> dict:
         [
             node_tool("mcp-inspector"),
             "--cli",
+            # `agent-run mcp` boots in ~1 s quiet; a loaded machine takes longer than the
+            # default 15 s (the subprocess bound below still holds)
+            "--connect-timeout",
+            "90000",
             sys.executable,
             "-m",
             "agent_run",

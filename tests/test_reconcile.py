@@ -1,11 +1,12 @@
 """Reconciliation gathers its proof (a /proc scan, liveness) without holding the write lock."""
 
 import sqlite3
+from pathlib import Path
 
 from agent_run.services.reconcile import OrphanExecution, reconcile_once
 from agent_run.store.db import connect
 from agent_run.supervisor.launch import spawn_supervisor
-from tests.harness import db_rows
+from tests.harness import db_rows, wait_for
 from tests.test_admission import admit_without_spawning
 
 
@@ -54,6 +55,12 @@ def test_created_row_whose_supervisor_process_exists_is_not_an_orphan(home, work
             execution,
         ],
         stdin=subprocess.PIPE,
+    )
+    # Popen returns once the child is forked, maybe before its exec: until then its command
+    # line is this process's, and nothing names the execution yet.
+    wait_for(
+        lambda: execution in Path(f"/proc/{stand_in.pid}/cmdline").read_bytes().decode(),
+        what="the stand-in's command line",
     )
     conn = connect(home.db_path)
     try:

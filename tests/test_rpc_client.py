@@ -3,6 +3,7 @@ typed calls return the tool's result model, and a call that was sent is never se
 
 import asyncio
 import json
+import shutil
 import socket
 import sqlite3
 import threading
@@ -76,6 +77,7 @@ class CannedServer:
 
     def close(self) -> None:
         self.listener.close()
+        shutil.rmtree(self.home.root.parent, ignore_errors=True)  # a module fixture's folder
 
 
 def _error(code: int, message: str, data: dict[str, Any] | None = None) -> bytes:

@@ -13,21 +13,13 @@ import pytest
 
 from agent_run.home import Home
 from agent_run.service_files import launchd_label, launchd_plist, systemd_unit, systemd_unit_name
-from tests.harness import short_tmpdir
+from tests.harness import check_golden, short_tmpdir
 
-GOLDEN = Path(__file__).parent / "snapshots"
-UPDATE = os.environ.get("AGENT_RUN_UPDATE_SNAPSHOTS") == "1"
 FIXED_HOME = Home(Path("/home/ada/.agent-run"))
 
 
 def _golden(name: str, text: str) -> None:
-    text = text.replace(sys.executable, "{python}")
-    path = GOLDEN / name
-    if UPDATE or not path.exists():
-        path.write_text(text)
-    assert text == path.read_text(), (
-        f"{name} changed; AGENT_RUN_UPDATE_SNAPSHOTS=1 rewrites it deliberately"
-    )
+    check_golden(name, text.replace(sys.executable, "{python}"))
 
 
 def test_launchd_plist_matches_its_golden_file() -> None:

@@ -11,7 +11,8 @@ import pytest
 
 from agent_run.config import parse_config
 from agent_run.domain.errors import ConfigInvalid
-from agent_run.engines.signin import SIGN_INS, SignInMissing, read_credential, share_credential
+from agent_run.engines.registry import sign_in_for
+from agent_run.engines.signin import SignInMissing, read_credential, share_credential
 from agent_run.supervisor.redact import Redactor
 from agent_run.supervisor.signin_keeper import SignInKeeper
 from tests.harness import TEST_CONFIG, DaemonProcess, cli, db_rows, make_home, remove_home
@@ -73,7 +74,7 @@ def test_config_takes_a_native_login_for_codex_and_claude_only():
 
 
 def test_credential_files_are_read_for_presence_expiry_and_token_values(tmp_path):
-    codex, claude = SIGN_INS["codex"], SIGN_INS["claude"]
+    codex, claude = sign_in_for("codex"), sign_in_for("claude")
     auth = {"login": "native", "dir": str(tmp_path)}
     write_json(tmp_path / "auth.json", {"auth_mode": "apikey", "OPENAI_API_KEY": "key-value-1"})
     cred = read_credential(codex, auth, "cx")
@@ -160,20 +161,22 @@ def test_keeper_publishes_an_engine_write_that_replaced_the_link_and_redacts_its
 def test_codex_gets_a_link_and_claude_code_its_store_variable(tmp_path):
     real = write_json(tmp_path / "u" / "auth.json", {"OPENAI_API_KEY": "k-123"})
     stale = write_json(tmp_path / "g" / ".codex" / "auth.json", {"OPENAI_API_KEY": "stale"})
-    shared = share_credential("codex", {"login": "native", "dir": str(real.parent)}, tmp_path / "g")
+    shared = share_credential(
+        sign_in_for("codex"), {"login": "native", "dir": str(real.parent)}, tmp_path / "g"
+    )
     assert (
         shared is not None
         and stale.is_symlink()
         and json.loads(stale.read_text())["OPENAI_API_KEY"] == "k-123"
     )
-    assert share_credential("codex", {"env": "K"}, tmp_path / "g") is None
+    assert share_credential(sign_in_for("codex"), {"env": "K"}, tmp_path / "g") is None
     auth = {"login": "native", "dir": str(tmp_path / "c")}
-    shared = share_credential("claude", auth, tmp_path / "g")
+    shared = share_credential(sign_in_for("claude"), auth, tmp_path / "g")
     assert shared is not None and shared.link is None and not (tmp_path / "g" / ".claude").exists()
-    assert SIGN_INS["claude"].engine_env(auth) == {
+    assert sign_in_for("claude").engine_env(auth) == {
         "CLAUDE_SECURESTORAGE_CONFIG_DIR": str(tmp_path / "c")
     }
-    assert SIGN_INS["codex"].engine_env(auth) == {}
+    assert sign_in_for("codex").engine_env(auth) == {}
 
 
 def native_runtime(name: str, engine: str, base_url: str, folder: Path) -> str:
@@ -251,7 +254,8 @@ def test_login_refuses_a_runtime_without_native_login_and_a_browser_flow_without
             and '"field": "runtime"' in refused.stdout
         )
         no_tty = cli(home, "login", "cl", input="")
-        assert no_tty.returncode == 2 and "agent-run login cl` in a terminal" in no_tty.stderr
+        # a usage error (exit 64), as JSON on stdout like every usage error of the default format
+        assert no_tty.returncode == 64 and "agent-run login cl` in a terminal" in no_tty.stdout
         key_flag = cli(home, "login", "cl", "--with-api-key", input="k\n")
         assert key_flag.returncode != 0 and "with_api_key" in key_flag.stdout
     finally:

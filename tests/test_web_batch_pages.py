@@ -1,8 +1,9 @@
 """The batch page per workflow: validated shows the validator's verdict beside each worker;
-generated lists the tasks its generator made."""
+generated lists the tasks its generator made; a run's Changes tab cuts a large diff with a note."""
 
 import html
 import re
+from pathlib import Path
 
 from tests.batch_harness import make_repo, wait_batch
 
@@ -89,3 +90,33 @@ def test_generated_batch_page_lists_the_generated_tasks_with_their_runs(web, dae
     )
     workers = {w["index"]: w["id"] for w in _runs(batch, "worker")}
     assert listed == [(html.escape(t["title"]), workers[n]) for n, t in enumerate(tasks, start=1)]
+
+
+def test_a_large_diff_is_cut_with_a_note_on_the_changes_tab(web, daemon):
+    """Past git.MAX_DIFF_BYTES the Changes tab shows the head of the diff and says it was cut."""
+    from agent_run.git import MAX_DIFF_BYTES
+
+    repo = make_repo()
+    started = daemon.call(
+        "batch_start",
+        {
+            "workflow": "repeated",
+            "project": str(repo),
+            "runs": 1,
+            "runtime": "demo",
+            "prompt": "answer: done",
+        },
+    )
+    batch = wait_batch(daemon, started["id"])
+    assert batch["state"] == "completed", batch["state_reason"]
+    run = batch["runs"][0]
+    client = web.client()
+    tab = f"/batches/{batch['id']}/runs/{run['id']}?tab=changes"
+    assert "The diff was truncated." not in client.get(tab).text
+    line = "an uncommitted line of a large change\n"
+    big = line * (MAX_DIFF_BYTES // len(line) + 100)
+    (Path(run["worktree"]) / "README.md").write_text(big)
+    changes = client.get(tab).text
+    assert "README.md" in changes and "an uncommitted line" in changes
+    assert "The diff was truncated." in changes
+    assert changes.count("an uncommitted line") < big.count("\n")

@@ -50,6 +50,33 @@ def test_stop_then_rerun_a_run_from_its_page(web, daemon):
         assert not seen["dialogs"] and not seen["page_errors"], seen
 
 
+def test_a_live_refresh_keeps_the_nodes_it_did_not_change(web, daemon):
+    """The run's head re-renders while its agent streams; its Stop button stays the same node
+    (a click under way is never lost to a refresh) while what changed is brought up to date."""
+    batch = start_repeated(daemon, "steps: 3000\nstep_seconds: 0.2\nanswer: slow")
+    wait_for(lambda: only_run(daemon, batch["id"])["state"] == "running", what="the run to run")
+    run = only_run(daemon, batch["id"])
+    with browser_page() as (page, seen):
+        sign_in(page, web, f"/batches/{batch['id']}/runs/{run['id']}")
+        page.wait_for_selector("#live-status[data-state=live]")
+        page.eval_on_selector("#run-head h1", "h => { h.__kept = true; }")
+        page.eval_on_selector("button:text('Stop')", "b => { b.__kept = true; }")
+
+        # Each refresh sets the page's revision to the fresh page's: wait for three of them.
+        def revision() -> int:
+            return int(page.evaluate("document.body.dataset.revision || 0"))
+
+        for _ in range(3):
+            before = revision()
+            wait_for(lambda b=before: revision() > b, timeout=60, what="a live refresh")
+        assert page.eval_on_selector("button:text('Stop')", "b => b.__kept === true")
+        daemon.call("run_stop", {"run_id": run["id"]})
+        page.wait_for_selector("#run-head h1 .state-cancelled", timeout=60_000)  # morphed in
+        assert page.locator("button:text('Stop')").count() == 0
+        assert page.eval_on_selector("#run-head h1", "h => h.__kept === true")
+        assert not seen["dialogs"] and not seen["page_errors"], seen
+
+
 def test_a_follow_up_on_a_repeated_batch_run_streams_its_new_turn(web, daemon):
     batch = wait_batch(daemon, start_repeated(daemon, "answer: first turn")["id"])
     run = batch["runs"][0]
@@ -65,6 +92,12 @@ def test_a_follow_up_on_a_repeated_batch_run_streams_its_new_turn(web, daemon):
         )  # streamed in live
         assert page.evaluate("window.__notReloaded") is True
         assert page.locator("a.chip:text('2 · followup')").count() == 1
+        # The run's task in its head; each turn opens with its prompt, the follow-up's text too.
+        page.click("#run-head details.prompt summary")
+        assert "first turn" in page.inner_text("#run-head details.prompt")
+        page.click("details.turn-prompt[data-turn='1'] summary")
+        assert "answer: first turn" in page.inner_text("details.turn-prompt[data-turn='1']")
+        assert "the second turn" in page.inner_text("details.turn-prompt[data-turn='2']")
         assert not seen["dialogs"] and not seen["page_errors"], seen
 
 

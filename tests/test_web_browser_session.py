@@ -13,7 +13,11 @@ from tests.web_harness import WebProcess
 
 pytestmark = pytest.mark.browser
 
-LONG = "steps: 150\nstep_seconds: 0.2\nwrite: notes.txt = one\nwrite: more.txt = two\nanswer: the long one is done"
+# It steps until the test drops done.flag in its folder, however slow the machine is.
+LONG = (
+    "steps: 3000\nstep_seconds: 0.2\nuntil: done.flag\n"
+    "write: notes.txt = one\nwrite: more.txt = two\nanswer: the long one is done"
+)
 
 
 def stored_ids(daemon, agent_id):
@@ -66,6 +70,7 @@ def test_a_long_running_agents_session_appends_by_cursor_across_a_web_restart(da
                 what="messages made while the web process is down",
             )
             web = WebProcess(daemon.home, port=web.port).start()
+            (workdir / "done.flag").touch()
             daemon.call("wait", {"agent_id": agent_id, "timeout_seconds": 120})
             page.wait_for_selector(".answer:has-text('the long one is done')", timeout=60_000)
             final = stored_ids(daemon, agent_id)

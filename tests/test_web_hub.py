@@ -6,6 +6,7 @@ import time
 
 from agent_run.web.hub import ChangeHub
 from agent_run.web.proxy import DaemonProxy
+from tests.harness import wait_for_async
 
 
 class RecordingProxy(DaemonProxy):
@@ -21,19 +22,12 @@ class RecordingProxy(DaemonProxy):
         return await super().call(method, params)
 
 
-async def until(predicate, timeout=60.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.02)
-
-
 def test_the_hub_asks_at_most_ten_times_a_second_and_misses_no_change(daemon, workdir):
     async def scenario():
         proxy = RecordingProxy(daemon.home)
         hub = ChangeHub(proxy)
         hub.start()
-        await until(lambda: hub.connected, what="the hub to follow the daemon")
+        await wait_for_async(lambda: hub.connected, what="the hub to follow the daemon")
         agents = [
             await proxy.call(
                 "start",
@@ -45,7 +39,7 @@ def test_the_hub_asks_at_most_ten_times_a_second_and_misses_no_change(daemon, wo
             await proxy.call("wait", {"agent_id": agent["id"], "timeout_seconds": 60})
         calls = list(proxy.changes_calls)
         final = (await proxy.call("changes", {"after_revision": 0}))["revision"]
-        await until(
+        await wait_for_async(
             lambda: hub.revision is not None and hub.revision >= final, what="the hub to catch up"
         )
         seen = frozenset().union(*(c.agents for c in hub.history))

@@ -164,3 +164,24 @@ def test_a_live_refresh_of_an_agent_page_does_not_read_the_transcript(web, daemo
     assert ITEM.search(live.text) is None  # the page follows the transcript itself
     assert f'data-agent="{agent["id"]}"' in live.text and "verified" in live.text
     assert live.headers["x-live-render"] == "rendered"
+
+
+def test_a_quiet_event_stream_gets_a_keep_alive_comment(web, daemon):
+    """With nothing changing, `/events` sends `: keep-alive` after KEEP_ALIVE_SECONDS (15 s), so
+    proxies and the browser keep a quiet stream open; nothing else is sent meanwhile."""
+    import time
+
+    from agent_run.web.live import KEEP_ALIVE_SECONDS
+
+    lines, hello_at, alive_at = [], None, None
+    with web.client().stream("GET", "/events") as response:
+        for line in response.iter_lines():
+            lines.append(line)
+            if line.startswith("event: hello"):
+                hello_at = time.monotonic()
+            elif line == ": keep-alive":
+                alive_at = time.monotonic()
+                break
+    assert hello_at is not None and alive_at is not None, lines
+    assert KEEP_ALIVE_SECONDS - 1 <= alive_at - hello_at <= KEEP_ALIVE_SECONDS * 3, lines
+    assert not any(line.startswith("event: change") for line in lines), lines

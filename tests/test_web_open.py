@@ -1,10 +1,14 @@
 """`agent-run web --open` hands the signed-in URL to the user's browser ($BROWSER, as Python's
-webbrowser reads it), here a small script that records what it was called with."""
+webbrowser reads it), here a small script that records what it was called with; and
+`agent-run web` starts the daemon when none answers."""
 
+import os
+import re
+import signal
 import stat
 import sys
 
-from tests.harness import wait_for
+from tests.harness import pgid_alive, wait_for
 from tests.web_harness import WebProcess
 
 
@@ -48,3 +52,49 @@ def test_without_open_no_browser_is_called(daemon, tmp_path):
         assert not called.exists()
     finally:
         web.stop()
+
+
+def _daemon_pid(home) -> int:
+    return int((home.root / "daemon.lock").read_text().strip())
+
+
+def test_web_autostarts_the_daemon_when_none_answers_and_again_after_it_dies(home, workdir):
+    """No daemon: `agent-run web` starts one (detached, as the CLI does) before it prints its URL.
+    The daemon killed later is started again by the next page (it starts one whenever none
+    answers, one at a time), and no agent is harmed by either."""
+    assert not home.socket_path.exists()
+    web = WebProcess(home, autostart=True).start()
+    pids = []
+    try:
+        started = re.search(
+            r"no daemon was answering .*; started one \(pid (\d+)\)", "".join(web.output)
+        )
+        assert started, web.output
+        pids.append(int(started.group(1)))
+        assert _daemon_pid(home) == pids[0]
+        client = web.client()
+        started_agent = client.post(
+            "/api/tools/start",
+            json={"task": "steps: 20\nstep_seconds: 0.1\nanswer: kept", "workdir": str(workdir)},
+            headers={"authorization": f"Bearer {web.token}"},
+        )
+        agent_id = started_agent.json()["id"]
+        os.kill(pids[0], signal.SIGKILL)
+        wait_for(lambda: not pgid_alive(pids[0]), timeout=30, what="the daemon to die")
+        page = client.get(f"/agents/{agent_id}")  # no daemon answers: this call starts one
+        assert page.status_code == 200, page.text
+        pids.append(_daemon_pid(home))
+        assert pids[1] != pids[0] and pgid_alive(pids[1])
+        assert len(re.findall(r"started one", "".join(web.output))) == 2, web.output
+        done = client.post(
+            "/api/tools/wait",
+            json={"agent_id": agent_id, "timeout_seconds": 60},
+            headers={"authorization": f"Bearer {web.token}"},
+        ).json()
+        assert done["agent"]["state"] == "succeeded", done
+    finally:
+        web.stop()
+        for pid in pids:
+            if pgid_alive(pid):
+                os.kill(pid, signal.SIGTERM)
+        wait_for(lambda: not any(pgid_alive(p) for p in pids), timeout=30, what="daemons gone")

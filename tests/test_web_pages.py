@@ -112,6 +112,7 @@ def test_a_ranked_batch_from_the_form_shows_ranking_session_and_changes(web, dae
     html = client.get(f"/batches/{batch_id}").text
     assert "#1" in html and "#2" in html and "passed" in html
     winner = next(r for r in batch["runs"] if r["rank"] == 1)
+    assert f'href="/batches/{batch_id}/runs/{winner["id"]}/merge"' in html  # the winner's Merge
     run_html = client.get(f"/batches/{batch_id}/runs/{winner['id']}").text
     assert "verified" in run_html and "added the greeting" in run_html
     answer = daemon.call("answer", {"agent_id": winner["agent_id"]})

@@ -1,5 +1,6 @@
-"""The Runtime and Model fields offer the configured runtimes (read from config.toml, as
-`doctor` does): selects when every runtime lists its models, free text for the model otherwise."""
+"""The Runtime and Model fields offer the daemon's roster (the `models` tool, the same one
+`start` and `batch_start` check against): selects when every runtime lists its models, free
+text for the model otherwise, and free text with the reason when the daemon cannot say."""
 
 import re
 from collections.abc import Iterator
@@ -74,9 +75,8 @@ def test_the_forms_offer_the_enabled_runtimes_and_their_models(web, daemon, work
 
 
 def test_a_runtime_without_a_model_list_keeps_the_model_free_text(web, daemon, workdir):
+    # No restart: `models` re-reads a changed config.toml, as `start` does.
     daemon.home.config_path.write_text(RUNTIMES + '[runtimes.open]\nengine = "demo"\n')
-    daemon.stop()  # the daemon reads config.toml when it starts; the forms read it on each render
-    daemon.start()
     client = web.client()
     html = client.get("/agents/new").text
     assert "open" in re.findall(r'<option value="([^"]*)"', options(html, "f-runtime"))
@@ -89,9 +89,22 @@ def test_a_runtime_without_a_model_list_keeps_the_model_free_text(web, daemon, w
     assert (agent["runtime"], agent["model"]) == ("open", "any-model-at-all")
 
 
-def test_an_unreadable_config_leaves_both_fields_free_text_and_says_why(web, daemon, workdir):
+def test_an_invalid_config_edit_leaves_the_roster_the_daemon_serves(web, daemon, workdir):
+    """The form offers what the daemon accepts, not what config.toml says: an invalid edit is
+    refused by the daemon, which keeps its roster, so the form keeps offering it."""
     daemon.home.config_path.write_text("schema_version = 1\nbogus = 1\n")
+    client = web.client()
+    html = client.get("/batches/new").text
+    runtimes = re.findall(r'<option value="([^"]*)"', options(html, "f-runtime"))
+    assert runtimes == ["", "demo", "quick"]
+    assert "bogus" not in html
+    started = start_agent(web, client, workdir, runtime="quick", model="quick-1")
+    assert started.status_code == 303, started.text
+
+
+def test_without_the_daemon_both_fields_are_free_text_and_say_why(web, daemon):
+    daemon.stop()  # the test web process never autostarts one
     html = web.client().get("/batches/new").text
     assert re.search(r'<input id="f-runtime" name="runtime"', html)
     assert re.search(r'<input id="f-model" name="model"', html)
-    assert "unknown key `bogus`" in html
+    assert "The daemon could not list the runtimes (" in html

@@ -1,6 +1,7 @@
 """`agent-run web` refuses what could be DNS rebinding or CSRF, and escapes everything agent-made."""
 
 import re
+from pathlib import Path
 
 from tests.harness import wait_for
 
@@ -26,10 +27,14 @@ def test_the_token_becomes_an_httponly_samesite_strict_cookie_and_leaves_the_url
 
 
 def test_it_listens_on_127_0_0_1_only(web):
-    with open("/proc/net/tcp") as table:
-        rows = [line.split() for line in table.read().splitlines()[1:]]
-    listening = [r[1] for r in rows if r[3] == "0A" and int(r[1].split(":")[1], 16) == web.port]
-    assert listening == [f"0100007F:{web.port:04X}"]  # 127.0.0.1, not 0.0.0.0
+    def listening(table_path):
+        with open(table_path) as table:
+            rows = [line.split() for line in table.read().splitlines()[1:]]
+        return [r[1] for r in rows if r[3] == "0A" and int(r[1].split(":")[1], 16) == web.port]
+
+    assert listening("/proc/net/tcp") == [f"0100007F:{web.port:04X}"]  # 127.0.0.1, not 0.0.0.0
+    if Path("/proc/net/tcp6").exists():
+        assert listening("/proc/net/tcp6") == []  # and no IPv6 listener (::, ::1) beside it
 
 
 def test_a_foreign_host_is_refused_with_400_even_with_the_token(web):

@@ -1,6 +1,7 @@
 """The Session tab marks failed tool calls: the engine's is_error survives into the transcript."""
 
 import json
+import re
 
 from agent_run.engines.stream_json import events_of
 from tests.harness import wait_for
@@ -107,3 +108,45 @@ def test_codex_marks_a_failed_command_patch_or_mcp_call():
     assert completed(
         {"type": "mcpToolCall", "id": "m2", "result": {"content": [{"type": "text", "text": "hi"}]}}
     ) == [("hi", False)]
+
+
+TURN_PROMPT = re.compile(r'<details class="turn-prompt" data-turn="(\d+)"')
+
+
+def test_each_turn_opens_with_its_prompt_escaped_on_the_page_and_in_the_follow(
+    web, daemon, workdir
+):
+    task = "steps: 2\nstep_seconds: 0.05\nanswer: one"
+    agent = daemon.call("start", {"task": task, "workdir": str(workdir)})
+    _settled(daemon, agent["id"])
+    client = web.client()
+    page = client.get(f"/agents/{agent['id']}").text
+    assert TURN_PROMPT.findall(page) == ["1"] and "answer: one" in page
+    cursor = max(int(i) for i in re.findall(r'data-item="(\d+)"', page))
+    probe = "answer: two <script>alert('prompt')</script>"
+    daemon.call("resume", {"agent_id": agent["id"], "prompt": probe})
+    _settled(daemon, agent["id"])
+
+    def follow(after, turn):
+        response = client.get(
+            f"/agents/{agent['id']}/transcript", params={"after": after, "turn": turn}
+        )
+        assert response.status_code == 200, response.text
+        return response.json()["html"]
+
+    html_ = follow(cursor, 1)
+    assert TURN_PROMPT.findall(html_) == ["2"] and html_.count('class="turn"') == 1
+    escaped = "answer: two &lt;script&gt;alert('prompt')&lt;/script&gt;"
+    assert escaped in html_ and "<script>" not in html_
+    assert html_.index("turn-prompt") < html_.index("data-item=")  # the prompt opens the turn
+    page = client.get(f"/agents/{agent['id']}").text
+    assert TURN_PROMPT.findall(page) == ["1", "2"] and escaped in page
+    # A turn with no message yet shows its prompt at once; its messages then follow it without
+    # a second divider.
+    end = max(int(i) for i in re.findall(r'data-item="(\d+)"', page))
+    daemon.call("resume", {"agent_id": agent["id"], "prompt": "sleep: 1\nanswer: three"})
+    early = follow(end, 2)
+    assert TURN_PROMPT.findall(early) == ["3"] and "sleep: 1" in early
+    _settled(daemon, agent["id"])
+    rest = follow(end, 3)
+    assert 'class="turn"' not in rest and "three" in rest and 'data-item="' in rest

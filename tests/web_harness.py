@@ -17,8 +17,8 @@ URL_LINE = re.compile(r"agent-run web: (http://127\.0\.0\.1:(\d+)/\?token=(\S+))
 
 
 class WebProcess:
-    """`agent-run web --port N` (0: any free port) as a child; autostart off, so it never
-    leaves a daemon of its own behind."""
+    """`agent-run web --port N` (0: any free port) as a child; autostart off unless asked for,
+    so it never leaves a daemon of its own behind by accident."""
 
     def __init__(
         self,
@@ -26,9 +26,11 @@ class WebProcess:
         port: int = 0,
         args: tuple[str, ...] = (),
         env: dict[str, str] | None = None,
+        autostart: bool = False,
     ) -> None:
         self.home = home
         self.port = port
+        self.autostart = autostart
         self.args, self.extra_env = args, env or {}
         self.proc: subprocess.Popen[str] | None = None
         self.url = self.token = ""
@@ -36,7 +38,9 @@ class WebProcess:
 
     def start(self) -> "WebProcess":
         env = {k: v for k, v in os.environ.items() if k != "AGENT_RUN_HOME"}
-        env["AGENT_RUN_NO_AUTOSTART"] = "1"
+        env.pop("AGENT_RUN_NO_AUTOSTART", None)
+        if not self.autostart:
+            env["AGENT_RUN_NO_AUTOSTART"] = "1"
         env.update(self.extra_env)
         self.proc = subprocess.Popen(
             [

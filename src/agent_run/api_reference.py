@@ -24,6 +24,10 @@ def type_text(schema: dict[str, Any], defs: dict[str, Any]) -> str:
     """A JSON schema node in words: `string`, `integer`, `list of string`, `"a" | "b"`."""
     if "$ref" in schema:
         return type_text(defs[schema["$ref"].rsplit("/", 1)[-1]], defs)
+    if "oneOf" in schema and "discriminator" in schema:  # a tagged union of objects
+        tag = schema["discriminator"]["propertyName"]
+        values = " \\| ".join(json.dumps(v) for v in schema["discriminator"]["mapping"])
+        return f"object by `{tag}`: {values}"
     if "anyOf" in schema:
         kinds = [type_text(s, defs) for s in schema["anyOf"] if s.get("type") != "null"]
         return " or ".join(kinds)

@@ -8,74 +8,54 @@ does beyond one call (`--wait`, `--follow`, slices, exit codes) is its tool's `C
 """
 
 import json
+import os
 import sys
 import time
 from typing import Any
 
 import click
 
-from agent_run import cli_spec
+from agent_run import cli_exits, cli_spec
+from agent_run.cli_exits import EXIT_ERROR, EXIT_USAGE
+from agent_run.cli_session import Session, cli_words
 from agent_run.domain.errors import DomainError
-from agent_run.home import Home
 
-EXIT_ERROR = 1  # any error; each waiting verb's own exit statuses are its tool's `cli.exit_codes`
-
-
-class Session:
-    """What every verb needs: the home, the output format, and (lazily) a daemon client."""
-
-    def __init__(self, home: str | None, output: str) -> None:
-        self.home = Home.resolve(home)
-        self.output = output
-        self._client: Any = None
-
-    @property
-    def client(self) -> Any:
-        if self._client is None:
-            from agent_run.rpc.client import connect
-
-            self._client = connect(self.home)
-            warn_version_skew(self._client.pong)
-        return self._client
-
-    def call(self, tool: str, params: dict[str, Any]) -> Any:
-        """The tool's result model (imports the models: not for the plain-verb fast path)."""
-        return self.client.call(tool, params)
-
-    def run(self, tool: str, params: dict[str, Any], result_model: str) -> None:
-        """One call, printed without importing pydantic (a plain verb's start-up): JSON passes
-        the daemon's JSON through; text renders it as its result model (a `cli_format.Record`)."""
-        result = self.client.call_raw(tool, params)
-        if self.output == "json":
-            click.echo(json.dumps(result, ensure_ascii=False))
-        else:
-            from agent_run.cli_format import Record, render
-
-            click.echo(render(Record(result, result_model)))
-
-    def emit(self, result: Any) -> None:
-        if self.output == "json":
-            click.echo(json.dumps(result.model_dump(mode="json"), ensure_ascii=False))
-        else:
-            from agent_run.cli_format import render
-
-            click.echo(render(result))
+# Params naming a folder: a relative one is resolved against the CLI's current directory (the
+# daemon's is not the user's).
+PATH_PARAMS = frozenset({"workdir", "project", "worktree_root", "path"})
 
 
-def warn_version_skew(pong: dict[str, Any] | None) -> None:
-    """Once per CLI call: this CLI and the daemon it talks to are different versions."""
-    from agent_run import __version__
+class JsonObject(click.ParamType):
+    """An object field's value: a JSON object, inline or `@FILE` (a file holding one). Bad JSON
+    is a usage error naming the option's field."""
 
-    if pong is not None and pong.get("version") != __version__:
-        click.echo(
-            f"agent-run: the daemon (pid {pong.get('pid')}) runs agent-run {pong.get('version')}, this "
-            f"CLI is {__version__}: `agent-run api restart` starts the installed one (agents keep "
-            "running)",
-            err=True,
-        )
+    name = "json"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, dict):
+            return value
+        text = str(value)
+        if text.startswith("@"):
+            try:
+                text = open(os.path.expanduser(text[1:]), encoding="utf-8").read()
+            except OSError as exc:
+                self.fail(f"cannot read {text[1:]}: {exc.strerror}", param, ctx)
+        try:
+            parsed = json.loads(text)
+        except ValueError as exc:
+            self.fail(f"not valid JSON ({exc}); give a JSON object or @FILE", param, ctx)
+        if not isinstance(parsed, dict):
+            self.fail(f"a JSON object is wanted, not {type(parsed).__name__}", param, ctx)
+        return parsed
 
 
-_CLICK_TYPES = {"int": click.INT, "float": click.FLOAT, "bool": click.BOOL, "string": click.STRING}
+_CLICK_TYPES = {
+    "int": click.INT,
+    "float": click.FLOAT,
+    "bool": click.BOOL,
+    "string": click.STRING,
+    "json": JsonObject(),
+}
 
 
 def click_type(ptype: Any) -> Any:
@@ -85,17 +65,47 @@ def click_type(ptype: Any) -> Any:
     return _CLICK_TYPES[ptype]
 
 
-def option_names(field: str) -> list[str]:
+def option_names(field: str, aliases: dict[str, str] | None = None) -> list[str]:
+    """A field's flags: its alias first (`--text` for `prompt`), its own name, a short form."""
     names = [f"--{field.replace('_', '-')}"]
     if field.endswith("_seconds"):
         names.append(f"--{field.removesuffix('_seconds').replace('_', '-')}")
-    return names
+    alias = (aliases or {}).get(field)
+    return [alias, *names] if alias else names
 
 
-def click_params(spec_params: list[dict[str, Any]]) -> list[click.Parameter]:
+def _with_default(p: dict[str, Any]) -> str | None:
+    """A param's help with its default: the daemon applies it (the CLI sends nothing)."""
+    if p.get("default") is None or p["default"] == "":
+        return p["help"]
+    return f"{p['help'] or ''}  [default: {p['default']}]".strip()
+
+
+RELATIVE = "absolute, or relative to the current directory"
+
+
+def _path_help(text: str | None) -> str | None:
+    """A folder param's help in the CLI, which makes a relative one absolute (PATH_PARAMS)
+    where the table (the socket, MCP) wants it absolute."""
+    if text is None:
+        return None
+    for absolute, either in (
+        ("absolute path", f"path ({RELATIVE})"),
+        ("an absolute folder", f"a folder ({RELATIVE})"),
+    ):
+        if absolute in text:
+            return text.replace(absolute, either, 1)
+    return f"{text} ({RELATIVE})"
+
+
+def click_params(
+    spec_params: list[dict[str, Any]], aliases: dict[str, str] | None = None
+) -> list[click.Parameter]:
     params: list[click.Parameter] = []
     for p in spec_params:
         name, ctype, required = p["name"], click_type(p["type"]), p["required"]
+        if name in PATH_PARAMS:
+            p = {**p, "help": _path_help(p["help"])}
         if p["kind"] == "argument":
             params.append(click.Argument([name], type=ctype, required=required))
         elif p["kind"] == "flag":
@@ -104,25 +114,33 @@ def click_params(spec_params: list[dict[str, Any]]) -> list[click.Parameter]:
                 click.Option([f"--{flag}/--no-{flag}", name], default=None, help=p["help"])
             )
         else:
+            shown = _with_default(p)
+            if p["type"] == "json":
+                shown = f"{shown or ''} (a JSON object, or @FILE holding one)".strip()
             params.append(
                 click.Option(
-                    option_names(name) + [name],
+                    option_names(name, aliases) + [name],
                     type=ctype,
                     multiple=p["multiple"],
                     required=required,
-                    help=p["help"],
-                    show_default=not required,
+                    help=shown,
                 )
             )
     return params
 
 
 def _given(kwargs: dict[str, Any]) -> dict[str, Any]:
-    return {
+    """The params given on the command line; a relative folder made absolute against the cwd."""
+    given = {
         k: (list(v) if isinstance(v, tuple) else v)
         for k, v in kwargs.items()
         if v is not None and v != ()
     }
+    if "host" in given and "workdir" in given:  # a path on the host, as given (its ~ is its own)
+        return given
+    for name in PATH_PARAMS & set(given):
+        given[name] = os.path.abspath(os.path.expanduser(given[name]))
+    return given
 
 
 def _wait_until_done(
@@ -137,10 +155,19 @@ def _wait_until_done(
 
 def _follow_transcript(session: Session, params: dict[str, Any], _extras: dict[str, Any]) -> int:
     cursor = params.get("cursor", 0)
+    shown: set[int] = set()  # turns whose prompt was printed (text only: JSON lines stay items)
     while True:
         page = session.call("transcript", {**params, "cursor": cursor})
+        turns = [t for t in page.turns if t.number not in shown and session.output != "json"]
         for item in page.items:
+            while turns and turns[0].number <= item.execution_number:
+                shown.add(turns[0].number)
+                session.emit(turns.pop(0))
             session.emit(item)
+        if page.finished or not page.items:
+            for turn in turns:
+                shown.add(turn.number)
+                session.emit(turn)
         cursor = page.next_cursor
         if page.finished:
             return 0
@@ -169,8 +196,25 @@ def _set_format(ctx: click.Context, _param: click.Parameter, value: str | None) 
         ctx.find_object(Session).output = value
 
 
-def format_option() -> click.Option:
-    """`--format` accepted after the verb too (`agent-run agents --format text`)."""
+def _set_home(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    if value is not None:
+        ctx.find_object(Session).set_home(value)
+
+
+def home_option() -> click.Option:
+    """`--home` accepted after the verb too (`agent-run agents --home /tmp/h`)."""
+    return click.Option(
+        ["--home"],
+        default=None,
+        expose_value=False,
+        callback=_set_home,
+        help="agent-run home (default: $AGENT_RUN_HOME or ~/.agent-run)",
+    )
+
+
+def format_option(human: bool = False) -> click.Option:
+    """`--format` accepted after the verb too (`agent-run agents --format text`); a human verb
+    (`CliExtras.human`: `doc`) prints text on a terminal unless told otherwise."""
     return click.Option(
         ["--format"],
         type=click.Choice(["json", "text"]),
@@ -178,19 +222,22 @@ def format_option() -> click.Option:
         expose_value=False,
         callback=_set_format,
         is_eager=False,
-        help="json (default): one object per line; text: for people",
+        help="text for people (default on a terminal), or json: one object per line (default "
+        "when piped)"
+        if human
+        else "json (default): one object per line; text: for people",
     )
 
 
 def extra_params(extras: dict[str, Any]) -> list[click.Parameter]:
     """`--format` on every verb, `--wait` and `--follow` where the tool's CLI extras ask."""
-    params: list[click.Parameter] = [format_option()]
+    params: list[click.Parameter] = [format_option(extras["human"]), home_option()]
     if extras["wait_flag"]:
         params.append(
             click.Option(
                 ["--wait", "wait_for_it"],
                 is_flag=True,
-                help="wait until the agent ends; exit 0/2/3 like `wait`",
+                help="wait until the agent ends; exit 0/2/3/4 like `wait`",
             )
         )
     if extras["follow"]:
@@ -198,15 +245,52 @@ def extra_params(extras: dict[str, Any]) -> list[click.Parameter]:
     return params
 
 
+def run_local(session: Session, name: str, params: dict[str, Any]) -> None:
+    """A `cli.local` tool run in this process, without a daemon (its handler needs no ctx)."""
+    import asyncio
+
+    from pydantic import ValidationError
+
+    from agent_run.domain.errors import error_from_data
+    from agent_run.rpc.protocol import validation_error_data
+    from agent_run.tools import TOOLS
+
+    tool = TOOLS[name]
+    try:
+        parsed = tool.params.model_validate(params)
+    except ValidationError as exc:
+        raise error_from_data(validation_error_data(exc)) from None
+    session.emit(asyncio.run(tool.resolve()(None, parsed)))
+
+
+def verb_epilog(extras: dict[str, Any]) -> str:
+    """The verb's `Exit status:` help paragraph (`cli_exits`)."""
+    if extras["waits"]:
+        return cli_exits.epilog(extras["exit_codes"])
+    if extras["wait_flag"]:
+        return cli_exits.epilog(extras["exit_codes"], "with --wait")
+    if extras["follow"] and extras["exit_codes"]:
+        return cli_exits.epilog(extras["exit_codes"], "with --follow")
+    return cli_exits.epilog({})
+
+
 def make_command(tool: dict[str, Any]) -> click.Command:
     """The click command of one tool, from its entry in the frozen CLI spec (`cli_spec`)."""
     name, extras = tool["name"], tool["cli"]
+    flags = tuple(p["name"] for p in tool["params"] if p["kind"] == "flag")
 
     @click.pass_obj
     def callback(
         session: Session, wait_for_it: bool = False, follow: bool = False, **kwargs: Any
     ) -> None:
         params = _given(kwargs)
+        session.restart_stopped = extras["starts_stopped"]
+        session.flags = flags
+        if extras["human"] and session.chosen_output is None and sys.stdout.isatty():
+            session.output = "text"
+        if extras["local"]:
+            run_local(session, name, params)
+            return
         if extras["waits"]:
             sys.exit(
                 _wait_until_done(
@@ -222,19 +306,21 @@ def make_command(tool: dict[str, Any]) -> click.Command:
         session.emit(result)
         sys.exit(_wait_until_done(session, result.id, None, extras))
 
-    doc = tool["doc"]
+    doc = cli_words(tool["doc"], flags)  # `confirm=true` in the table's doc: `--confirm` here
     return click.Command(
         tool["verb"].split()[-1],
         callback=callback,
         help=doc,
         short_help=doc.split(". ")[0],
-        params=click_params(tool["params"]) + extra_params(extras),
+        params=click_params(tool["params"], extras["aliases"]) + extra_params(extras),
+        epilog=verb_epilog(extras),
     )
 
 
 class AgentRunGroup(click.Group):
     """Turns domain errors into one JSON error line (or a readable line) and exit code 1, and
-    usage errors (a bad option value, a missing argument) into a JSON line too, exit code 2."""
+    usage errors (a bad option value, a missing argument) into a JSON line too, exit code 64
+    (EX_USAGE: never a status `wait` gives an agent's end)."""
 
     def main(self, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -245,7 +331,7 @@ class AgentRunGroup(click.Group):
             click.echo("Aborted!", err=True)
             sys.exit(1)
         except click.ClickException as exc:
-            text_wanted = "text" in sys.argv[1:] and "--format" in sys.argv[1:]
+            text_wanted = chosen_format(sys.argv[1:]) == "text"
             param = getattr(exc, "param", None)
             if text_wanted or not isinstance(exc, click.UsageError):
                 exc.show()
@@ -255,7 +341,7 @@ class AgentRunGroup(click.Group):
                 if field:
                     error["field"] = field
                 click.echo(json.dumps({"error": error}))
-            sys.exit(exc.exit_code)
+            sys.exit(EXIT_USAGE if isinstance(exc, click.UsageError) else exc.exit_code)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -265,10 +351,26 @@ class AgentRunGroup(click.Group):
         sys.exit(EXIT_ERROR)
 
 
+def chosen_format(argv: list[str]) -> str | None:
+    """The last `--format X` or `--format=X` on a command line click could not parse (a usage
+    error is printed before any callback has read it)."""
+    chosen = None
+    for i, arg in enumerate(argv):
+        if arg == "--":
+            break
+        if arg == "--format" and i + 1 < len(argv):
+            chosen = argv[i + 1]
+        elif arg.startswith("--format="):
+            chosen = arg.removeprefix("--format=")
+    return chosen
+
+
 def _print_error(ctx: click.Context, data: dict[str, Any]) -> None:
     """One JSON line on stdout, or with --format text one line on stderr: the code, the field,
     the message and (for a daemon bug) where its log is."""
     session = ctx.obj
+    if isinstance(session, Session):
+        data = {**data, "message": cli_words(str(data["message"]), session.flags)}
     if isinstance(session, Session) and session.output == "json":
         click.echo(json.dumps({"error": data}))
         return
@@ -288,12 +390,12 @@ def _print_error(ctx: click.Context, data: dict[str, Any]) -> None:
     "--format",
     "output",
     type=click.Choice(["json", "text"]),
-    default="json",
-    help="json: one object per line (default); text: for people",
+    default=None,
+    help="json: one object per line (default; `doc` on a terminal: text); text: for people",
 )
 @click.version_option(package_name="agent-run")
 @click.pass_context
-def cli(ctx: click.Context, home: str | None, output: str) -> None:
+def cli(ctx: click.Context, home: str | None, output: str | None) -> None:
     """agent-run: durable coding agents with verified answers."""
     ctx.obj = Session(home, output)
 
@@ -308,7 +410,7 @@ def command_for(group: click.Group, verb: str) -> click.Command | None:
 
 _GROUP_HELP = {
     "batch": "Batches: many agents in parallel git worktrees.",
-    "run": "One run of a batch: stop, rerun, resume, follow up.",
+    "run": "One run of a batch: show, answer, stop, rerun, resume, follow up.",
     "folders": "Folders under the allowed roots: list them, inspect one as a project.",
 }
 
@@ -323,7 +425,7 @@ for _tool in cli_spec.load():
 
 from agent_run import cli_admin  # noqa: E402  (registers init, doctor, api, demo)
 
-cli_admin.register(cli, format_option)
+cli_admin.register(cli, format_option, home_option)
 
 
 def main() -> None:

@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from agent_run.domain.errors import DaemonUnavailable, DomainError
-from agent_run.home import Home
+from agent_run.home import Home, write_stop_mark
 
 STOP_TIMEOUT_SECONDS = 30.0
 
@@ -32,35 +32,65 @@ def _lock_free(home: Home) -> bool:
     return True
 
 
+def _lock_holder(home: Home) -> str:
+    """The pid the daemon holding the lock wrote into it (`daemon.acquire_lock`)."""
+    try:
+        return home.lock_path.read_text().strip() or "unknown"
+    except OSError:
+        return "unknown"
+
+
 def stop_daemon(home: Home) -> dict[str, Any] | None:
-    """SIGTERM the home's daemon and wait until it has let go of the home; None if none answered.
+    """Mark the home stopped (autostart by the web UI or an MCP session then leaves it so),
+    SIGTERM its daemon and wait until it has let go of the home; None if none was running.
     Its agents keep running: each has its own supervisor, in its own session."""
     from agent_run.rpc.client import try_connect
 
+    if home.root.is_dir():
+        write_stop_mark(home, os.getpid())  # before the SIGTERM: a retry racing it finds the mark
     client = try_connect(home, timeout=10)
     if client is None:
+        if not _lock_free(home):  # wedged, or still booting: it holds the lock, it does not answer
+            pid = _lock_holder(home)
+            raise DaemonUnavailable(
+                f"a daemon (pid {pid}) holds {home.lock_path} but does not answer on "
+                f"{home.socket_path}: stop it with `kill {pid}` (then `kill -9 {pid}` if it "
+                "stays); its agents keep running",
+                pid=pid,
+            )
         return None
     with client:
-        pid = client.pong["pid"] if client.pong else client.call_raw("ping")["pid"]
+        live_agents: int | None
         try:
-            live_agents = client.call_raw("status")["live_agents"]
-        except DomainError:  # a daemon of an older version, without `status`
-            live_agents = None
+            status = client.call("status")
+            pid, live_agents = status.pid, status.live_agents  # type: ignore[attr-defined]
+        except DomainError:  # a daemon of an older version, without `status` (or its fields)
+            pid, live_agents = client.call("ping").pid, None  # type: ignore[attr-defined]
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + STOP_TIMEOUT_SECONDS
     while not _lock_free(home):
         if time.monotonic() > deadline:
             raise DaemonUnavailable(
                 f"the daemon (pid {pid}) did not stop within "
-                f"{STOP_TIMEOUT_SECONDS:.0f}s after SIGTERM"
+                f"{STOP_TIMEOUT_SECONDS:.0f}s after SIGTERM: `kill -9 {pid}` ends it (its agents "
+                "keep running)"
             )
         time.sleep(0.05)
     return {"stopped": True, "pid": pid, "live_agents": live_agents}
 
 
+STAYS_STOPPED = (
+    "it stays stopped (the web UI and MCP sessions do not start it) until `agent-run api "
+    "restart`, `agent-run api serve` or another agent-run command"
+)
+
+
 def _stop_line(stopped: dict[str, Any]) -> str:
     count = "its" if stopped["live_agents"] is None else f"{stopped['live_agents']}"
-    return f"stopped the daemon (pid {stopped['pid']}); {count} live agent(s) keep running under their own supervisors"
+    return (
+        f"stopped the daemon (pid {stopped['pid']}); {count} live agent(s) keep running under "
+        "their own supervisors"
+    )
 
 
 def _echo(session: Any, data: dict[str, Any], text: str) -> None:
@@ -70,21 +100,25 @@ def _echo(session: Any, data: dict[str, Any], text: str) -> None:
 @click.command("stop")
 @click.pass_context
 def api_stop(ctx: click.Context) -> None:
-    """Stop the daemon gracefully: running agents keep running under their supervisors."""
+    """Stop the daemon gracefully: running agents keep running under their supervisors. It
+    stays stopped for the web UI and MCP sessions until `api restart`, `api serve` or another
+    CLI verb starts it."""
     session = ctx.obj
     stopped = stop_daemon(session.home)
     if stopped is None:
-        _echo(
-            session, {"stopped": False, "message": "no daemon was running"}, "no daemon was running"
-        )
+        line = f"no daemon was running; {STAYS_STOPPED}"
+        _echo(session, {"stopped": False, "message": line}, line)
         return
-    _echo(session, {**stopped, "message": _stop_line(stopped)}, _stop_line(stopped))
+    line = f"{_stop_line(stopped)}; {STAYS_STOPPED}"
+    _echo(session, {**stopped, "message": line}, line)
 
 
 @click.command("restart")
 @click.pass_context
 def api_restart(ctx: click.Context) -> None:
-    """Stop the daemon and start a new one from this shell (its PATH and environment); agents keep running."""
+    """Stop the daemon and start a new one from this shell (its PATH and environment); agents
+    keep running. A daemon run by systemd or launchd: restart it there instead
+    (`systemctl --user restart UNIT`, `launchctl kickstart -k gui/UID/LABEL`)."""
     from agent_run.rpc.client import connect
 
     session = ctx.obj
@@ -152,9 +186,12 @@ def daemon_checks(session: Any) -> tuple[int | None, list[dict[str, Any]]]:
     from agent_run.config import load_config
 
     try:
-        report = session.client.call_raw("doctor")
+        report = session.client.call("doctor")
     except DomainError as exc:
-        checks = [_check("daemon", "bad", f"{exc.code}: {exc.message}")]
+        from agent_run.rpc.client import DaemonStopped
+
+        fix = "agent-run api restart" if isinstance(exc, DaemonStopped) else None
+        checks = [_check("daemon", "bad", f"{exc.code}: {exc.message}", fix)]
         try:
             config = load_config(session.home)
             checks.append(
@@ -172,9 +209,10 @@ def daemon_checks(session: Any) -> tuple[int | None, list[dict[str, Any]]]:
                 )
             )
         return None, checks
-    pong = session.client.call_raw("ping")
-    own = _check("daemon", "ok", f"pid {pong['pid']} answers (version {pong['version']})")
-    return report["pid"], [own, *({**c, "ok": c["level"] != "bad"} for c in report["checks"])]
+    pong = session.client.call("ping")
+    own = _check("daemon", "ok", f"pid {pong.pid} answers (version {pong.version})")
+    checks = [{**c.model_dump(mode="json"), "ok": c.level != "bad"} for c in report.checks]
+    return report.pid, [own, *checks]
 
 
 def _text_line(check: dict[str, Any]) -> str:
@@ -198,6 +236,7 @@ DOCTOR_HELP = (
 @click.pass_context
 def doctor_cmd(ctx: click.Context) -> None:
     session = ctx.obj
+    session.restart_stopped = False  # a stopped daemon is reported, not started
     local = local_checks(session.home)  # first: starting a daemon tightens the home
     pid, remote = daemon_checks(session)
     checks = [{**c, "where": "daemon"} for c in remote] + [{**c, "where": "local"} for c in local]

@@ -19,8 +19,6 @@ import click
 
 from agent_run.domain.errors import ConfigInvalid
 
-_KEY_FLAGS = {"codex": "--with-api-key"}  # sign-ins that can read a key from stdin
-
 
 def _native_runtime(
     session: Any, name: str, account: str | None
@@ -28,11 +26,12 @@ def _native_runtime(
     """(runtime config, its SignIn, the auth to sign in: the account's, in its own folder)."""
     from agent_run.config import load_config
     from agent_run.engines.accounts import account_auth
-    from agent_run.engines.signin import SIGN_INS
+    from agent_run.engines.registry import sign_in_for
 
     runtime = load_config(session.home).runtimes.get(name)
     if runtime is None:
         raise ConfigInvalid(f"no runtime named {name!r} in the config", field="runtime")
+    sign_in = sign_in_for(runtime.engine)  # config refuses a native login without one
     if account is not None:
         if account not in runtime.accounts:
             known = ", ".join(sorted(runtime.accounts)) or "none is configured"
@@ -47,7 +46,7 @@ def _native_runtime(
             )
         return (
             runtime,
-            SIGN_INS[runtime.engine],
+            sign_in,
             account_auth(runtime, name, account, session.home.root).model_dump(),
         )
     if runtime.auth is None or runtime.auth.login is None:
@@ -56,7 +55,7 @@ def _native_runtime(
             f'`auth = {{ login = "native" }}` under [runtimes.{name}]',
             field="runtime",
         )
-    return runtime, SIGN_INS[runtime.engine], runtime.auth.model_dump()
+    return runtime, sign_in, runtime.auth.model_dump()
 
 
 def describe_signin(sign_in: Any, auth: dict[str, Any], runtime: str) -> tuple[bool, str]:
@@ -87,7 +86,7 @@ def describe_signin(sign_in: Any, auth: dict[str, Any], runtime: str) -> tuple[b
     "--with-api-key",
     "with_key",
     is_flag=True,
-    help="read an API key from stdin instead of a browser sign-in (codex)",
+    help="read an API key from stdin instead of a browser sign-in (an engine whose sign-in can)",
 )
 @click.pass_context
 def login_cmd(ctx: click.Context, runtime: str, account: str | None, with_key: bool) -> None:
@@ -97,19 +96,16 @@ def login_cmd(ctx: click.Context, runtime: str, account: str | None, with_key: b
     command = f"agent-run login {runtime}" + (f" --account {account}" if account else "")
     argv = [config.binary or shutil.which(sign_in.engine) or sign_in.engine, *sign_in.login_argv]
     if with_key:
-        if sign_in.engine not in _KEY_FLAGS:
+        if sign_in.key_flag is None:
             raise ConfigInvalid(
                 f"the {sign_in.engine} sign-in cannot read a key from stdin", field="with_api_key"
             )
-        argv.append(_KEY_FLAGS[sign_in.engine])
-    elif not sys.stdin.isatty():
-        click.echo(
-            f"agent-run: `{' '.join(argv[1:])}` opens a browser sign-in: run "
-            f"`{command}` in a terminal"
-            + (" (or pipe a key to `--with-api-key`)" if sign_in.engine in _KEY_FLAGS else ""),
-            err=True,
+        argv.append(sign_in.key_flag)
+    elif not sys.stdin.isatty():  # a usage error (exit 64), never 2: a wait's failed/lost
+        raise click.UsageError(
+            f"`{' '.join(argv[1:])}` opens a browser sign-in: run `{command}` in a terminal"
+            + (" (or pipe a key to `--with-api-key`)" if sign_in.key_flag else "")
         )
-        sys.exit(2)
     env = dict(os.environ)
     if auth.get("dir"):  # else the engine's default folder, as when the user runs it directly
         folder = sign_in.credential_dir(auth)

@@ -30,9 +30,25 @@ def _unwrap_optional(annotation: Any) -> Any:
     return annotation
 
 
+def _is_object(annotation: Any) -> bool:
+    """Whether a field takes a JSON object: a model, a dict, or a (discriminated) union of them."""
+    from pydantic import BaseModel
+
+    if typing.get_origin(annotation) is typing.Annotated:
+        return _is_object(typing.get_args(annotation)[0])
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return all(_is_object(a) for a in typing.get_args(annotation) if a is not type(None))
+    if typing.get_origin(annotation) is dict or annotation is dict:
+        return True
+    return isinstance(annotation, type) and issubclass(annotation, BaseModel)
+
+
 def param_type(annotation: Any) -> tuple[Any, bool]:
-    """(type name or {"choice": [...]}, multiple) for a pydantic field annotation."""
+    """(type name or {"choice": [...]}, multiple) for a pydantic field annotation; "json" for
+    an object field (the CLI parses the option's value as a JSON object)."""
     annotation = _unwrap_optional(annotation)
+    if _is_object(annotation):
+        return "json", False
     if typing.get_origin(annotation) is list:
         inner, _ = param_type(typing.get_args(annotation)[0])
         return inner, True
@@ -62,15 +78,24 @@ def _params(tool: Any) -> list[dict[str, Any]]:
                 "multiple": multiple,
                 "required": field.is_required(),
                 "help": field.description,
+                "default": _shown_default(field.default),
             }
         )
     return params
 
 
+def _shown_default(default: Any) -> Any:
+    """A field's default as `--help` shows it (the daemon applies it: the CLI sends nothing)."""
+    if isinstance(default, Enum):
+        return default.value
+    return default if isinstance(default, str | int | float) else None
+
+
 def _extras(tool: Any) -> dict[str, Any]:
-    """The tool's CLI extras (exit codes as a map)."""
+    """The tool's CLI extras (exit codes and aliases as maps)."""
     extras = dataclasses.asdict(tool.cli)
     extras["exit_codes"] = dict(extras["exit_codes"])
+    extras["aliases"] = dict(extras["aliases"])
     return extras
 
 

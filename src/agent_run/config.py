@@ -1,9 +1,12 @@
 """config.toml: fail-closed loading (dotted field paths in every error) and the `init` template."""
 
+import glob
+import os
+import re
 import shutil
 import tomllib
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import tomli_w
 from pydantic import (
@@ -21,10 +24,15 @@ from agent_run.engines.options import FIELD_ERROR as _FIELD_ERROR
 from agent_run.engines.options import AuthConfig, RuntimeOptions, StrictModel, auth_file_too_open
 from agent_run.engines.registry import all_engine_specs, runtime_options
 from agent_run.home import Home, write_private_file
+from agent_run.host_config import HostConfig, HostName
 
 __all__ = ["AuthConfig", "Config", "RuntimeConfig", "load_config", "parse_config"]
 
 SCHEMA_VERSION = 1
+
+ModelClassName = Annotated[str, Field(pattern=r"^[a-z0-9_-]{1,64}$")]
+# `runtime:model`: a configured runtime and one of its models.
+RuntimeModel = Annotated[str, Field(pattern=r"^[^:\s]{1,200}:[^\s]{1,200}$")]
 
 # A `[runtimes.NAME]` table, validated against the options model of the engine it names.
 RuntimeConfig = Annotated[SerializeAsAny[RuntimeOptions], PlainValidator(runtime_options)]
@@ -47,6 +55,12 @@ class DaemonConfig(StrictModel):
     answer_scrub_seconds: float = Field(
         default=3600.0, gt=0, description="each sealed answer is re-hashed once per this period"
     )
+    # Logs (read when the daemon starts): daemon.log is rotated as it passes log_max_bytes;
+    # daemon.out and zygote.log, which other processes append to, are cut every
+    # log_check_seconds once past it (docs/architecture.md, "Storage").
+    log_max_bytes: int = Field(default=10 * 1024 * 1024, ge=4096, le=2**40)
+    log_keep: int = Field(default=3, ge=1, le=100, description="rotated copies kept: .1 ... .N")
+    log_check_seconds: float = Field(default=60.0, gt=0, le=86400)
 
 
 class WebConfig(StrictModel):
@@ -90,6 +104,42 @@ class CapacityConfig(StrictModel):
     command: CommandCollectorConfig | None = None
 
 
+class RetentionConfig(StrictModel):
+    """`[retention]`: what `agent-run prune` (and the daemon, every `interval_seconds`) removes.
+    Never a running agent, an agent of a live batch, or anything outside the home's `agents/`
+    and `homes/` (worktrees and workdirs are never touched)."""
+
+    agent_days: float = Field(
+        default=30.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="a terminal agent's rows, events, messages and logs go this long after it ended",
+    )
+    engine_home_days: float = Field(
+        default=7.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="a terminal agent's engine home goes this long after it ended",
+    )
+    prune_answers: bool = Field(
+        default=False, description="also remove sealed answers (kept, with the agent's row, if not)"
+    )
+    interval_seconds: float = Field(
+        default=86_400.0, ge=1, allow_inf_nan=False, description="how often the daemon prunes"
+    )
+
+
+Price = Annotated[float, Field(ge=0, le=1_000_000, allow_inf_nan=False)]  # strict: no bool
+
+
+class PriceConfig(StrictModel):
+    """`[prices."RUNTIME:MODEL"]`: what a million tokens cost, in USD. Used only when the engine
+    reports no cost of its own (docs/capacity.md, "Usage")."""
+
+    input_per_mtok: Price
+    output_per_mtok: Price
+
+
 def _default_runtimes() -> dict[str, RuntimeOptions]:
     return {
         "demo": runtime_options({"engine": "demo", "models": ["demo-1"], "default_model": "demo-1"})
@@ -103,7 +153,24 @@ class Config(StrictModel):
     daemon: DaemonConfig = Field(default_factory=DaemonConfig)
     web: WebConfig = Field(default_factory=WebConfig)
     capacity: CapacityConfig = Field(default_factory=CapacityConfig)
+    retention: RetentionConfig = Field(default_factory=RetentionConfig)
     runtimes: dict[str, RuntimeConfig] = Field(default_factory=_default_runtimes)
+    hosts: dict[HostName, HostConfig] = Field(
+        default_factory=dict,
+        description="other machines whose own agent-run runs agents (`start --host NAME`)",
+    )
+    model_classes: dict[ModelClassName, list[RuntimeModel]] = Field(
+        default_factory=dict,
+        description="`start --route auto --model-class NAME`: the `runtime:model` pairs it may use",
+    )
+    prices: dict[RuntimeModel, PriceConfig] = Field(
+        default_factory=dict,
+        description="`runtime:model` -> USD per million input / output tokens, for engines "
+        "that report no cost",
+    )
+
+    def price_of(self, runtime: str, model: str) -> PriceConfig | None:
+        return self.prices.get(f"{runtime}:{model}")
 
     @model_validator(mode="after")
     def _default_runtime_exists(self) -> "Config":
@@ -124,6 +191,39 @@ class Config(StrictModel):
                     f"{_FIELD_ERROR}runtimes.{name}.limits_source",
                     'limits_source = "command" needs [capacity.command] argv',
                 )
+        return self
+
+    @model_validator(mode="after")
+    def _model_classes_name_configured_models(self) -> "Config":
+        for name, pairs in self.model_classes.items():
+            if not pairs:
+                raise PydanticCustomError(
+                    f"{_FIELD_ERROR}model_classes.{name}", "a model class lists at least one pair"
+                )
+            for index, pair in enumerate(pairs):
+                runtime_name, model = pair.split(":", 1)
+                runtime = self.runtimes.get(runtime_name)
+                if runtime is None:
+                    why = f"no runtime {runtime_name!r} is configured"
+                elif runtime.models and model not in runtime.models:
+                    why = f"model {model!r} is not one of runtime {runtime_name!r}'s models"
+                else:
+                    continue
+                raise PydanticCustomError(f"{_FIELD_ERROR}model_classes.{name}.{index}", why)
+        return self
+
+    @model_validator(mode="after")
+    def _prices_name_configured_models(self) -> "Config":
+        for pair in self.prices:
+            runtime_name, model = pair.split(":", 1)
+            runtime = self.runtimes.get(runtime_name)
+            if runtime is None:
+                why = f"no runtime {runtime_name!r} is configured"
+            elif runtime.models and model not in runtime.models:
+                why = f"model {model!r} is not one of runtime {runtime_name!r}'s models"
+            else:
+                continue
+            raise PydanticCustomError(f"{_FIELD_ERROR}prices.{pair}", why)
         return self
 
 
@@ -160,16 +260,22 @@ def parse_config(text: str, source: str = "config.toml") -> Config:
         else:
             message = f"{source}: `{field}`: {first['msg']}"
         raise ConfigInvalid(message, field=field) from None
-    for name, runtime in config.runtimes.items():
-        if (
-            runtime.auth is not None
-            and runtime.auth.file
-            and (why := auth_file_too_open(runtime.auth.file))
-        ):
-            raise ConfigInvalid(
-                f"{source}: `runtimes.{name}.auth.file`: {why}", field=f"runtimes.{name}.auth.file"
-            )
+    for field, auth in _auths(config):
+        if auth.file and (why := auth_file_too_open(auth.file)):
+            raise ConfigInvalid(f"{source}: `{field}.file`: {why}", field=f"{field}.file")
     return config
+
+
+def _auths(config: "Config") -> list[tuple[str, AuthConfig]]:
+    """Every `auth` table of the config with its dotted path: each runtime's and each of its
+    accounts' (`runtimes.NAME.accounts.LABEL.auth`)."""
+    found = []
+    for name, runtime in config.runtimes.items():
+        if runtime.auth is not None:
+            found.append((f"runtimes.{name}.auth", runtime.auth))
+        for label, account in runtime.accounts.items():
+            found.append((f"runtimes.{name}.accounts.{label}.auth", account.auth))
+    return found
 
 
 def load_config(home: Home) -> Config:
@@ -179,8 +285,19 @@ def load_config(home: Home) -> Config:
     return parse_config(home.config_path.read_text(), str(home.config_path))
 
 
-# Native-login examples: the variable an API key would come from instead.
-_API_KEY_VARIABLES = {"codex": "OPENAI_API_KEY", "claude": "ANTHROPIC_API_KEY"}
+def _engine_block(spec: Any, binary: str, enable: bool) -> list[str]:
+    """The commented `[runtimes.NAME]` block of an engine found at `binary` (live with `enable`)."""
+    name = spec.name
+    block = tomli_w.dumps({"runtimes": {name: {**spec.config_example, "binary": binary}}})
+    lines = ["", f"# {name}: found {binary}" + ("." if enable else "; uncomment to enable.")]
+    key_variable = spec.sign_in.key_variable if spec.sign_in else None
+    if key_variable:  # a native-login example: the variable an API key would come from
+        lines += [
+            f"# It runs on your own sign-in (`agent-run login {name}`; SECURITY.md); for an",
+            f'# API key instead: auth = {{ env = "{key_variable}" }}',
+        ]
+    body = block.strip().splitlines()
+    return lines + (body if enable else [f"# {line}" if line else "#" for line in body])
 
 
 def render_init_config(found_binaries: dict[str, str], *, enable: bool = False) -> str:
@@ -201,6 +318,13 @@ def render_init_config(found_binaries: dict[str, str], *, enable: bool = False) 
         "# While the disk is full, hold up to this many bytes of a run's events in memory.",
         "# storage_buffer_bytes = 4194304",
         "",
+        "# `agent-run prune` and the daemon (daily): terminal agents' rows and logs after",
+        "# agent_days, their engine homes after engine_home_days; sealed answers stay.",
+        "# [retention]",
+        "# agent_days = 30.0",
+        "# engine_home_days = 7.0",
+        "# prune_answers = false",
+        "",
         "# `agent-run web`: the folder picker shows only folders under these roots (default: $HOME).",
         "# [web]",
         '# roots = ["~/src"]',
@@ -213,22 +337,40 @@ def render_init_config(found_binaries: dict[str, str], *, enable: bool = False) 
     ]
     for spec in all_engine_specs():
         binary = found_binaries.get(spec.default_binary or "")
-        if binary is None or not spec.config_example:
-            continue
-        name = spec.name
-        block = tomli_w.dumps({"runtimes": {name: {**spec.config_example, "binary": binary}}})
-        lines += ["", f"# {name}: found {binary}" + ("." if enable else "; uncomment to enable.")]
-        if name in _API_KEY_VARIABLES:
-            lines += [
-                f"# It runs on your own sign-in (`agent-run login {name}`; SECURITY.md); for an",
-                f'# API key instead: auth = {{ env = "{_API_KEY_VARIABLES[name]}" }}',
-            ]
-        lines += (
-            block.strip().splitlines()
-            if enable
-            else [f"# {line}" if line else "#" for line in block.strip().splitlines()]
-        )
+        if binary is not None and spec.config_example:
+            lines += _engine_block(spec, binary, enable)
     return "\n".join(lines) + "\n"
+
+
+# Where npm (and nvm, Volta, Homebrew) put global CLIs besides PATH: a daemon started by
+# launchd/systemd often has a PATH without them. `doctor` (in the daemon) and `init --detect`
+# (in the CLI) search the same places.
+NPM_PREFIXES = (
+    "~/.npm-global/bin",
+    "~/.local/bin",
+    "/usr/local/bin",
+    "/opt/homebrew/bin",
+    "~/.volta/bin",
+    "~/.nvm/versions/node/*/bin",
+)
+
+
+def _newest_first(folders: list[str]) -> list[str]:
+    """nvm's `v20.11.1` before `v9.0.0`: by the numbers in the path, highest first."""
+    return sorted(folders, key=lambda f: [int(n) for n in re.findall(r"\d+", f)], reverse=True)
+
+
+def find_installed(binary: str) -> str | None:
+    """A CLI on this process's PATH, else under a common npm prefix (NPM_PREFIXES)."""
+    found = shutil.which(binary)
+    if found:
+        return found
+    for prefix in NPM_PREFIXES:
+        for folder in _newest_first(glob.glob(os.path.expanduser(prefix))):
+            candidate = Path(folder) / binary
+            if candidate.is_file() and os.access(candidate, os.X_OK):
+                return str(candidate)
+    return None
 
 
 def find_engine_binaries() -> dict[str, str]:
@@ -236,7 +378,7 @@ def find_engine_binaries() -> dict[str, str]:
     for binary in sorted(
         {spec.default_binary for spec in all_engine_specs() if spec.default_binary}
     ):
-        path = shutil.which(binary)
+        path = find_installed(binary)
         if path:
             found[binary] = path
     return found
@@ -244,11 +386,43 @@ def find_engine_binaries() -> dict[str, str]:
 
 def init_config(home: Home, *, force: bool = False, detect: bool = False) -> Path:
     """Write the commented config (`detect`: the engines found enabled); refuse to overwrite
-    unless forced. Validates before writing."""
+    unless forced (`detect_into_config` adds to an existing one). Validates before writing."""
     home.ensure()
     if home.config_path.exists() and not force:
-        raise ConfigInvalid(f"{home.config_path} exists; pass --force to overwrite", field="config")
+        raise ConfigInvalid(
+            f"{home.config_path} exists; `agent-run init --detect` adds the engines found to it, "
+            "--force overwrites it",
+            field="config",
+        )
     text = render_init_config(find_engine_binaries(), enable=detect)
     parse_config(text)
     write_private_file(home.config_path, text.encode())
     return home.config_path
+
+
+def detect_into_config(home: Home) -> list[str]:
+    """`init --detect` on an existing config.toml: append an enabled block for each engine CLI
+    found (PATH and NPM_PREFIXES) that no runtime uses and whose name is free. What the user
+    wrote (text, comments, runtimes) stays byte for byte; the result is validated before it
+    replaces the file. Returns the runtimes added."""
+    text = home.config_path.read_text()
+    config = parse_config(text, str(home.config_path))  # an invalid file is for the user to fix
+    used = {runtime.engine for runtime in config.runtimes.values()}
+    found = find_engine_binaries()
+    added, lines = [], []
+    for spec in all_engine_specs():
+        binary = found.get(spec.default_binary or "")
+        if binary is None or not spec.config_example:
+            continue
+        if spec.name in used or spec.name in config.runtimes:
+            continue
+        added.append(spec.name)
+        lines += _engine_block(spec, binary, enable=True)
+    if not added:
+        return []
+    lines[0] = "# Added by `agent-run init --detect`."
+    new_text = text + ("" if text.endswith("\n") or not text else "\n") + "\n"
+    new_text += "\n".join(lines) + "\n"
+    parse_config(new_text, str(home.config_path))
+    write_private_file(home.config_path, new_text.encode())
+    return added

@@ -1,5 +1,6 @@
 """The daemon's composition root: one per home (a lock), the store migrated, the services and
-background loops (revision watcher, reconciler, answer scrub, batch scheduler) started, and the
+background loops (revision watcher, reconciler, answer scrub, batch scheduler, notice
+dispatcher, retention) started, and the
 tool table wired to the socket transport (`rpc/server.py`)."""
 
 import asyncio
@@ -12,9 +13,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from agent_run.domain.errors import DomainError
-from agent_run.home import MAX_SOCKET_PATH, Home
-from agent_run.logs import daemon_logger
+from agent_run.domain.errors import Conflict, DomainError, InvalidRequest
+from agent_run.home import MAX_SOCKET_PATH, Home, clear_stop_mark, read_stop_mark
+from agent_run.logs import bound_appended, daemon_logger
 from agent_run.rpc import protocol as p
 from agent_run.rpc.server import Endpoint, RpcServer
 from agent_run.services.agents import adopt_orphan
@@ -27,8 +28,8 @@ from agent_run.tools import ALL_TOOLS, Tool
 SCRUB_TICK_SECONDS = 10.0
 
 
-class DaemonAlreadyRunning(Exception):
-    pass
+class DaemonAlreadyRunning(Conflict):
+    """Another daemon holds the home's lock (`api serve` exits 1 with its error line)."""
 
 
 def acquire_lock(home: Home) -> int:
@@ -99,10 +100,12 @@ def endpoint(ctx: ServiceContext, tool: Tool) -> Endpoint:
 
 
 class Daemon:
-    def __init__(self, home: Home) -> None:
+    def __init__(self, home: Home, autostarted: bool = False) -> None:
         live = LiveConfig(home)  # fail closed before anything is made in the home
+        self.autostarted = autostarted  # by a client (`rpc.client.connect`), not by the user
         self.home = home.ensure()
-        self.log = daemon_logger(home)
+        settings = live.config.daemon
+        self.log = daemon_logger(home, settings.log_max_bytes, settings.log_keep)
         self.config = live.config
         self.ctx = ServiceContext(home, self.config, log=self.log)
         self.ctx.live = live
@@ -113,13 +116,16 @@ class Daemon:
 
     async def serve(self) -> None:
         if len(str(self.home.socket_path)) > MAX_SOCKET_PATH:
-            raise SystemExit(
+            raise InvalidRequest(
                 f"socket path {self.home.socket_path} is longer than {MAX_SOCKET_PATH} "
-                "bytes; choose a shorter --home"
+                "bytes; choose a shorter --home",
+                field="home",
             )
         lock_fd = acquire_lock(self.home)
+        self._honour_stop_mark(lock_fd)
         fd_limit = raise_fd_limit()
         self.ctx.warm_up()  # migrates the store once, before serving
+        self.ctx.start_fork_server()  # imports while we boot; spawns are plain until it is ready
         server = await self.server.start()  # we hold the lock: a socket file left behind is stale
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -128,6 +134,8 @@ class Daemon:
         loop.add_signal_handler(signal.SIGHUP, self.ctx.refresh_config)
         from agent_run.batches.service import scheduler
         from agent_run.services.capacity import collect_forever
+        from agent_run.services.hosts import mirror_forever
+        from agent_run.services.notices import NoticeDispatcher
 
         background = [
             asyncio.create_task(self.ctx.watcher.run()),
@@ -135,7 +143,11 @@ class Daemon:
             asyncio.create_task(self._scrub_loop()),
             asyncio.create_task(scheduler(self.ctx).run_forever(self.log)),
             asyncio.create_task(collect_forever(self.ctx, self.log)),
-        ]  # capacity
+            asyncio.create_task(NoticeDispatcher(self.ctx, self.log).run_forever()),
+            asyncio.create_task(self._prune_loop()),
+            asyncio.create_task(mirror_forever(self.ctx)),
+            asyncio.create_task(self._logs_loop()),
+        ]  # capacity; notices; retention; agents on hosts; logs
         self.log.info(
             "daemon.started",
             pid=os.getpid(),
@@ -148,9 +160,26 @@ class Daemon:
         self.log.info("daemon.stopping")
         for task in background:
             task.cancel()
+        if self.ctx.hosts is not None:  # end the ssh links (their bridges end with them)
+            await self.ctx.hosts.close_all()
         self.home.socket_path.unlink(missing_ok=True)
         self.ctx.shutdown()
         os.close(lock_fd)
+
+    def _honour_stop_mark(self, lock_fd: int) -> None:
+        """With the lock held: an autostarted daemon does not serve a home the user stopped
+        (`api stop` marks it before its SIGTERM, so a web UI or MCP retry racing the stop loses);
+        a daemon the user started (`api serve`, a service manager) clears the mark."""
+        from agent_run.rpc.client import stopped_error
+
+        mark = read_stop_mark(self.home)
+        if mark is None:
+            return
+        if self.autostarted:
+            os.close(lock_fd)
+            raise stopped_error(self.home, mark)
+        clear_stop_mark(self.home)
+        self.log.info("daemon.stop_mark_cleared", stopped_at=mark.get("at"))
 
     async def _reconcile_loop(self) -> None:
         # The first pass runs at boot: it spawns what a dead daemon admitted but never spawned.
@@ -166,7 +195,7 @@ class Daemon:
         period = self.config.daemon.answer_scrub_seconds
         while True:
             try:
-                result = await self.ctx.db(scrub_once, period)
+                result = await self.ctx.db(scrub_once, self.ctx.home, period)
                 for execution_id in result.failed:
                     self.log.warning(
                         "answer.integrity_failed", execution_id=execution_id, by="scrub"
@@ -174,6 +203,30 @@ class Daemon:
             except Exception as exc:  # keep scrubbing; the next pass may succeed
                 self.log.error("scrub.error", error=repr(exc))
             await asyncio.sleep(max(0.2, min(SCRUB_TICK_SECONDS, period / 20)))
+
+    async def _prune_loop(self) -> None:
+        """Apply `[retention]` at boot, then every `retention.interval_seconds` (a day)."""
+        from agent_run.services.retention import prune_now
+
+        while True:
+            try:
+                await prune_now(self.ctx, dry_run=False)
+            except Exception as exc:  # keep the schedule; the next pass may succeed
+                self.log.error("retention.error", error=repr(exc))
+            await asyncio.sleep(self.ctx.config.retention.interval_seconds)
+
+    async def _logs_loop(self) -> None:
+        """Keep daemon.out and zygote.log (appended to by this process's own stdout/stderr and
+        by the fork server) under `daemon.log_max_bytes`; daemon.log rotates as it is written."""
+        settings = self.config.daemon
+        while True:
+            for name in ("daemon.out", "zygote.log"):
+                path = self.home.logs_dir / name
+                if await asyncio.to_thread(
+                    bound_appended, path, settings.log_max_bytes, settings.log_keep
+                ):
+                    self.log.info("log.truncated", file=str(path), kept=f"{path.name}.1")
+            await asyncio.sleep(settings.log_check_seconds)
 
     async def _reconcile(self) -> None:
         done = await self.ctx.db(reconcile_once, self.ctx.starting, self.home)
@@ -188,6 +241,6 @@ class Daemon:
                 )
 
 
-def serve_forever(home: Home) -> None:
+def serve_forever(home: Home, autostarted: bool = False) -> None:
     os.umask(0o077)
-    asyncio.run(Daemon(home).serve())
+    asyncio.run(Daemon(home, autostarted).serve())

@@ -1,7 +1,10 @@
 """Git operations, shared by batches and the worker tools: locating the project, pinning the
-base, worktrees, commits, review diffs and clean-up. Every call runs the real `git` with a bounded timeout."""
+base, worktrees, commits, review diffs and clean-up. Every call runs the real `git` with a bounded
+timeout, and none runs a program the repository's configuration names (`NO_PROGRAMS`)."""
 
+import os
 import re
+import stat
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,11 +15,32 @@ GIT_TIMEOUT_SECONDS = 60
 MAX_DIFF_BYTES = 200_000
 PREVIEW_BYTES = 2_000
 _GIT_IDENTITY = ["-c", "user.name=agent-run", "-c", "user.email=agent-run@localhost"]
+# What would make a git command agent-run runs (outside any sandbox, as the user) start a program
+# named by configuration an agent can write: a worktree's `config.worktree`, a submodule's config,
+# a plain repository's `.git/config` (SECURITY.md). Hooks and the fsmonitor run on add, commit,
+# status, diff; a signing program on commit; a pager or editor never (no terminal, `-m`) but are
+# pinned all the same. `-c` reaches submodules' git too. An external diff is refused per
+# command (`--no-ext-diff`); filter and textconv drivers are only read from configuration,
+# which an agent cannot write in a worktree (engines/sandbox_git.py).
+NO_PROGRAMS = [
+    "-c",
+    "core.hooksPath=/dev/null",
+    "-c",
+    "core.fsmonitor=false",
+    "-c",
+    "commit.gpgSign=false",
+    "-c",
+    "core.pager=cat",
+    "-c",
+    "core.editor=:",
+    "-c",
+    "sequence.editor=:",
+]
 
 
 def git(cwd: Path, *args: str, check: bool = True) -> str:
     result = subprocess.run(
-        ["git", *_GIT_IDENTITY, *args],
+        ["git", *NO_PROGRAMS, *_GIT_IDENTITY, *args],
         cwd=cwd,
         capture_output=True,
         text=True,
@@ -45,7 +69,7 @@ def locate_project(folder: str) -> Project:
             f"project {folder} is not an absolute path to a directory", field="project"
         )
     result = subprocess.run(
-        ["git", "rev-parse", "--show-toplevel"],
+        ["git", *NO_PROGRAMS, "rev-parse", "--show-toplevel"],
         cwd=path,
         capture_output=True,
         text=True,
@@ -60,7 +84,7 @@ def locate_project(folder: str) -> Project:
 
 def resolve_commit(root: Path, ref: str) -> str:
     result = subprocess.run(
-        ["git", "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
+        ["git", *NO_PROGRAMS, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
         cwd=root,
         capture_output=True,
         text=True,
@@ -76,6 +100,19 @@ def current_branch(root: Path) -> str | None:
     return out or None
 
 
+def base_branch(root: Path, ref: str) -> str | None:
+    """The local branch `ref` names (or HEAD is on), else None (a sha, a tag, a remote ref)."""
+    if ref == "HEAD":
+        return current_branch(root)
+    name = ref.removeprefix("refs/heads/")
+    found = subprocess.run(
+        ["git", *NO_PROGRAMS, "show-ref", "--verify", "--quiet", f"refs/heads/{name}"],
+        cwd=root,
+        timeout=GIT_TIMEOUT_SECONDS,
+    )
+    return name if found.returncode == 0 else None
+
+
 def ref_label(root: Path, ref: str, sha: str) -> str:
     """The branch name when `ref` names a branch (or is HEAD on one), else the short sha; made
     safe for a folder name."""
@@ -83,7 +120,7 @@ def ref_label(root: Path, ref: str, sha: str) -> str:
         ref = current_branch(root) or ref
     is_branch = (
         subprocess.run(
-            ["git", "show-ref", "--verify", "--quiet", f"refs/heads/{ref}"],
+            ["git", *NO_PROGRAMS, "show-ref", "--verify", "--quiet", f"refs/heads/{ref}"],
             cwd=root,
             timeout=GIT_TIMEOUT_SECONDS,
         ).returncode
@@ -110,8 +147,11 @@ def add_worktree(root: Path, path: Path, branch: str, base_sha: str) -> None:
     git(root, "worktree", "add", "-b", branch, str(path), base_sha)
 
 
-def commit_files(worktree: Path, message: str, files: list[str]) -> str:
-    """Stage exactly `files` (paths inside the worktree) and commit them; return the new sha."""
+def commit_files(worktree: Path, message: str, files: list[str], branch: str) -> str:
+    """Stage exactly `files` (paths inside the worktree) and commit them on `branch`, the run's
+    own; return the new sha. Refused unless the worktree's HEAD is on `branch`: a model that
+    points HEAD at another branch must not get agent-run to commit there. The commit is made
+    with plumbing onto `branch` itself (a compare-and-swap from its tip), never through HEAD."""
     if not files:
         raise InvalidRequest("create_commit needs at least one file", field="files")
     top = worktree.resolve()
@@ -119,11 +159,22 @@ def commit_files(worktree: Path, message: str, files: list[str]) -> str:
         target = (worktree / name).resolve()
         if top != target and top not in target.parents:
             raise InvalidRequest(f"{name} is outside the worktree", field=f"files.{index}")
+    ref = f"refs/heads/{branch}"
+    head = git(worktree, "symbolic-ref", "--quiet", "HEAD", check=False).strip()
+    if head != ref:
+        raise GitError(
+            f"refusing to commit: the worktree's HEAD is on {head or 'a detached commit'}, "
+            f"not on the run's branch {ref}"
+        )
+    parent = git(worktree, "rev-parse", "--verify", f"{ref}^{{commit}}").strip()
     git(worktree, "add", "--", *files)
-    if not git(worktree, "diff", "--cached", "--name-only").strip():
+    if not git(worktree, "diff", "--cached", "--no-ext-diff", "--name-only", parent).strip():
         raise InvalidRequest("nothing to commit: the files have no changes", field="files")
-    git(worktree, "commit", "-q", "-m", message)
-    return git(worktree, "rev-parse", "HEAD").strip()
+    tree = git(worktree, "write-tree").strip()
+    sha = git(worktree, "commit-tree", tree, "-p", parent, "-m", message).strip()
+    subject = (message.splitlines() or [""])[0]
+    git(worktree, "update-ref", "-m", f"commit: {subject}", ref, sha, parent)
+    return sha
 
 
 def commits_since(worktree: Path, base_sha: str) -> list[str]:
@@ -138,21 +189,56 @@ class UntrackedFile:
 
 
 def untracked(worktree: Path) -> list[UntrackedFile]:
-    names = git(worktree, "ls-files", "--others", "--exclude-standard").splitlines()
+    """Untracked files with the start of each: read without following any link (a model can
+    plant `leak -> ~/.ssh/id_ed25519`; this runs outside its sandbox, as the user). A link is
+    shown as `symlink → target`, anything not a regular file is left out, at most
+    PREVIEW_BYTES are read."""
+    names = git(worktree, "ls-files", "-z", "--others", "--exclude-standard").split("\0")
     found = []
-    for name in names:
-        try:
-            data = (worktree / name).read_bytes()[:PREVIEW_BYTES]
-            preview = data.decode("utf-8", errors="replace")
-        except OSError:
-            preview = ""
-        found.append(UntrackedFile(name, preview))
+    for name in filter(None, names):
+        preview = _preview(worktree, name)
+        if preview is not None:
+            found.append(UntrackedFile(name, preview))
     return found
+
+
+def _preview(worktree: Path, name: str) -> str | None:
+    """The start of `name` under `worktree`, each folder on the way opened without following
+    links (no check-then-open race); None for what is neither a regular file nor a link, ""
+    when it cannot be read (a folder on the way became a link, it went away)."""
+    parts = Path(name).parts
+    if not parts or ".." in parts or Path(name).is_absolute():
+        return None
+    nofollow = os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        folder = os.open(worktree, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return ""
+    try:
+        for part in parts[:-1]:
+            inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | nofollow, dir_fd=folder)
+            os.close(folder)
+            folder = inner
+        info = os.stat(parts[-1], dir_fd=folder, follow_symlinks=False)
+        if stat.S_ISLNK(info.st_mode):
+            return f"symlink → {os.readlink(parts[-1], dir_fd=folder)}"
+        if not stat.S_ISREG(info.st_mode):
+            return None
+        fd = os.open(parts[-1], os.O_RDONLY | os.O_NONBLOCK | nofollow, dir_fd=folder)
+        with os.fdopen(fd, "rb") as file:
+            if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
+                return None  # swapped for something else since the stat
+            data = file.read(PREVIEW_BYTES)
+    except OSError:
+        return ""  # a folder on the way is a link (ELOOP, ENOTDIR), or it went away
+    finally:
+        os.close(folder)
+    return data.decode("utf-8", errors="replace")
 
 
 def diff_against(worktree: Path, base_sha: str) -> tuple[str, bool]:
     """Committed and uncommitted changes of tracked files against the base: (diff, truncated)."""
-    text = git(worktree, "diff", base_sha, "--")
+    text = git(worktree, "diff", "--no-ext-diff", base_sha, "--")
     if len(text.encode()) > MAX_DIFF_BYTES:
         return text.encode()[:MAX_DIFF_BYTES].decode(errors="ignore"), True
     return text, False
@@ -170,10 +256,14 @@ def unmerged_commits(root: Path, branch: str, into: str) -> int:
     return int(out) if out.isdigit() else 0
 
 
-def remove_worktree(root: Path, path: Path, branch: str | None, *, force: bool) -> None:
+def remove_worktree(
+    root: Path, path: Path, branch: str | None, *, force: bool, merged: bool = False
+) -> None:
+    """Remove the worktree and its branch; `merged`: the branch was merged by `run_merge` (a squash
+    leaves its commits off the target, so `git branch -d` would refuse it)."""
     if path.exists():
         git(root, "worktree", "remove", *(["--force"] if force else []), str(path))
     else:
         git(root, "worktree", "prune")
     if branch:
-        git(root, "branch", "-D" if force else "-d", branch)
+        git(root, "branch", "-D" if force or merged else "-d", branch)

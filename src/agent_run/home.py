@@ -1,8 +1,11 @@
 """The agent-run home: where config, state, the socket and per-agent files live (0700 / 0600)."""
 
+import json
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 HOME_ENV = "AGENT_RUN_HOME"
 DEFAULT_HOME = "~/.agent-run"
@@ -36,6 +39,11 @@ class Home:
         return self.root / "daemon.lock"
 
     @property
+    def stopped_path(self) -> Path:
+        """Present while the daemon stays stopped by `agent-run api stop` (docs/architecture.md)."""
+        return self.root / "daemon.stopped"
+
+    @property
     def logs_dir(self) -> Path:
         return self.root / "logs"
 
@@ -47,6 +55,21 @@ class Home:
     def homes_dir(self) -> Path:
         return self.root / "homes"
 
+    @property
+    def demos_dir(self) -> Path:
+        """The quick start's demo repositories and their worktrees: nothing secret lives here."""
+        return self.root / "demos"
+
+    def holds_private(self, folder: Path) -> bool:
+        """Whether `folder` is the home or inside it, outside `demos/`: a place holding
+        `state.db`, `api.sock`, config, accounts or other agents' files, which no sandbox may
+        mount as an agent's workdir, read root or worktree root."""
+        home, path = self.root.resolve(), folder.resolve()
+        demos = self.demos_dir.resolve()
+        if path != home and home not in path.parents:
+            return False
+        return demos not in path.parents
+
     def execution_dir(self, agent_id: str, execution_id: str) -> Path:
         return self.agents_dir / agent_id / execution_id
 
@@ -57,6 +80,38 @@ class Home:
             if path.stat().st_mode & 0o077:
                 path.chmod(0o700)
         return self
+
+
+def read_stop_mark(home: Home) -> dict[str, Any] | None:
+    """What `agent-run api stop` recorded (pid, time), or None when the daemon was not stopped
+    by the user (an unreadable mark still counts as one)."""
+    try:
+        text = home.stopped_path.read_text()
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return {}
+    try:
+        mark = json.loads(text)
+    except ValueError:
+        return {}
+    return mark if isinstance(mark, dict) else {}
+
+
+def write_stop_mark(home: Home, pid: int) -> None:
+    """Keep the daemon stopped: autostart (the web UI, MCP sessions) respects this until
+    `api serve`, `api restart` or a CLI verb starts one again."""
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    write_private_file(home.stopped_path, json.dumps({"pid": pid, "at": stamp}).encode())
+
+
+def clear_stop_mark(home: Home) -> bool:
+    """Remove the mark; whether there was one."""
+    try:
+        home.stopped_path.unlink()
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def write_private_file(path: Path, data: bytes) -> None:

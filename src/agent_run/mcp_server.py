@@ -20,6 +20,7 @@ from agent_run.domain.errors import DaemonUnavailable, DomainError
 from agent_run.domain.requests import WaitParams
 from agent_run.domain.views import WaitResult
 from agent_run.home import Home
+from agent_run.mcp_channel import CAPABILITY, ChannelPusher
 from agent_run.rpc.client import NO_AUTOSTART_ENV, AsyncClient
 from agent_run.rpc.protocol import validation_error_data
 from agent_run.tools import TOOLS, Tool
@@ -102,8 +103,9 @@ async def _wait_with_progress(
     )
 
 
-def build_server(home: Home) -> Server[Any]:
+def build_server(home: Home, pusher: ChannelPusher | None = None) -> Server[Any]:
     client = AsyncClient(home)
+    pusher = pusher or ChannelPusher(client)
     tools = [mcp_tool(tool) for tool in TOOLS.values()]
 
     async def list_tools(
@@ -123,9 +125,9 @@ def build_server(home: Home) -> Server[Any]:
                     "message": f"no tool {params.name!r}; tools: {', '.join(TOOLS)}",
                 }
             )
-        arguments = dict(params.arguments or {})
+        arguments = pusher.bind(tool.name, dict(params.arguments or {}), ctx.session)
         try:
-            if tool.name == "wait":
+            if tool.cli.waits:  # a long wait: in slices, a progress notification between them
                 try:
                     wait_params = WaitParams.model_validate(arguments)
                 except ValidationError as exc:
@@ -162,9 +164,14 @@ def _autostart_off() -> bool:
 
 
 async def serve(home: Home) -> None:
-    server = build_server(home)
-    async with stdio_server() as (read_stream, write_stream):
-        await server.run(read_stream, write_stream, server.create_initialization_options())
+    pusher = ChannelPusher(AsyncClient(home))
+    server = build_server(home, pusher)
+    options = server.create_initialization_options(experimental_capabilities=CAPABILITY)
+    try:
+        async with stdio_server() as (read_stream, write_stream):
+            await server.run(read_stream, write_stream, options)
+    finally:
+        await pusher.close()
 
 
 def run(home: Home) -> None:

@@ -16,8 +16,12 @@ from agent_run import __version__
 from agent_run.domain import account_models as am
 from agent_run.domain import batch_models as bm
 from agent_run.domain import daemon_views as dv
+from agent_run.domain import host_models as hm
+from agent_run.domain import notices as nt
 from agent_run.domain import requests as rq
 from agent_run.domain import views as vw
+from agent_run.domain.batch_states import BatchState
+from agent_run.domain.states import ExecutionState
 
 
 @dataclass(frozen=True)
@@ -33,11 +37,18 @@ class CliExtras:
     exit_codes: tuple[
         tuple[str, int], ...
     ] = ()  # end state -> exit status ("timed_out": still running)
+    aliases: tuple[tuple[str, str], ...] = ()  # (field, the flag it is known by) e.g. `--text`
+    local: bool = False  # the CLI runs the handler in-process (no daemon): needs no ctx
+    human: bool = False  # text by default when stdout is a terminal (`--format` still wins)
+    # False: a question about the daemon (`api status`) does not start one the user stopped
+    # (`api stop`); every other verb does, as the user's own command.
+    starts_stopped: bool = True
 
 
 # Exit statuses of a verb that waits for an agent, and of `batch show --follow` (1 is any error).
-AGENT_EXIT = (("succeeded", 0), ("failed", 2), ("lost", 2), ("cancelled", 3), ("timed_out", 4))
-BATCH_EXIT = (("completed", 0), ("failed", 2), ("blocked", 2), ("cancelled", 3))
+_E, _B = ExecutionState, BatchState
+AGENT_EXIT = ((_E.SUCCEEDED, 0), (_E.FAILED, 2), (_E.LOST, 2), (_E.CANCELLED, 3), ("timed_out", 4))
+BATCH_EXIT = ((_B.COMPLETED, 0), (_B.FAILED, 2), (_B.BLOCKED, 2), (_B.CANCELLED, 3))
 
 
 @dataclass(frozen=True)
@@ -77,7 +88,10 @@ class Tool:
 
 
 _A = "agent_run.services.agents"
+_V = "agent_run.services.agent_views"
+_M = "agent_run.services.agent_commands"
 _B = "agent_run.batches.service"
+_R = "agent_run.batches.review"
 
 TOOLS: dict[str, Tool] = {
     t.name: t
@@ -104,12 +118,13 @@ TOOLS: dict[str, Tool] = {
             read_only=False,
             idempotent=False,
             positional=("agent_id",),
+            cli=CliExtras(aliases=(("prompt", "--text"),)),
         ),
         Tool(
             "cancel",
             rq.CancelParams,
             vw.CancelResult,
-            f"{_A}:cancel",
+            f"{_M}:cancel",
             "Cancel a running agent: native interrupt, then TERM, then KILL of its engine group. "
             "Cancelling a finished agent changes nothing and says so (accepted: false).",
             read_only=False,
@@ -120,7 +135,7 @@ TOOLS: dict[str, Tool] = {
             "steer",
             rq.SteerParams,
             vw.SteerResult,
-            f"{_A}:steer",
+            f"{_M}:steer",
             "Send a message to a running agent. Delivered where the engine can take input mid-run "
             "(queued as its next turn), otherwise refused with the reason.",
             read_only=False,
@@ -128,10 +143,24 @@ TOOLS: dict[str, Tool] = {
             positional=("agent_id",),
         ),
         Tool(
+            "delivery_status",
+            rq.DeliveryStatusParams,
+            vw.DeliveryStatus,
+            "agent_run.services.notices:delivery_status",
+            "How the completion notices of an agent or a batch (their `notify`), or one notice by "
+            "its id, were delivered: state (pending, sending, delivered, retry_wait, failed, "
+            "expired), attempts, last error and the last attempt's evidence (classifier, exit "
+            "status or errno, duration, byte counts, redacted output tails). Give exactly one of "
+            "agent_id, batch_id, notice_id.",
+            read_only=True,
+            verb="delivery status",
+            positional=("agent_id",),
+        ),
+        Tool(
             "list_agents",
             rq.ListAgentsParams,
             vw.AgentList,
-            f"{_A}:list_agents",
+            f"{_V}:list_agents",
             "List agents, newest first, with filters and paging; `total` is exact.",
             read_only=True,
             verb="agents",
@@ -140,7 +169,7 @@ TOOLS: dict[str, Tool] = {
             "agent",
             rq.AgentParams,
             vw.AgentView,
-            f"{_A}:agent",
+            f"{_V}:agent",
             "One agent: state, failure kind with advice, latest execution, last message.",
             read_only=True,
             positional=("agent_id",),
@@ -149,7 +178,7 @@ TOOLS: dict[str, Tool] = {
             "answer",
             rq.AgentParams,
             vw.AnswerView,
-            f"{_A}:answer",
+            f"{_V}:answer",
             "The agent's sealed answer, re-hashed against its recorded sha256 on every read; a "
             "mismatch is an AnswerIntegrity error. AnswerNotReady until the agent succeeded.",
             read_only=True,
@@ -159,7 +188,7 @@ TOOLS: dict[str, Tool] = {
             "transcript",
             rq.TranscriptParams,
             vw.TranscriptPage,
-            f"{_A}:transcript",
+            f"{_V}:transcript",
             "The agent's normalized messages, a page at a time: pass next_cursor back as cursor.",
             read_only=True,
             positional=("agent_id",),
@@ -179,7 +208,7 @@ TOOLS: dict[str, Tool] = {
             "wait",
             rq.WaitParams,
             vw.WaitResult,
-            f"{_A}:wait",
+            f"{_V}:wait",
             "Wait until the agent is terminal, at most timeout_seconds; on timeout returns "
             "timed_out: true with the current view instead of an error. Call again to keep waiting.",
             read_only=True,
@@ -204,6 +233,7 @@ TOOLS: dict[str, Tool] = {
             "Built-in documentation: overview, states, failures, demo, config.",
             read_only=True,
             positional=("topic",),
+            cli=CliExtras(local=True, human=True),
         ),
         Tool(
             "batch_start",
@@ -252,6 +282,28 @@ TOOLS: dict[str, Tool] = {
             positional=("batch_id",),
         ),
         Tool(
+            "run_show",
+            bm.RunParams,
+            bm.RunDetail,
+            "agent_run.batches.run_reads:run_show",
+            "One run of a batch by its id: its batch, stage, state, attempts (each with its agent "
+            "id), worktree and branch, score, rank, result and failure.",
+            read_only=True,
+            verb="run show",
+            positional=("run_id",),
+        ),
+        Tool(
+            "run_answer",
+            bm.RunParams,
+            vw.AnswerView,
+            "agent_run.batches.run_reads:run_answer",
+            "The sealed answer of a run's agent (its latest attempt), re-hashed on every read like "
+            "answer; AnswerNotReady until that agent succeeded.",
+            read_only=True,
+            verb="run answer",
+            positional=("run_id",),
+        ),
+        Tool(
             "run_stop",
             bm.RunParams,
             bm.RunActionResult,
@@ -284,6 +336,7 @@ TOOLS: dict[str, Tool] = {
             idempotent=False,
             verb="run resume",
             positional=("run_id",),
+            cli=CliExtras(aliases=(("prompt", "--text"),)),
         ),
         Tool(
             "run_followup",
@@ -298,10 +351,24 @@ TOOLS: dict[str, Tool] = {
             positional=("run_id",),
         ),
         Tool(
+            "run_merge",
+            bm.RunMergeParams,
+            bm.RunMergeResult,
+            "agent_run.batches.merge:run_merge",
+            "Merge a settled run's branch into a branch (default: the batch's base branch), squashed "
+            "or as a merge commit, without touching any worktree; the branch moves only if it did "
+            "not move meanwhile. A conflict changes nothing and lists the paths with a follow-up "
+            "text asking the run to rebase. dry_run=true only checks.",
+            read_only=False,
+            idempotent=False,
+            verb="run merge",
+            positional=("run_id",),
+        ),
+        Tool(
             "batch_review",
             bm.BatchReviewParams,
             bm.BatchReview,
-            f"{_B}:batch_review",
+            f"{_R}:batch_review",
             "Each run's changes against the pinned base: commits, the diff (committed and uncommitted) "
             "and previews of untracked files.",
             read_only=True,
@@ -312,7 +379,7 @@ TOOLS: dict[str, Tool] = {
             "batch_clean",
             bm.BatchCleanParams,
             bm.BatchCleanResult,
-            f"{_B}:batch_clean",
+            f"{_R}:batch_clean",
             "Preview, then (confirm=true) remove a batch's worktrees and branches. Dirty worktrees and "
             "unmerged branches are kept unless force=true.",
             read_only=False,
@@ -412,6 +479,7 @@ TOOLS.update(
                 "refused newer one: it keeps the last good config), and the count of live agents.",
                 read_only=True,
                 verb="api status",
+                cli=CliExtras(starts_stopped=False),
             ),
             Tool(
                 "doctor",
@@ -423,6 +491,19 @@ TOOLS.update(
                 "native sign-in, base_url reachable, engine home writable; engine CLIs installed but "
                 "not configured, with the block to enable them.",
                 read_only=True,
+            ),
+            Tool(
+                "prune",
+                rq.PruneParams,
+                dv.PruneResult,
+                f"{_D}.retention:prune",
+                "Apply `[retention]`: remove terminal agents' rows, events, messages and logs after "
+                "agent_days (an agent with a sealed answer keeps its row and answer unless "
+                "prune_answers), their engine homes after engine_home_days. dry_run lists what would "
+                "go and the bytes freed. Never a running agent, an agent of a live batch, or a "
+                "worktree. The daemon also runs it every retention.interval_seconds (daily).",
+                read_only=False,
+                destructive=True,
             ),
         )
     }
@@ -465,6 +546,39 @@ TOOLS.update(
     }
 )
 
+# --- hosts: agents on other machines over ssh (docs/scaling.md)
+_H = "agent_run.services.hosts"
+TOOLS.update(
+    {
+        t.name: t
+        for t in (
+            Tool(
+                "hosts",
+                hm.HostsParams,
+                hm.HostsResult,
+                f"{_H}:hosts",
+                "The configured `[hosts.NAME]` (agents run there by `start --host NAME`): each link's "
+                "state, the host's agent-run version and daemon, the last error, and the agents placed "
+                "there that are live or unreachable. check=true connects to each now.",
+                read_only=True,
+            ),
+            Tool(
+                "abandon",
+                hm.AbandonParams,
+                hm.AbandonResult,
+                f"{_H}:abandon",
+                "Give up on an agent whose host is unreachable: it ends here failed / abandoned "
+                "(nothing proved it ended: it may still run there). Refused for any other state; "
+                "no elapsed time ever ends an unreachable agent by itself.",
+                read_only=False,
+                destructive=True,
+                positional=("agent_id",),
+            ),
+        )
+    }
+)
+# --- end hosts
+
 # Served on the socket only: protocol plumbing, not operations.
 SOCKET_ONLY: dict[str, Tool] = {
     t.name: t
@@ -475,6 +589,26 @@ SOCKET_ONLY: dict[str, Tool] = {
             vw.Pong,
             "agent_run.tools:ping",
             "Liveness check.",
+            read_only=True,
+        ),
+        Tool(
+            "notice_channel",
+            nt.ChannelParams,
+            nt.ChannelBatch,
+            "agent_run.services.notice_channel:notice_channel",
+            "An `agent-run mcp` session's subscription: acknowledge pushed notices, take the "
+            "session's owed ones (long-poll). Used by the MCP server only.",
+            read_only=False,
+            idempotent=False,
+        ),
+        Tool(
+            "mirror_read",
+            hm.MirrorReadParams,
+            hm.MirrorPage,
+            "agent_run.services.mirror_read:mirror_read",
+            "What a daemon on another machine copies of an agent it placed here (`start --host`): "
+            "events and messages after its cursors and the execution now, in one read. Used by "
+            "the host mirror only.",
             read_only=True,
         ),
         Tool(

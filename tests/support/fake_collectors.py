@@ -1,11 +1,13 @@
 """Stand-ins for the capacity sources' external programs, run as real processes by the tests:
 `collector MODE` (an external `command` collector) and `appserver MODE` (a `codex app-server`
-that answers `account/rateLimits/read`). A collector given a file after its mode appends a line
+that answers `account/rateLimits/read` and `model/list` after a moment, and exits at end of
+input as the real one does). A collector given a file after its mode appends a line
 to it per run."""
 
 import json
 import os
 import sys
+import threading
 import time
 
 
@@ -22,6 +24,8 @@ def collector(mode: str) -> None:
     assert "SECRET_OF_THE_DAEMON" not in os.environ  # the collector gets an allowlisted environment
     if mode == "ok":
         remaining = 80.0 if request["runtime"] == "alpha" else 30.0
+        if request["account"] is not None:  # an account of its own: 10 points per label letter
+            remaining = 10.0 * len(request["account"])
         windows = [
             {
                 "lane": "default",
@@ -40,6 +44,45 @@ def collector(mode: str) -> None:
             },
         ]
         print(json.dumps({"version": 1, "runtime_seen": request["runtime"], "windows": windows}))
+    elif mode == "html":  # a lane name with markup: pages must escape it
+        window = {
+            "lane": "<i>lane</i>",
+            "window": "5h",
+            "remaining_percent": 50.0,
+            "reset_at": now + 3600,
+            "observed_at": now,
+        }
+        print(json.dumps({"version": 1, "windows": [window]}))
+    elif mode in ("exhausted", "beta_stale"):
+        stale = mode == "beta_stale" and request["runtime"] == "beta"
+        seen = now - 2000 if stale else now
+        window = {
+            "lane": "default",
+            "window": "5h",
+            "remaining_percent": 0.0 if mode == "exhausted" else 95.0 if stale else 40.0,
+            "reset_at": now + 3600,
+            "observed_at": seen,
+            "valid_until": seen + 600,
+        }
+        print(json.dumps({"version": 1, "windows": [window]}))
+    elif mode == "lanes":  # alpha: account-wide 5h exhausted, its sonnet lane half left
+
+        def window(lane: str, name: str, remaining: float) -> dict:
+            reset = now + (3600 if name == "5h" else 4 * 86400)
+            return {
+                "lane": lane,
+                "window": name,
+                "remaining_percent": remaining,
+                "reset_at": reset,
+                "observed_at": now,
+            }
+
+        windows = (
+            [window("default", "5h", 0.0), window("sonnet", "7d", 50.0)]
+            if request["runtime"] == "alpha"
+            else [window("default", "5h", 10.0)]
+        )
+        print(json.dumps({"version": 1, "windows": windows}))
     elif mode == "slow":
         time.sleep(60)
     elif mode == "huge":
@@ -64,28 +107,56 @@ def collector(mode: str) -> None:
         )
 
 
+def _limits_reply(message_id: int, mode: str) -> dict:
+    if mode == "refuse":
+        return {"id": message_id, "error": {"code": -32600, "message": "API key auth"}}
+    # the used percent of lane `codex`: from $CODEX_HOME/used.txt when there is one, so a test
+    # tells the account homes apart
+    used_file = os.path.join(os.environ.get("CODEX_HOME", ""), "used.txt")
+    used = int(open(used_file).read()) if os.path.exists(used_file) else 40
+    now = int(time.time())
+    good = {"usedPercent": used, "windowDurationMins": 300, "resetsAt": now + 3600}
+    bad = {"usedPercent": "lots", "windowDurationMins": 10080}
+    result = {
+        "rateLimits": {"primary": {"usedPercent": 99, "windowDurationMins": 300}},
+        "rateLimitsByLimitId": {
+            "codex": {"primary": good, "secondary": bad},
+            "codex_other": {"primary": {**good, "usedPercent": 10}},
+        },
+    }
+    return {"id": message_id, "result": result}
+
+
+def _models_reply(message_id: int) -> dict:  # Codex 0.171.0's ModelListResponse shape
+    models = [
+        {"id": "gpt-test", "model": "gpt-test", "displayName": "GPT test"},
+        {"id": "gpt-other", "model": "gpt-other", "hidden": True},
+        {"id": 7},
+    ]
+    return {"id": message_id, "result": {"data": models}}
+
+
 def appserver(mode: str) -> None:
+    """As the real `codex app-server` 0.171.0 does: `initialize` answered at once, the other
+    requests a moment later (the real one calls the network for rate limits), and at end of
+    input it exits at once, leaving what is still in flight unanswered."""
     assert sys.argv[-1] == "app-server"
+    lock = threading.Lock()
+
+    def send(reply: dict) -> None:
+        with lock:
+            print(json.dumps(reply), flush=True)
+
     for line in sys.stdin:
         message = json.loads(line)
-        if message.get("method") == "initialize":
-            print(json.dumps({"id": message["id"], "result": {"userAgent": "fake"}}), flush=True)
-        elif message.get("method") == "account/rateLimits/read":
-            if mode == "refuse":
-                reply = {"id": message["id"], "error": {"code": -32600, "message": "API key auth"}}
-            else:
-                now = int(time.time())
-                good = {"usedPercent": 40, "windowDurationMins": 300, "resetsAt": now + 3600}
-                bad = {"usedPercent": "lots", "windowDurationMins": 10080}
-                result = {
-                    "rateLimits": {"primary": {"usedPercent": 99, "windowDurationMins": 300}},
-                    "rateLimitsByLimitId": {
-                        "codex": {"primary": good, "secondary": bad},
-                        "codex_other": {"primary": {**good, "usedPercent": 10}},
-                    },
-                }
-                reply = {"id": message["id"], "result": result}
-            print(json.dumps(reply), flush=True)
+        method, message_id = message.get("method"), message.get("id")
+        if method == "initialize":
+            send({"id": message_id, "result": {"userAgent": "fake"}})
+        elif method == "account/rateLimits/read":
+            threading.Timer(0.3, send, [_limits_reply(message_id, mode)]).start()
+        elif method == "model/list":
+            threading.Timer(0.3, send, [_models_reply(message_id)]).start()
+    os._exit(0)  # end of input: gone before the timers fire, as the real one
 
 
 if __name__ == "__main__":

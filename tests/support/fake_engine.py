@@ -6,13 +6,19 @@ and the supervisors it spawns (PYTHONPATH is in their allowlist) find it in thei
 processes. Its program (`fake_engine_program.py`) speaks a line protocol of its own: each stdin
 line is a turn; it answers with JSON lines `session`, `say`, `done`. `greeting` is an option
 only this engine takes.
+
+It has a native sign-in of its own, declared only here (`SIGN_IN`): `echo-auth.json` in
+`$ECHO_HOME` (default `~/.echo`), `{"token": ..., "email": ...}`, written by `BINARY login
+--with-api-key` from a key on stdin (`fake_engine_login.py`). With `auth = { login = "native" }`
+the supervisor links the real file into the generated home, and each answer says the token it
+read through that link (which the redactor must hide).
 """
 
 import json
 import sys
 import uuid
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from agent_run.domain.failures import FailureKind
 from agent_run.engines.base import (
@@ -28,6 +34,7 @@ from agent_run.engines.environment import base_environment
 from agent_run.engines.options import RuntimeOptions
 from agent_run.engines.plan import ExecutionPlan
 from agent_run.engines.registry import EngineSpec
+from agent_run.engines.signin import Credential, SignIn, is_native, token_strings
 
 PROGRAM = Path(__file__).with_name("fake_engine_program.py")
 
@@ -47,7 +54,10 @@ class EchoEngine:
         assert isinstance(options, EchoOptions)
         session = plan.resume_session_id or str(uuid.uuid4())
         argv = [sys.executable, str(PROGRAM), "--greeting", options.greeting, "--session", session]
-        return LaunchSpec(argv=argv, env=base_environment(plan), cwd=plan.workdir, stdin_pipe=True)
+        env = base_environment(plan)
+        if is_native(options.auth):  # the sign-in's folder in the generated home holds the link
+            env[SIGN_IN.dir_variable] = str(SIGN_IN.link_path(plan.engine_home).parent)
+        return LaunchSpec(argv=argv, env=env, cwd=plan.workdir, stdin_pipe=True)
 
     def initial_input(self, plan: ExecutionPlan, prompt: str) -> list[bytes]:
         return [self._line(prompt)]
@@ -79,9 +89,29 @@ class EchoEngine:
         return FailureKind.ERROR_REPLY if completion.is_error else None
 
 
+def _credential(data: dict[str, Any]) -> Credential:
+    token = data.get("token")
+    return Credential("token", token_strings([token]), usable=bool(token))
+
+
+SIGN_IN = SignIn(
+    "echo",
+    "Echo",
+    "ECHO_HOME",
+    "~/.echo",
+    "echo-auth.json",
+    ".echo",
+    ("login",),
+    _credential,
+    key_variable="ECHO_API_KEY",
+    key_flag="--with-api-key",
+    email_sources=(("echo-auth.json", lambda data: data.get("email")),),
+)
+
 SPEC = EngineSpec(
     name="echo",
     factory=EchoEngine,
     options=EchoOptions,
     summary="test-only: answers each line with a greeting",
+    sign_in=SIGN_IN,
 )

@@ -1,8 +1,11 @@
-"""The `echo` test engine's program: each stdin line (a JSON string) is a turn, answered at once."""
+"""The `echo` test engine's program: each stdin line (a JSON string) is a turn, answered at once.
+Signed in (`$ECHO_HOME/echo-auth.json`), each answer ends with the token it read there."""
 
 import argparse
 import json
+import os
 import sys
+from pathlib import Path
 
 
 def main() -> None:
@@ -11,8 +14,12 @@ def main() -> None:
     parser.add_argument("--session", required=True)
     args = parser.parse_args()
     print(json.dumps({"t": "session", "id": args.session}), flush=True)
+    folder = os.environ.get("ECHO_HOME")
     for line in sys.stdin:
         text = f"{args.greeting}: {json.loads(line)}"
+        if folder:  # read at each turn: through the link to the user's real file
+            token = json.loads((Path(folder) / "echo-auth.json").read_text())["token"]
+            text += f" (signed in with {token})"
         print(json.dumps({"t": "say", "text": text}), flush=True)
         print(json.dumps({"t": "done", "text": text}), flush=True)
 

@@ -9,28 +9,25 @@ behind a slow verify."""
 import asyncio
 import json
 import sqlite3
-import subprocess
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal
 
-from agent_run import git
-from agent_run.batches.budget import batch_caps
-from agent_run.batches.workflows import Evidence, RunSpec, Workflow, check_stage, workflow_named
+from agent_run.batches.budget import batch_caps, spend_group
+from agent_run.batches.evidence import agent_sandboxed, evidence_for, run_verify
+from agent_run.batches.run_rows import insert_runs, write_run_if
+from agent_run.batches.workflows import Workflow, workflow_named
 from agent_run.config import Config
 from agent_run.domain.batch_states import RUN_ACTIVE, BatchState, RunState
 from agent_run.domain.errors import AnswerIntegrity, DomainError
-from agent_run.domain.ids import new_id
+from agent_run.domain.notices import run_notify
 from agent_run.domain.requests import CancelParams, StartParams
 from agent_run.domain.states import ExecutionState
-from agent_run.engines.environment import command_environment
+from agent_run.services import agent_commands
 from agent_run.services import agents as agent_service
 from agent_run.services.context import ServiceContext
-from agent_run.services.integrity import verified_answer
 from agent_run.store import agents as agents_q
 from agent_run.store import batches as batches_q
-from agent_run.store import reports as reports_q
 from agent_run.store.db import write
 from agent_run.store.usage import batch_spend
 
@@ -38,107 +35,6 @@ SETTINGS_KEY = "settings"  # in a batch's config_json: the daemon config it was 
 
 TICK_SECONDS = 0.5
 IDLE_SECONDS = 5.0
-VERIFY_OUTPUT_BYTES = 20_000
-
-
-def new_run_row(batch: sqlite3.Row, spec: RunSpec, runs: list[sqlite3.Row]) -> dict[str, Any]:
-    """A run row for `spec`: its own worktree on a new branch at the pinned base, or the folder
-    it works in (the project for generators and validators, its candidate's for reviewers)."""
-    root, subdir = Path(batch["project_root"]), batch["project_subdir"]
-    row: dict[str, Any] = {
-        "id": new_id("rn"),
-        "batch_id": batch["id"],
-        "stage": spec.stage,
-        "idx": spec.idx,
-        "title": spec.title,
-        "prompt": spec.prompt,
-        "profile": spec.profile,
-        "parent_run_id": spec.parent_run_id,
-    }
-    if spec.worktree:
-        project = git.Project(root, subdir)
-        label = git.ref_label(root, batch["base_ref"], batch["base_sha"])
-        path = git.worktree_path(
-            Path(batch["worktree_root"]), project, label, batch["id"], spec.idx
-        )
-        branch = f"agent-run/{batch['id']}/{spec.stage}-{spec.idx}"
-        git.add_worktree(root, path, branch, batch["base_sha"])
-        row.update(
-            worktree=str(path), branch=branch, workdir=str(path / subdir) if subdir else str(path)
-        )
-    elif spec.parent_run_id:
-        parent = next(r for r in runs if r["id"] == spec.parent_run_id)
-        row.update(workdir=parent["workdir"])
-    else:
-        row.update(workdir=str(root / subdir) if subdir else str(root))
-    return row
-
-
-def insert_runs(
-    conn: sqlite3.Connection, batch: sqlite3.Row, specs: list[RunSpec], runs: list[sqlite3.Row]
-) -> None:
-    workflow = workflow_named(batch["workflow"])
-    for spec in specs:
-        check_stage(workflow, spec.stage)
-    rows = [new_run_row(batch, spec, runs) for spec in specs]  # git work outside the lock
-    with write(conn):
-        for row, spec in zip(rows, specs, strict=True):
-            batches_q.insert_run(conn, row)
-            if spec.locked:
-                conn.execute("UPDATE batch_runs SET locked = 1 WHERE id = ?", (row["id"],))
-
-
-def evidence_for(conn: sqlite3.Connection, batch: sqlite3.Row, run: sqlite3.Row) -> Evidence:
-    reports: dict[str, list[dict[str, Any]]] = {}
-    for execution in conn.execute(
-        "SELECT id FROM executions WHERE agent_id = ? ORDER BY number", (run["agent_id"],)
-    ).fetchall():
-        for report in reports_q.reports(conn, execution["id"]):
-            reports.setdefault(report["tool"], []).append(json.loads(report["payload"]))
-    latest = agents_q.latest_execution(conn, run["agent_id"])
-    # Only a re-hashed answer is judged; a tampered one raises AnswerIntegrity (recorded).
-    answer = verified_answer(conn, latest, "batch judge") if latest["answer_sha256"] else None
-    commits = git.commits_since(Path(run["worktree"]), batch["base_sha"]) if run["worktree"] else []
-    return Evidence(answer=answer, reports=reports, commits=commits)
-
-
-def write_run(conn: sqlite3.Connection, run_id: str, **fields: Any) -> None:
-    with write(conn):
-        batches_q.update_run(conn, batches_q.get_run(conn, run_id), **fields)
-
-
-def write_run_if(
-    conn: sqlite3.Connection,
-    run_id: str,
-    expect_state: str | tuple[str, ...],
-    expect_attempt: int,
-    **fields: Any,
-) -> bool:
-    """`write_run` only while the run is still in `expect_state` at `expect_attempt` (compare-and-set)."""
-    with write(conn):
-        run = batches_q.get_run(conn, run_id)
-        return run is not None and batches_q.update_run_if(
-            conn, run, expect_state=expect_state, expect_attempt=expect_attempt, **fields
-        )
-
-
-def run_verify(command: str, workdir: str, timeout: float) -> tuple[bool, str]:
-    try:
-        done = subprocess.run(
-            command,
-            shell=True,
-            cwd=workdir,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-            env=command_environment(),
-        )  # never the daemon's keys
-    except subprocess.TimeoutExpired:
-        return False, f"verify_command timed out after {timeout:g}s"
-    output = (done.stdout + done.stderr)[-VERIFY_OUTPUT_BYTES:]
-    return done.returncode == 0, f"exit {done.returncode}\n{output}"
 
 
 def settled_state(workflow: Workflow, runs: list[sqlite3.Row]) -> tuple[BatchState, str | None]:
@@ -242,38 +138,53 @@ class BatchScheduler:
                 and run["id"] not in self.busy
                 and workflow.ready(run, runs)
             ):
-                actions += await self.begin_attempt(run, kind="start")
-                running += 1
+                started = await self.begin_attempt(run, kind="start")
+                actions += started
+                running += len(started)  # a run failed at the batch's cap does not run
         await self._settle_batch(batch, workflow)
         return actions
 
     # -- decisions (under the lock) ----------------------------------------------------------
 
     async def begin_attempt(self, run: sqlite3.Row, *, kind: str) -> list[Action]:
-        """Commit the run's next attempt number (compare-and-set) and mark it busy; the agent
-        is started by the returned action. Its request_id derives from the attempt, so a daemon
-        that dies in between starts no second agent: the same request returns the same one."""
-        attempt = run["attempt"] + 1
+        """Commit the run's next attempt number (compare-and-set) with its caps (what is left of
+        the batch's) and mark it busy; the agent is started by the returned action. Its
+        request_id derives from the attempt and its caps are committed with it, so a daemon that
+        dies in between starts no second agent: the same request returns the same one. A batch
+        at its cap fails the attempt at once, saying why: it starts no new run."""
 
-        def begin(conn: sqlite3.Connection) -> bool:
+        def begin(conn: sqlite3.Connection) -> int | None:
             with write(conn):
-                if not batches_q.update_run_if(
+                batch = batches_q.get_batch(conn, run["batch_id"])
+                at_cap, caps = batch_caps(
+                    json.loads(batch["config_json"]), *batch_spend(conn, batch["id"])
+                )
+                attempt = batches_q.begin_attempt(
                     conn,
                     run,
-                    expect_state=run["state"],
-                    expect_attempt=run["attempt"],
-                    state=RunState.RUNNING,
-                    attempt=attempt,
                     agent_id=None,
-                    failure=None,
-                ):
-                    return False
+                    attempt_max_tokens=caps.get("max_tokens"),
+                    attempt_max_cost_usd=caps.get("max_cost_usd"),
+                )
+                if attempt is None:
+                    return None
                 batches_q.move_batch(
                     conn, run["batch_id"], expect=BatchState.QUEUED, to=BatchState.RUNNING
                 )
-                return True
+                if at_cap is not None:
+                    batches_q.update_run_if(
+                        conn,
+                        batches_q.get_run(conn, run["id"]),
+                        expect_state=RunState.RUNNING,
+                        expect_attempt=attempt,
+                        state=RunState.FAILED,
+                        failure=at_cap,
+                    )
+                    return None
+                return attempt
 
-        if not await self.ctx.db(begin):
+        attempt = await self.ctx.db(begin)
+        if attempt is None:
             return []
         self.busy.add(run["id"])
         return [Action("start", run["id"], attempt, kind)]
@@ -339,35 +250,28 @@ class BatchScheduler:
         batch = await self.ctx.db(batches_q.get_batch, run["batch_id"])
         workflow, cfg = workflow_named(batch["workflow"]), json.loads(batch["config_json"])
         runs = await self.ctx.db(batches_q.runs, batch["id"])
-        at_cap, caps = batch_caps(cfg, *await self.ctx.db(batch_spend, batch["id"]))
-        if at_cap is not None:  # the batch's spend cap: no new run
-            await self.ctx.db(
-                write_run_if,
-                run["id"],
-                RunState.RUNNING,
-                action.attempt,
-                state=RunState.FAILED,
-                failure=at_cap,
-            )
-            return
-        params = StartParams(
-            task=run["prompt"],
-            workdir=run["workdir"],
-            runtime=cfg.get("runtime"),
-            model=cfg.get("model"),
-            account=cfg.get("account"),
-            profile=run["profile"],
-            request_id=f"{run['id']}-a{action.attempt}",
-            read_roots=workflow.read_roots(run, runs),
-            stall_seconds=cfg.get("stall_seconds"),
-            wall_seconds=cfg.get("wall_seconds"),
-            **caps,
-        )
+        # the caps are what was left of the batch's when the attempt began (begin_attempt)
+        caps = {
+            "max_tokens": run["attempt_max_tokens"],
+            "max_cost_usd": run["attempt_max_cost_usd"],
+        }
+        params = _start_params(run, action.attempt, workflow.read_roots(run, runs), cfg, caps)
         settings = Config.model_validate(cfg[SETTINGS_KEY]) if SETTINGS_KEY in cfg else None
         try:
-            agent = await agent_service.start(
-                self.ctx, params, worker_tools=workflow.worker_tools(run["stage"]), config=settings
-            )
+            if cfg.get("host") and run["worktree"]:  # a run that owns a worktree: on the host
+                from agent_run.services.remote_agents import start_run_on_host
+
+                agent = await start_run_on_host(
+                    self.ctx, params, cfg["host"], batch, run, workflow.worker_tools(run["stage"])
+                )
+            else:
+                agent = await agent_service.start(
+                    self.ctx,
+                    params,
+                    worker_tools=workflow.worker_tools(run["stage"]),
+                    config=settings,
+                    spend_group=spend_group(batch["id"], cfg),
+                )
         except DomainError as exc:
             await self.ctx.db(
                 write_run_if,
@@ -378,30 +282,9 @@ class BatchScheduler:
                 failure=f"start: {exc.message}",
             )
             return
-
-        def attach(conn: sqlite3.Connection) -> bool:
-            with write(conn):
-                fresh = batches_q.get_run(conn, run["id"])
-                if fresh["agent_id"] == agent.id:
-                    return True
-                if fresh["agent_id"] is not None or not batches_q.update_run_if(
-                    conn,
-                    fresh,
-                    expect_state=RunState.RUNNING,
-                    expect_attempt=action.attempt,
-                    agent_id=agent.id,
-                ):
-                    return False
-                kind = action.start_kind if action.attempt > 1 else "start"
-                batches_q.record_attempt(
-                    conn, fresh, attempt=action.attempt, kind=kind, agent_id=agent.id
-                )
-                return True
-
-        if not await self.ctx.db(
-            attach
-        ):  # stopped or cancelled while it started: stop the agent too
-            await agent_service.cancel(self.ctx, CancelParams(agent_id=agent.id))
+        if not await self.ctx.db(_attach_agent, run["id"], action, agent.id):
+            # stopped or cancelled while it started: stop the agent too
+            await agent_commands.cancel(self.ctx, CancelParams(agent_id=agent.id))
 
     async def _judge(self, action: Action) -> list[Action]:
         """Judge a run whose agent succeeded (its evidence, then verify_command), and commit the
@@ -410,22 +293,25 @@ class BatchScheduler:
         batch = await self.ctx.db(batches_q.get_batch, run["batch_id"])
         workflow, cfg = workflow_named(batch["workflow"]), json.loads(batch["config_json"])
         try:
-            evidence = await self.ctx.db(evidence_for, batch, run)
+            evidence = await self.ctx.db(evidence_for, self.ctx.home, batch, run)
         except AnswerIntegrity as exc:  # a tampered answer is never judged
             async with self.lock:
                 return await self._fail_run(run, workflow, f"integrity: {exc.message}")
         outcome = workflow.judge(run, evidence, cfg)
         if not outcome.ok:
             async with self.lock:
-                return await self._fail_run(run, workflow, outcome.failure or "failed")
+                return await self._fail_run(
+                    run, workflow, outcome.failure or "the workflow judged the run a failure"
+                )
         fields: dict[str, Any] = {
             "state": RunState.SUCCEEDED,
             "failure": None,
             "result_json": json.dumps(outcome.result) if outcome.result is not None else None,
         }
         if check := workflow.post_success_check(run, cfg):
+            sandbox = await self.ctx.db(agent_sandboxed, run["agent_id"])
             passed, output = await asyncio.to_thread(
-                run_verify, check.command, run["workdir"], check.timeout
+                run_verify, check.command, run["workdir"], check.timeout, self.ctx.home, sandbox
             )
             fields.update(verify_passed=int(passed), verify_output=output)
         await self.ctx.db(write_run_if, run["id"], RunState.RUNNING, action.attempt, **fields)
@@ -441,6 +327,11 @@ class BatchScheduler:
                     return
                 runs = batches_q.runs(conn, batch["id"])
                 state, reason = settled_state(workflow, runs)
+                at_cap, _ = batch_caps(
+                    json.loads(current["config_json"]), *batch_spend(conn, batch["id"])
+                )
+                if at_cap is not None and state is not BatchState.COMPLETED:
+                    reason = f"{at_cap}; {reason}" if reason else f"{at_cap}: no new run starts"
                 if state is BatchState.COMPLETED:
                     for run_id, fields in workflow.rank(runs).items():
                         batches_q.update_run(
@@ -474,7 +365,7 @@ class BatchScheduler:
                 )
             elif run["state"] == RunState.RUNNING and run["agent_id"]:
                 still_running = True  # synced to cancelled (or its result) on a later tick
-                await agent_service.cancel(self.ctx, CancelParams(agent_id=run["agent_id"]))
+                await agent_commands.cancel(self.ctx, CancelParams(agent_id=run["agent_id"]))
             elif (
                 run["state"] == RunState.RUNNING
             ):  # no agent yet; one being started is cancelled on attach
@@ -501,3 +392,46 @@ class BatchScheduler:
                     )
 
             await self.ctx.db(done)
+
+
+def _start_params(
+    run: sqlite3.Row, attempt: int, read_roots: list[str], cfg: dict[str, Any], caps: dict[str, Any]
+) -> StartParams:
+    """The `start` of a run's attempt: its prompt and folder, the batch's runtime settings."""
+    return StartParams(
+        task=run["prompt"],
+        workdir=run["workdir"],
+        runtime=cfg.get("runtime"),
+        model=cfg.get("model"),
+        account=cfg.get("account"),
+        route=cfg.get("route"),
+        model_class=cfg.get("model_class"),
+        min_remaining=cfg.get("min_remaining"),
+        profile=run["profile"],
+        request_id=f"{run['id']}-a{attempt}",
+        read_roots=read_roots,
+        stall_seconds=cfg.get("stall_seconds"),
+        wall_seconds=cfg.get("wall_seconds"),
+        notify=run_notify(cfg),
+        **caps,
+    )
+
+
+def _attach_agent(conn: sqlite3.Connection, run_id: str, action: Action, agent_id: str) -> bool:
+    """Record the started agent as the run's attempt, unless the run moved on meanwhile (stopped,
+    cancelled, another attempt): False then, and the caller stops the agent."""
+    with write(conn):
+        fresh = batches_q.get_run(conn, run_id)
+        if fresh["agent_id"] == agent_id:
+            return True
+        if fresh["agent_id"] is not None or not batches_q.update_run_if(
+            conn,
+            fresh,
+            expect_state=RunState.RUNNING,
+            expect_attempt=action.attempt,
+            agent_id=agent_id,
+        ):
+            return False
+        kind = action.start_kind if action.attempt > 1 else "start"
+        batches_q.record_attempt(conn, fresh, attempt=action.attempt, kind=kind, agent_id=agent_id)
+        return True

@@ -1,5 +1,5 @@
 """Batch tool handlers: start (validated before anything is created), views, cancel, per-run
-stop / rerun / resume / follow-up, review and clean-up."""
+stop / rerun / resume / follow-up. Review and clean-up are `batches/review.py`."""
 
 import asyncio
 import hashlib
@@ -9,13 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from agent_run import git
-from agent_run.batches.scheduler import (
-    SETTINGS_KEY,
-    BatchScheduler,
-    insert_runs,
-    write_run,
-    write_run_if,
-)
+from agent_run.batches.budget import batch_caps
+from agent_run.batches.run_rows import insert_runs, write_run, write_run_if
+from agent_run.batches.scheduler import SETTINGS_KEY, BatchScheduler
 from agent_run.batches.views import batch_summary, batch_view, get_run_or_raise, run_view
 from agent_run.batches.workflows import workflow_named
 from agent_run.domain import batch_models as bm
@@ -24,18 +20,23 @@ from agent_run.domain.errors import (
     BatchNotFound,
     Conflict,
     DomainError,
-    GitError,
     InvalidRequest,
     RunLocked,
 )
 from agent_run.domain.ids import new_id
+from agent_run.domain.notices import check_target
 from agent_run.domain.requests import CancelParams, ResumeParams
 from agent_run.engines.accounts import choose_account
+from agent_run.home import Home
+from agent_run.services import agent_commands
 from agent_run.services import agents as agent_service
 from agent_run.services.context import ServiceContext
+from agent_run.services.routing import check_plain_route, route_candidates
 from agent_run.store import batches as batches_q
+from agent_run.store import notices as notices_q
 from agent_run.store.db import write
 from agent_run.store.events import current_revision
+from agent_run.store.usage import batch_spend
 
 
 def scheduler(ctx: ServiceContext) -> BatchScheduler:
@@ -46,26 +47,53 @@ def scheduler(ctx: ServiceContext) -> BatchScheduler:
     return ctx.batches
 
 
-def _locate(p: bm.BatchStartParams) -> tuple[git.Project, str, Path]:
-    """(project, pinned base sha, worktree root): git and the file system, run off the event loop."""
+def _locate(p: bm.BatchStartParams, home: Home) -> tuple[git.Project, str, str | None, Path]:
+    """(project, pinned base sha, base branch, worktree root): git and the file system, run off
+    the event loop. Worktrees never go where the home keeps its own files: each run's sandbox
+    would refuse them, so the batch is refused at once, naming the field."""
     project = git.locate_project(p.project)
     base_sha = git.resolve_commit(project.root, p.base_ref)
+    branch = git.base_branch(project.root, p.base_ref)
     worktree_root = Path(p.worktree_root).expanduser() if p.worktree_root else project.root.parent
     if not worktree_root.is_absolute() or not worktree_root.is_dir():
         raise InvalidRequest(
             f"worktree_root {worktree_root} is not an existing absolute directory",
             field="worktree_root",
         )
-    return project, base_sha, worktree_root
+    if home.holds_private(worktree_root):
+        raise InvalidRequest(
+            f"worktree_root {worktree_root} is inside agent-run's home {home.root}: choose a"
+            " folder outside it (with no worktree_root, worktrees go beside the project)",
+            field="worktree_root",
+        )
+    return project, base_sha, branch, worktree_root
+
+
+async def _check_request(ctx: ServiceContext, p: bm.BatchStartParams) -> None:
+    """What a batch's params cannot say alone: its workflow's options, notice target, runtime
+    (or route) and account, against the current config."""
+    workflow_named(p.workflow).refuse_foreign_options(p.model_fields_set)
+    check_target(p.notify)
+    ctx.refresh_config()
+    if p.host is not None:  # refused now (unknown, unreachable, another version), not per run
+        from agent_run.services.remote_agents import check_host_runtime
+
+        await check_host_runtime(ctx, p)
+    if p.route == "auto":  # each run's route is chosen at its own admission
+        route_candidates(ctx.config, p)
+    else:
+        check_plain_route(p)
+        runtime_name, runtime, _model = agent_service.resolve_runtime(ctx, p)
+        choose_account(runtime, runtime_name, p.account)
 
 
 async def batch_start(ctx: ServiceContext, p: bm.BatchStartParams) -> bm.BatchView:
     # Everything that can be wrong is checked before a row, a branch or a folder exists.
-    ctx.refresh_config()
-    runtime_name, runtime, _model = agent_service.resolve_runtime(ctx, p)
-    choose_account(runtime, runtime_name, p.account)
-    project, base_sha, worktree_root = await asyncio.to_thread(_locate, p)
-    config = p.model_dump(exclude={"request_id"})
+    await _check_request(ctx, p)
+    project, base_sha, base_branch, worktree_root = await asyncio.to_thread(_locate, p, ctx.home)
+    unset = {"request_id"} | ({"notify", "notify_runs"} if p.notify is None else set())
+    unset |= {"host"} if p.host is None else set()  # hashed as before hosts existed
+    config = p.model_dump(exclude=unset)  # without notify: hashed as before notify existed
     request_hash = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
     # The batch keeps the settings it was created with: a config reload never changes its runs.
     config[SETTINGS_KEY] = ctx.config.model_dump(mode="json")
@@ -92,9 +120,13 @@ async def batch_start(ctx: ServiceContext, p: bm.BatchStartParams) -> bm.BatchVi
                     "project_subdir": project.subdir,
                     "base_ref": p.base_ref,
                     "base_sha": base_sha,
+                    "base_branch": base_branch,
                     "worktree_root": str(worktree_root.resolve()),
                 },
             )
+            if p.notify is not None:  # one notice when the batch settles (services/notices.py)
+                target = json.dumps(p.notify.model_dump(mode="json"), sort_keys=True)
+                notices_q.insert_target(conn, target, batch_id=batch_id)
             return batch_id, True
 
     sched = scheduler(ctx)
@@ -131,7 +163,9 @@ async def batch(ctx: ServiceContext, p: bm.BatchParams) -> bm.BatchView:
 async def list_batches(ctx: ServiceContext, p: bm.ListBatchesParams) -> bm.BatchList:
     def read(conn: sqlite3.Connection) -> bm.BatchList:
         revision = current_revision(conn)
-        rows, total = batches_q.list_batches(conn, limit=p.limit, offset=p.offset)
+        rows, total = batches_q.list_batches(
+            conn, limit=p.limit, offset=p.offset, project=p.project, states=p.state
+        )
         return bm.BatchList(
             items=[batch_summary(conn, r) for r in rows],
             total=total,
@@ -201,7 +235,7 @@ async def run_stop(ctx: ServiceContext, p: bm.RunParams) -> bm.RunActionResult:
             )
             message = "stopped before it started"
         elif run["state"] == RunState.RUNNING and run["agent_id"]:
-            await agent_service.cancel(ctx, CancelParams(agent_id=run["agent_id"]))
+            await agent_commands.cancel(ctx, CancelParams(agent_id=run["agent_id"]))
             message = "cancel sent to its agent"
         elif (
             run["state"] == RunState.RUNNING
@@ -293,16 +327,8 @@ async def _continue_agent(ctx: ServiceContext, run: sqlite3.Row, prompt: str, ki
 
     def record(conn: sqlite3.Connection) -> bool:
         with write(conn):
-            attempt = run["attempt"] + 1
-            if not batches_q.update_run_if(
-                conn,
-                run,
-                expect_state=run["state"],
-                expect_attempt=run["attempt"],
-                state=RunState.RUNNING,
-                attempt=attempt,
-                failure=None,
-            ):
+            attempt = batches_q.begin_attempt(conn, run)  # the same agent: agent_id stays
+            if attempt is None:
                 return False
             batches_q.record_attempt(
                 conn, run, attempt=attempt, kind=kind, agent_id=run["agent_id"]
@@ -311,7 +337,7 @@ async def _continue_agent(ctx: ServiceContext, run: sqlite3.Row, prompt: str, ki
             return True
 
     if not await ctx.db(record):  # the run moved meanwhile: the new turn must not run unowned
-        await agent_service.cancel(ctx, CancelParams(agent_id=run["agent_id"]))
+        await agent_commands.cancel(ctx, CancelParams(agent_id=run["agent_id"]))
         raise Conflict(
             f"run {run['id']} changed while its agent was resumed; the new turn was cancelled",
             field="run_id",
@@ -326,6 +352,10 @@ async def _continue_run(
     async with sched.lock:
         batch_row, run = await _run_context(ctx, run_id)
         await check(batch_row, run)
+        spent = await ctx.db(batch_spend, batch_row["id"])
+        at_cap, _ = batch_caps(json.loads(batch_row["config_json"]), *spent)
+        if at_cap is not None:  # a batch at its cap starts no new turn either
+            raise Conflict(f"{at_cap}: no run of it resumes or follows up", field="run_id")
         sched.busy.add(run_id)
     try:
         await _continue_agent(ctx, await ctx.db(batches_q.get_run, run_id), prompt, kind)
@@ -368,148 +398,3 @@ async def run_followup(ctx: ServiceContext, p: bm.RunFollowupParams) -> bm.RunAc
 
     await _continue_run(ctx, p.run_id, check, p.text, "followup")
     return await _result(ctx, p.run_id, "follow-up turn started")
-
-
-# -- review and clean-up ------------------------------------------------------------------------
-
-
-async def batch_review(ctx: ServiceContext, p: bm.BatchReviewParams) -> bm.BatchReview:
-    sched = scheduler(ctx)
-    async with sched.lock:  # a consistent snapshot: which runs exist and which are being cleaned
-        batch_row = await ctx.db(batches_q.get_batch, p.batch_id)
-        if batch_row is None:
-            raise BatchNotFound(f"no batch {p.batch_id}", field="batch_id")
-        runs = await ctx.db(batches_q.runs, p.batch_id)
-        cleaning = {
-            r["id"]
-            for r in runs
-            if r["id"] in sched.busy and RunState(r["state"]) not in RUN_ACTIVE
-        }
-    wanted = [r for r in runs if r["worktree"] and (not p.run_id or r["id"] == p.run_id)]
-    reviews = [
-        await asyncio.to_thread(_review, batch_row, run, run["id"] in cleaning) for run in wanted
-    ]
-    return bm.BatchReview(batch_id=p.batch_id, base_sha=batch_row["base_sha"], runs=reviews)
-
-
-def _review(batch_row: sqlite3.Row, run: sqlite3.Row, cleaning: bool) -> bm.RunReview:
-    """One run's changes; a worktree removed (or being removed) by `batch clean` shows as empty."""
-    path = Path(run["worktree"])
-    empty = bm.RunReview(
-        run_id=run["id"],
-        stage=run["stage"],
-        index=run["idx"],
-        title=run["title"],
-        worktree=run["worktree"],
-        branch=run["branch"],
-        commits=[],
-        diff="",
-        diff_truncated=False,
-        untracked=[],
-    )
-    if cleaning or not path.exists():
-        return empty
-    try:
-        diff, truncated = git.diff_against(path, batch_row["base_sha"])
-        commits = git.commits_since(path, batch_row["base_sha"])
-        untracked = [
-            bm.UntrackedPreview(path=u.path, preview=u.preview) for u in git.untracked(path)
-        ]
-    except (GitError, FileNotFoundError, NotADirectoryError):
-        if not path.exists():  # removed under us by a clean that started after our snapshot
-            return empty
-        raise
-    return empty.model_copy(
-        update={
-            "commits": commits,
-            "diff": diff,
-            "diff_truncated": truncated,
-            "untracked": untracked,
-        }
-    )
-
-
-async def batch_clean(ctx: ServiceContext, p: bm.BatchCleanParams) -> bm.BatchCleanResult:
-    """Plan under the scheduler's lock and mark the runs to remove busy (a rerun, resume or
-    follow-up of them is refused meanwhile); remove outside the lock."""
-    sched = scheduler(ctx)
-    async with sched.lock:
-        batch_row = await ctx.db(batches_q.get_batch, p.batch_id)
-        if batch_row is None:
-            raise BatchNotFound(f"no batch {p.batch_id}", field="batch_id")
-        runs = [
-            r
-            for r in await ctx.db(batches_q.runs, p.batch_id)
-            if r["worktree"] and (not p.run_ids or r["id"] in p.run_ids)
-        ]
-        items = await asyncio.to_thread(_clean_plan, batch_row, runs, sched.busy, p.force)
-        removing = {i.run_id for i in items if i.action == "remove"} if p.confirm else set()
-        sched.busy.update(removing)
-    try:
-        items = [
-            await asyncio.to_thread(_remove, batch_row, i, p.force) if i.run_id in removing else i
-            for i in items
-        ]
-    finally:
-        sched.busy.difference_update(removing)
-    blocked = sum(i.action == "needs_force" for i in items)
-    if p.confirm:
-        message = f"removed {sum(i.action == 'removed' for i in items)} worktree(s)"
-    else:
-        message = f"preview: {sum(i.action == 'remove' for i in items)} to remove; pass confirm=true to remove"
-    if blocked:
-        message += f"; {blocked} with dirty or unmerged work kept (force=true removes them)"
-    return bm.BatchCleanResult(
-        batch_id=p.batch_id, confirmed=p.confirm, items=items, message=message
-    )
-
-
-def _into(batch_row: sqlite3.Row) -> str:
-    """ "Ahead" is measured against where the base ref points now, not the pinned sha."""
-    return batch_row["base_ref"] if batch_row["base_ref"] != "HEAD" else batch_row["base_sha"]
-
-
-def _clean_plan(
-    batch_row: sqlite3.Row, runs: list[sqlite3.Row], busy: set[str], force: bool
-) -> list[bm.CleanItem]:
-    root = Path(batch_row["project_root"])
-    items = []
-    for run in runs:
-        path = Path(run["worktree"])
-        exists = path.exists()
-        dirty = git.dirty_files(path) if exists else []
-        ahead = git.unmerged_commits(root, run["branch"], _into(batch_row)) if run["branch"] else 0
-        if RunState(run["state"]) in RUN_ACTIVE or run["id"] in busy:
-            action = "kept_running"
-        elif not exists and not _branch_exists(root, run["branch"]):
-            action = "already_gone"
-        elif (dirty or ahead) and not force:
-            action = "needs_force"
-        else:
-            action = "remove"
-        items.append(
-            bm.CleanItem(
-                run_id=run["id"],
-                worktree=run["worktree"],
-                branch=run["branch"],
-                exists=exists,
-                dirty_files=dirty,
-                unmerged_commits=ahead,
-                action=action,
-            )
-        )
-    return items
-
-
-def _remove(batch_row: sqlite3.Row, item: bm.CleanItem, force: bool) -> bm.CleanItem:
-    git.remove_worktree(
-        Path(batch_row["project_root"]),
-        Path(item.worktree),
-        item.branch,
-        force=bool(item.dirty_files or item.unmerged_commits) or force,
-    )
-    return item.model_copy(update={"action": "removed"})
-
-
-def _branch_exists(root: Path, branch: str | None) -> bool:
-    return bool(branch) and bool(git.git(root, "branch", "--list", branch).strip())

@@ -87,6 +87,17 @@ class Workflow:
     staged = False  # only staged workflows can be `blocked`: a failed run stops the rest
     main_stage = "worker"
     stages: tuple[str, ...] = ("worker",)
+    options: frozenset[str] = frozenset()  # batch_start fields only this workflow takes
+
+    def refuse_foreign_options(self, given: set[str]) -> None:
+        """InvalidRequest naming a given field that only another workflow takes (`reviewers`
+        on a repeated batch): it would be ignored silently otherwise."""
+        for name in sorted(given & WORKFLOW_OPTIONS - self.options):
+            owners = [w.name for w in WORKFLOWS.values() if name in w.options]
+            raise InvalidRequest(
+                f"{name} applies to {' and '.join(owners)} batches, not {self.name}",
+                field=name,
+            )
 
     def initial_runs(self, cfg: dict[str, Any]) -> list[RunSpec]:
         return [
@@ -181,6 +192,7 @@ class Generated(Workflow):
 
 class Ranked(Workflow):
     name = "ranked"
+    options = frozenset({"reviewers", "review_prompt", "verify_command", "verify_timeout_seconds"})
     staged = True
     main_stage = "candidate"
     stages = ("candidate", "reviewer")
@@ -281,6 +293,7 @@ class Ranked(Workflow):
 
 class Validated(Workflow):
     name = "validated"
+    options = frozenset({"validator_prompt"})
     staged = True
     stages = ("worker", "validator")
 
@@ -353,6 +366,7 @@ class Validated(Workflow):
 WORKFLOWS: dict[str, Workflow] = {
     w.name: w for w in (Repeated(), Generated(), Ranked(), Validated())
 }
+WORKFLOW_OPTIONS = frozenset().union(*(w.options for w in WORKFLOWS.values()))
 
 
 def workflow_named(name: str) -> Workflow:

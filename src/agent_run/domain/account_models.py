@@ -43,6 +43,17 @@ class RuntimeModels(View):
     default_model: str | None
     accounts: list[str]
     default_account: str | None
+    roster: list[str] | None = Field(
+        default=None,
+        description="the engine's own model list as the capacity collector last cached it "
+        "(Codex app-server `model/list`); null: none cached",
+    )
+    roster_observed_at: float | None = None
+    available: list[str] = Field(
+        default_factory=list,
+        description="the configured models the roster also lists (all configured ones when no "
+        "roster is cached; the roster when any model is allowed)",
+    )
 
 
 class ModelsResult(View):
@@ -86,7 +97,8 @@ class UsageRow(View):
     output_tokens: int
     total_tokens: int
     cost_usd: float | None = Field(
-        description="what the engines reported; null when none reported a cost"
+        description="what the engines reported (or the `[prices]` table priced); null when "
+        "none has a cost"
     )
     cost_reported_by: int = Field(description="how many of the executions reported a cost")
 

@@ -4,6 +4,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from agent_run.domain.notices import NotifyTarget
 from agent_run.domain.requests import MAX_INT, Params
 
 Workflow = Literal["repeated", "generated", "ranked", "validated"]
@@ -51,8 +52,26 @@ class BatchStartParams(Params):
         pattern=r"^[a-z0-9_-]{1,32}$",
         description="the runtime account every run uses (default: its default_account)",
     )
+    route: Literal["auto"] | None = Field(
+        default=None,
+        description="auto: each run starts on the top route of capacity_order at its admission "
+        "(see start)",
+    )
+    model_class: str | None = Field(
+        default=None, pattern=r"^[a-z0-9_-]{1,64}$", description="with route auto (see start)"
+    )
+    min_remaining: float | None = Field(
+        default=None, ge=0, lt=100, description="with route auto (see start)"
+    )
     profile: Literal["read_only", "write"] = Field(
         default="write", description="of the workers / candidates"
+    )
+    host: str | None = Field(
+        default=None,
+        pattern=r"^[a-z0-9][a-z0-9_-]{0,31}$",
+        description="a [hosts.NAME]: the runs that own a worktree (workers, candidates) run "
+        "there, in worktrees made there at the pinned base; the others (generator, reviewers, "
+        "validator) here, on the commits brought back",
     )
     reviewers: int = Field(default=2, ge=1, le=10, description="ranked: reviewers per candidate")
     review_prompt: str | None = Field(
@@ -79,11 +98,21 @@ class BatchStartParams(Params):
         default=None,
         ge=1,
         le=10**12,
-        description="the batch's cap on its runs' "
-        "reported tokens: at it no new run starts; no one agent may pass it",
+        description="the batch's cap on its runs' reported tokens, running runs included: "
+        "each new run gets what is left, running runs stop once the total passes it, and at "
+        "it no new run starts",
     )
     max_cost_usd: float | None = Field(
         default=None, gt=0, le=1_000_000, description="the same, on the cost its engines report"
+    )
+    notify: NotifyTarget | None = Field(
+        default=None,
+        description="deliver a notice each time the batch settles: blocked (it waits on you), "
+        "completed, failed, cancelled; again after a rerun reopened it; the same targets as "
+        "start's notify",
+    )
+    notify_runs: bool = Field(
+        default=False, description="with notify: also one notice per run agent that ends"
     )
 
 
@@ -92,6 +121,15 @@ class BatchParams(Params):
 
 
 class ListBatchesParams(Params):
+    project: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=4096,
+        description="only batches whose repository root is this folder (as `project_root`)",
+    )
+    state: list[BatchState] | None = Field(
+        default=None, max_length=6, description="only batches in these states"
+    )
     limit: int = Field(default=50, ge=1, le=500)
     offset: int = Field(default=0, ge=0, le=MAX_INT)
 
@@ -112,6 +150,25 @@ class RunFollowupParams(Params):
     text: str = Field(min_length=1, max_length=100_000, description="the extra instruction")
     reopen: bool = Field(
         default=False, description="unlock a ranked / validated run for follow-ups"
+    )
+
+
+class RunMergeParams(Params):
+    run_id: str = RunId
+    into: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=255,
+        description="the branch to merge into (default: the batch's base branch)",
+    )
+    strategy: Literal["squash", "merge"] = Field(
+        default="squash", description="squash: one commit on top; merge: a merge commit"
+    )
+    message: str | None = Field(
+        default=None, min_length=1, max_length=100_000, description="the commit message"
+    )
+    dry_run: bool = Field(
+        default=False, description="only say whether it would merge cleanly; move nothing"
     )
 
 
@@ -151,6 +208,21 @@ class AttemptView(View):
     agent_id: str
 
 
+class UsageTotals(View):
+    """Tokens and cost reported by executions (running ones: what they reported so far)."""
+
+    executions: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    total_tokens: int = 0
+    cost_usd: float | None = Field(
+        default=None,
+        description="the engines' reported cost (or the `[prices]` table's); null when none "
+        "has one: never invented",
+    )
+    cost_reported_by: int = Field(default=0, description="how many of the executions have a cost")
+
+
 class RunView(View):
     id: str
     stage: Stage
@@ -164,6 +236,12 @@ class RunView(View):
     answer_verified: bool | None = Field(
         default=None, description="the run's agent's answer_verified"
     )
+    started_at: float | None = Field(
+        default=None, description="when the run's agent's latest execution started"
+    )
+    last_message: str | None = Field(
+        default=None, description="a running run: its agent's latest message (300 chars)"
+    )
     attempt: int
     attempts: list[AttemptView]
     worktree: str | None = None
@@ -175,6 +253,20 @@ class RunView(View):
     verify_passed: bool | None = None
     verify_output: str | None = None
     result: Any = None
+    merged_sha: str | None = Field(
+        default=None, description="the commit `run_merge` made on merged_into"
+    )
+    merged_into: str | None = None
+    account: str | None = Field(
+        default=None, description="the account its agent runs on (null: the runtime's own auth)"
+    )
+    route: str | None = Field(
+        default=None,
+        description="the route `--route auto` chose for its agent (runtime/account/lane)",
+    )
+    usage: UsageTotals = Field(
+        default_factory=UsageTotals, description="over every execution of every attempt's agent"
+    )
 
 
 class BatchView(View):
@@ -186,9 +278,16 @@ class BatchView(View):
     project_subdir: str
     base_ref: str
     base_sha: str
+    base_branch: str | None = Field(
+        default=None, description="the branch base_ref named or HEAD was on: run_merge's default"
+    )
     worktree_root: str
     config: dict[str, Any]
     counts: dict[str, int]
+    usage: UsageTotals = Field(
+        default_factory=UsageTotals,
+        description="over every execution of the batch's agents, running ones included",
+    )
     runs: list[RunView]
     created_at: float
     updated_at: float
@@ -214,8 +313,37 @@ class BatchList(View):
     revision: int
 
 
+class RunDetail(View):
+    batch_id: str
+    workflow: Workflow
+    batch_state: BatchState
+    base_sha: str = Field(description="the batch's pinned base commit")
+    run: RunView
+    revision: int = Field(description="the global event revision this view was read at")
+
+
 class RunActionResult(View):
     run: RunView
+    message: str
+
+
+class RunMergeResult(View):
+    run_id: str
+    merged_into: str
+    strategy: Literal["squash", "merge"]
+    dry_run: bool
+    would_conflict: bool
+    conflicts: list[str] = Field(description="paths that conflict; no ref moved")
+    ahead: int = Field(description="commits on the run's branch that merged_into lacks")
+    behind: int = Field(description="commits on merged_into that the run's branch lacks")
+    new_sha: str | None = Field(default=None, description="the commit now at merged_into's tip")
+    already_merged_at: str | None = Field(
+        default=None,
+        description="the run's commits add nothing to merged_into: its tip, recorded as merged_sha",
+    )
+    followup_text: str | None = Field(
+        default=None, description="on a conflict: a run_followup text that asks for a rebase"
+    )
     message: str
 
 
@@ -250,6 +378,9 @@ class CleanItem(View):
     exists: bool
     dirty_files: list[str]
     unmerged_commits: int
+    merged_sha: str | None = Field(
+        default=None, description="run_merge merged this branch: its commit on the target"
+    )
     action: Literal["remove", "needs_force", "removed", "already_gone", "kept_running"]
 
 

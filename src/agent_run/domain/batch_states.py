@@ -32,6 +32,8 @@ class RunState(StrEnum):
 # The one set of ended batches: the scheduler no longer advances them. A rerun, resume or
 # follow-up of one of its runs reopens a completed or failed batch; a cancelled one stays so.
 BATCH_ENDED = frozenset({BatchState.COMPLETED, BatchState.FAILED, BatchState.CANCELLED})
+# A batch's notice announces each move into one of these: it ended, or it waits on the user.
+BATCH_SETTLED = BATCH_ENDED | {BatchState.BLOCKED}
 # Runs that are not queued or running: what a rerun, resume or follow-up starts from.
 RUN_SETTLED = frozenset({RunState.SUCCEEDED, RunState.FAILED, RunState.CANCELLED})
 RUN_ACTIVE = frozenset({RunState.QUEUED, RunState.RUNNING})

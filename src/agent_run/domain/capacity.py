@@ -4,6 +4,7 @@ The rules are docs/capacity.md's, word for word; `tests/test_capacity_rules.py` 
 golden cases. Nothing here reads a clock, a file or a database: `now` is a parameter.
 """
 
+import re
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -15,6 +16,8 @@ MIN_BURN_SPAN_HOURS = 1.0
 ENGINE_VALIDITY_SECONDS = 900.0  # engine streams and the Codex app-server
 CONFLICT_PERCENT = 10.0  # two fresh readings of one pool window further apart than this conflict
 CONFLICT_RESET_SECONDS = 60.0  # ... or with resets further apart than this
+
+ACCOUNT_LANE = "default"  # the account-wide lane: every model of the account spends it
 
 Risk = Literal["high", "medium", "low", "unknown"]
 
@@ -41,7 +44,9 @@ class Reading:
 
 @dataclass(frozen=True)
 class RouteSpec:
-    """A way to run work: (runtime, account or None for the native sign-in, lane) and its weights."""
+    """A way to run work: (runtime, account or None for the native sign-in, lane) and its weights.
+    It spends the pools (pool, lane) and, for a lane other than the account-wide one,
+    (pool, ACCOUNT_LANE) as well."""
 
     runtime: str
     account: str | None
@@ -50,6 +55,11 @@ class RouteSpec:
     runtime_multiplier: float = 1.0
     account_multiplier: float | None = None
     lane_multiplier: float | None = None
+
+    @property
+    def lanes(self) -> tuple[str, ...]:
+        """The lanes whose windows this route spends: its own and the account-wide one."""
+        return (self.lane,) if self.lane == ACCOUNT_LANE else (self.lane, ACCOUNT_LANE)
 
     @property
     def own_weight(self) -> float:
@@ -90,6 +100,8 @@ class RankedRoute:
     score: float
     weight: float
     priority: float
+    limiting_lane: str = ACCOUNT_LANE
+    lowest_remaining_percent: float = 0.0  # the least left in any window the route spends
 
 
 @dataclass(frozen=True)
@@ -98,6 +110,7 @@ class SetAside:
     account: str | None
     lane: str
     reason: str
+    pool: str = ""
 
 
 @dataclass(frozen=True)
@@ -186,6 +199,35 @@ def _group(readings: Iterable[Reading]) -> dict[tuple[str, str], dict[str, list[
     return grouped
 
 
+def _route_windows(
+    spec: RouteSpec, grouped: dict[tuple[str, str], dict[str, list[Reading]]]
+) -> dict[tuple[str, str], list[Reading]]:
+    """(lane, window) -> readings of every window the route spends: its lane's and, for a
+    model-specific lane, the account-wide lane's (as far as either was ever read)."""
+    return {
+        (lane, window): history
+        for lane in spec.lanes
+        for window, history in grouped.get((spec.pool, lane), {}).items()
+    }
+
+
+def _named(spec: RouteSpec, lane: str, window: str) -> str:
+    """A window as reasons name it: `5h` in the route's own lane, `default/5h` in another."""
+    return window if lane == spec.lane else f"{lane}/{window}"
+
+
+def model_lane(model: str, lanes: Iterable[str], configured: str | None = None) -> str:
+    """The lane a model spends besides the account-wide one, among the lanes read for its
+    account: the configured one (`model_lanes`), else the first (by name) whose name is a word
+    of the model's name (`claude-sonnet-4-5` -> `sonnet`), else ACCOUNT_LANE. A lane never read
+    is no constraint anyone knows of: the route then spends the account-wide lane only."""
+    seen = set(lanes) - {ACCOUNT_LANE}
+    if configured is not None and configured in seen:
+        return configured
+    words = set(re.split(r"[^a-z0-9]+", model.lower()))
+    return next((lane for lane in sorted(seen) if lane.lower() in words), ACCOUNT_LANE)
+
+
 def _conflicting(history: Sequence[Reading], now: float) -> bool:
     """Fresh latest readings of one window from different runtimes/sources that disagree: resets
     more than CONFLICT_RESET_SECONDS apart, or remaining further apart than CONFLICT_PERCENT."""
@@ -211,24 +253,32 @@ def _conflicting(history: Sequence[Reading], now: float) -> bool:
 
 
 def _judge_route(
-    spec: RouteSpec, windows: dict[str, list[Reading]], now: float
-) -> tuple[str, WindowState | None, str]:
-    """("rank" | "omit" | "defer", the limiting window, reason)."""
-    if not windows:
+    spec: RouteSpec, windows: dict[tuple[str, str], list[Reading]], now: float
+) -> tuple[str, tuple[str, WindowState] | None, str]:
+    """("rank" | "omit" | "defer", the limiting (lane, window), reason)."""
+    if not any(lane == spec.lane for lane, _ in windows):
         return "defer", None, f"no reading for lane {spec.lane}"
-    states = [window_state(history, now) for _, history in sorted(windows.items())]
-    for state in states:
+    states = [(key, window_state(history, now)) for key, history in sorted(windows.items())]
+    for (lane, window), state in states:
         reset = state.latest.reset_at
         if state.remaining == 0 and (reset is None or reset > now):
-            return "omit", state, f"window {state.window} is exhausted (0 % left)"
-    for name, history in sorted(windows.items()):
+            name = _named(spec, lane, window)
+            return "omit", (lane, state), f"window {name} is exhausted (0 % left)"
+    for (lane, window), history in sorted(windows.items()):
         if _conflicting(history, now):
-            return "defer", None, f"window {name}: readings conflict"
-    stale = [s.window for s in states if not s.fresh]
+            return "defer", None, f"window {_named(spec, lane, window)}: readings conflict"
+    stale = [_named(spec, lane, window) for (lane, window), s in states if not s.fresh]
     if stale:
         return "defer", None, f"no fresh reading for window {', '.join(stale)}"
-    limiting = min(states, key=lambda s: (s.slack if s.slack is not None else 2.0, s.window))
-    return "rank", limiting, ""
+    (lane, _window), limiting = min(
+        states,
+        key=lambda item: (
+            item[1].slack if item[1].slack is not None else 2.0,
+            item[0][0] != spec.lane,  # a tie goes to the route's own lane
+            item[0],
+        ),
+    )
+    return "rank", (lane, limiting), ""
 
 
 def _pool_weights(specs: Sequence[RouteSpec]) -> dict[tuple[str, str], float]:
@@ -256,35 +306,37 @@ def capacity_order(
     for spec in specs:
         if spec.runtime in unavailable:
             continue
-        verdict, limiting, reason = _judge_route(spec, grouped.get((spec.pool, spec.lane), {}), now)
-        aside = SetAside(spec.runtime, spec.account, spec.lane, reason)
+        windows = _route_windows(spec, grouped)
+        verdict, found, reason = _judge_route(spec, windows, now)
+        aside = SetAside(spec.runtime, spec.account, spec.lane, reason, spec.pool)
         if verdict == "omit":
             omitted.append(aside)
-        elif (
-            verdict == "defer"
-            or limiting is None
-            or limiting.slack is None
-            or limiting.remaining is None
-        ):
+            continue
+        if verdict == "defer" or found is None:
             deferred.append(aside)
-        else:
-            score = 1.0 + limiting.slack
-            weight = weights[(spec.pool, spec.lane)]
-            ranked.append(
-                RankedRoute(
-                    spec.runtime,
-                    spec.account,
-                    spec.lane,
-                    spec.pool,
-                    limiting.window,
-                    limiting.remaining,
-                    limiting.latest.reset_at,
-                    limiting.slack,
-                    score,
-                    weight,
-                    score * weight,
-                )
+            continue
+        lane, limiting = found
+        assert limiting.slack is not None and limiting.remaining is not None  # fresh, known
+        score = 1.0 + limiting.slack
+        weight = weights[(spec.pool, spec.lane)]
+        lowest = min(h[-1].remaining_percent or 0.0 for h in windows.values())
+        ranked.append(
+            RankedRoute(
+                spec.runtime,
+                spec.account,
+                spec.lane,
+                spec.pool,
+                limiting.window,
+                limiting.remaining,
+                limiting.latest.reset_at,
+                limiting.slack,
+                score,
+                weight,
+                score * weight,
+                lane,
+                lowest,
             )
+        )
     ranked.sort(
         key=lambda r: (
             -r.priority,

@@ -48,3 +48,24 @@ class DoctorReport(View):
     ok: bool = Field(description="no check is bad (warnings allowed)")
     pid: int = Field(description="the daemon that ran the checks, in its own environment")
     checks: list[DoctorCheck]
+
+
+class PrunedAgent(View):
+    agent_id: str
+    ended_at: float = Field(description="when its last execution ended")
+    action: Literal["removed", "activity_removed", "engine_home"] = Field(
+        description="removed: its rows and files; activity_removed: its events, messages, logs "
+        "and engine home, while the agent, its executions and sealed answers stay (it has a "
+        "sealed answer and prune_answers is false, or an ended batch names it); engine_home: "
+        "only its engine home (it ended less than agent_days ago)"
+    )
+    paths: list[str] = Field(description="files and folders removed (or that would be)")
+    bytes: int = Field(description="bytes of those files")
+    rows: int = Field(description="database rows deleted (or that would be)")
+
+
+class PruneResult(View):
+    dry_run: bool
+    agents: list[PrunedAgent]
+    bytes_freed: int = Field(description="bytes of the files removed (or that would be)")
+    rows_deleted: int

@@ -90,10 +90,31 @@ class StorageFull(DomainError):
     code = "StorageFull"
 
 
+class HostUnreachable(DomainError):
+    """A `[hosts.NAME]` cannot be reached over ssh now (`details.host`, ssh's last words in the
+    message). Nothing was started there; its agents are `unreachable`, never lost."""
+
+    code = "HostUnreachable"
+
+
+class HostVersionMismatch(DomainError):
+    """The host runs another agent-run version than this daemon (`details.local`,
+    `details.remote`): refused at connect, before anything is started there."""
+
+    code = "HostVersionMismatch"
+
+
 class LineTooLong(DomainError):
     """A request that would exceed the daemon's line limit; `field` names the biggest param."""
 
     code = "LineTooLong"
+
+
+class NoCapacity(DomainError):
+    """`--route auto` found no route with fresh capacity above `min_remaining`; `details` lists
+    what was set aside and why (omitted, deferred, unavailable)."""
+
+    code = "NoCapacity"
 
 
 class InternalError(DomainError):
@@ -165,12 +186,15 @@ ERRORS_BY_CODE: dict[str, type[DomainError]] = {
         AnswerIntegrity,
         ConfigInvalid,
         SpawnFailed,
+        NoCapacity,
         DaemonUnavailable,
         BatchNotFound,
         RunNotFound,
         RunLocked,
         GitError,
         StorageFull,
+        HostUnreachable,
+        HostVersionMismatch,
         LineTooLong,
         InternalError,
         PermissionDenied,

@@ -24,6 +24,7 @@ class FailureKind(StrEnum):
     SUPERVISOR_LOST = "supervisor_lost"
     STORAGE_FULL = "storage_full"
     BUDGET_EXCEEDED = "budget_exceeded"
+    ABANDONED = "abandoned"
 
     @property
     def advice(self) -> str:
@@ -61,6 +62,9 @@ FAILURE_ADVICE: dict[FailureKind, str] = {
     FailureKind.STORAGE_FULL: "The disk holding the home stayed full longer than the supervisor could hold the "
     "run's events in memory: free space (df on the home), then resume or start the "
     "agent again.",
+    FailureKind.ABANDONED: "You gave up on it while its host was unreachable: nothing proved it "
+    "ended, so it may still be running there (`agent-run agents` on the host, with the host's "
+    "own home, lists it); start it again here if you need its result.",
     FailureKind.BUDGET_EXCEEDED: "The run's reported usage passed its max_tokens or max_cost_usd: raise the cap "
     "or split the task (see `agent-run usage`).",
 }

@@ -4,7 +4,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, Strict
 
-from agent_run.domain.states import ExecutionState
+from agent_run.domain.notices import NotifyTarget
+from agent_run.domain.states import ExecutionState, Verdict
 
 # Every integer is bounded to what SQLite (and the JSON of other clients) can hold.
 MAX_INT = 2**63 - 1
@@ -15,6 +16,11 @@ AgentId = Field(
     pattern=r"^ag_[0-9a-z]+$",
     description="the agent's id, as returned by start",
 )
+
+
+HOST_NAME = r"^[a-z0-9][a-z0-9_-]{0,31}$"  # a [hosts.NAME] (host_config.HostName)
+# The worker tools an agent may be offered (worker_tools/catalog.WORKER_TOOLS; a test pins them).
+WorkerToolName = Literal["finish", "create_commit", "submit_score", "submit_result"]
 
 
 class Params(BaseModel):
@@ -49,6 +55,23 @@ class StartParams(Params):
         description="an account of the runtime; default: its default_account, "
         "else the runtime's own auth",
     )
+    route: Literal["auto"] | None = Field(
+        default=None,
+        description="auto: run on the top route of capacity_order among the runtimes offering "
+        "`model` (or the pairs of `model_class`); runtime and account are then chosen, not given",
+    )
+    model_class: str | None = Field(
+        default=None,
+        pattern=r"^[a-z0-9_-]{1,64}$",
+        description="with route auto: a class of config [model_classes] (runtime:model pairs)",
+    )
+    min_remaining: float | None = Field(
+        default=None,
+        ge=0,
+        lt=100,
+        description="with route auto: refuse (NoCapacity) unless the route's limiting window has "
+        "more than this % left; default 0 (any route not exhausted)",
+    )
     profile: Literal["read_only", "write"] = Field(
         default="write", description="may the agent write files"
     )
@@ -73,20 +96,64 @@ class StartParams(Params):
         default=None,
         ge=1,
         le=10**12,
-        description="stop the run (failed / "
-        "budget_exceeded) once its reported input + output tokens pass this",
+        description="stop the run (failed / budget_exceeded) once the agent's reported input + "
+        "output tokens pass this, checked as the usage arrives; a resume counts the earlier "
+        "executions",
     )
     max_cost_usd: float | None = Field(
         default=None,
         gt=0,
         le=1_000_000,
-        description="stop the run once the cost its engine reports passes "
-        "this (an engine that reports none: no effect)",
+        description="stop the run once the agent's cost (the engine's, else priced by "
+        "`[prices]`) passes this (no known cost: no effect)",
+    )
+    notify: NotifyTarget | None = Field(
+        default=None,
+        description="deliver a notice when the agent ends: {transport: codex_queue, thread_id, "
+        "codex_home?} | {transport: command, argv} (notice JSON on stdin) | "
+        "{transport: mcp_channel}; see delivery_status",
+    )
+    host: str | None = Field(
+        default=None,
+        pattern=HOST_NAME,
+        description="a [hosts.NAME] of config: run the agent there, under that host's own "
+        "agent-run (its runtimes; workdir and read_roots are paths on the host); default: here",
+    )
+    worker_tools: list[WorkerToolName] | None = Field(
+        default=None,
+        max_length=4,
+        description="the worker tools offered to the agent (default: finish)",
     )
 
 
 class AgentParams(Params):
     agent_id: str = AgentId
+
+
+class DeliveryStatusParams(Params):
+    """Exactly one of the three: whose notices (an agent's, a batch's) or which notice."""
+
+    agent_id: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=64,
+        pattern=r"^ag_[0-9a-z]+$",
+        description="an agent started with notify",
+    )
+    batch_id: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=64,
+        pattern=r"^bt_[0-9a-z]+$",
+        description="a batch started with notify: its notices, one per settle",
+    )
+    notice_id: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=64,
+        pattern=r"^nt_[0-9a-z]+$",
+        description="one notice, by the notice_id it carries",
+    )
 
 
 class ResumeParams(Params):
@@ -116,6 +183,14 @@ class ListAgentsParams(Params):
     )
     runtime: str | None = Field(
         default=None, min_length=1, max_length=200, description="only agents of this runtime"
+    )
+    standalone: bool | None = Field(
+        default=None,
+        description="true: only agents started on their own; false: only batch runs' agents "
+        "(request_id `<run id>-a<attempt>`)",
+    )
+    verdict: Annotated[Verdict, Strict(False)] | None = Field(
+        default=None, description="only agents whose latest execution said this of itself"
     )
     limit: int = Field(default=50, ge=1, le=500)
     offset: int = Field(default=0, ge=0, le=MAX_INT)
@@ -201,3 +276,9 @@ class LimitsParams(Params):
 
 
 # --- end capacity
+
+
+class PruneParams(Params):
+    dry_run: bool = Field(
+        default=False, description="only list what would go and the bytes it would free"
+    )

@@ -8,6 +8,9 @@ class ExecutionState(StrEnum):
     STARTING = "starting"
     RUNNING = "running"
     CANCELLING = "cancelling"
+    # Placed on a host that cannot be reached now: not terminal, never lost on that account;
+    # it leaves when the host's own record says what happened (docs/scaling.md) or on `abandon`.
+    UNREACHABLE = "unreachable"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     CANCELLED = "cancelled"
@@ -24,11 +27,17 @@ TERMINAL_STATES = frozenset(
 
 _S = ExecutionState
 # Any live state may fail (spawn error, crash), be cancelled before the engine ran, or be lost.
+# An execution on a host may become unreachable from any live state and, from there, take
+# whatever state the host's record proves (or `failed` when the user abandons it).
+_U = _S.UNREACHABLE
 ALLOWED_TRANSITIONS: dict[ExecutionState, frozenset[ExecutionState]] = {
-    _S.CREATED: frozenset({_S.STARTING, _S.FAILED, _S.CANCELLED, _S.LOST}),
-    _S.STARTING: frozenset({_S.RUNNING, _S.CANCELLING, _S.FAILED, _S.CANCELLED, _S.LOST}),
-    _S.RUNNING: frozenset({_S.CANCELLING, _S.SUCCEEDED, _S.FAILED, _S.CANCELLED, _S.LOST}),
-    _S.CANCELLING: frozenset({_S.CANCELLED, _S.FAILED, _S.LOST}),
+    _S.CREATED: frozenset({_S.STARTING, _S.FAILED, _S.CANCELLED, _S.LOST, _U}),
+    _S.STARTING: frozenset({_S.RUNNING, _S.CANCELLING, _S.FAILED, _S.CANCELLED, _S.LOST, _U}),
+    _S.RUNNING: frozenset({_S.CANCELLING, _S.SUCCEEDED, _S.FAILED, _S.CANCELLED, _S.LOST, _U}),
+    _S.CANCELLING: frozenset({_S.CANCELLED, _S.FAILED, _S.LOST, _U}),
+    _U: frozenset(
+        {_S.STARTING, _S.RUNNING, _S.CANCELLING, _S.SUCCEEDED, _S.FAILED, _S.CANCELLED, _S.LOST}
+    ),
     _S.SUCCEEDED: frozenset(),
     _S.FAILED: frozenset(),
     _S.CANCELLED: frozenset(),

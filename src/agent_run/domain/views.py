@@ -24,6 +24,11 @@ class ExecutionView(View):
     account: str | None = Field(
         default=None, description="the runtime account it runs on; null: the runtime's own auth"
     )
+    route: str | None = Field(
+        default=None,
+        description="`runtime/account/lane` chosen by `--route auto` (account `-`: own auth)",
+    )
+    route_reason: str | None = Field(default=None, description="why `--route auto` chose it")
     state: ExecutionState
     failure_kind: FailureKind | None = None
     failure_advice: str | None = None
@@ -42,10 +47,15 @@ class ExecutionView(View):
     answer_checked_at: float | None = Field(
         default=None, description="when the sealed answer was last re-hashed"
     )
-    usage: dict[str, float] | None = None
-    cost_usd: float | None = Field(
-        default=None, description="as the engine reported it; null when it reported none"
+    usage: dict[str, float] | None = Field(
+        default=None,
+        description="as the engine reported it; while running, what it reported so far",
     )
+    cost_usd: float | None = Field(
+        default=None,
+        description="as the engine reported it, else priced by `[prices]`; null when neither",
+    )
+    cost_source: Literal["engine", "price_table"] | None = None
     max_tokens: int | None = Field(default=None, description="its spend cap in tokens, if any")
     max_cost_usd: float | None = Field(default=None, description="its spend cap in USD, if any")
 
@@ -73,6 +83,14 @@ class AgentView(View):
         default=None, description="the last transcript line, truncated"
     )
     revision: int = Field(description="the global event revision this view was read at")
+    sandbox: Literal["bubblewrap", "none"] = Field(
+        default="bubblewrap",
+        description="none: the runtime's engine runs unsandboxed, seeing all the user can",
+    )
+    host: str | None = Field(
+        default=None,
+        description="the [hosts.NAME] it runs on (its own agent-run there); null: this machine",
+    )
 
 
 class AgentSummary(View):
@@ -83,6 +101,7 @@ class AgentSummary(View):
     runtime: str
     model: str
     account: str | None = None
+    route: str | None = Field(default=None, description="the route `--route auto` chose")
     state: ExecutionState
     failure_kind: FailureKind | None = None
     task_preview: str
@@ -92,6 +111,10 @@ class AgentSummary(View):
     answer_verified: bool | None = Field(default=None, description=ANSWER_VERIFIED)
     verdict: Verdict | None = Field(
         default=None, description="done / blocked / failed, from the worker tools"
+    )
+    sandbox: Literal["bubblewrap", "none"] = Field(
+        default="bubblewrap",
+        description="none: the runtime's engine runs unsandboxed, seeing all the user can",
     )
 
 
@@ -123,9 +146,24 @@ class TranscriptItem(View):
     is_error: bool = Field(default=False, description="a tool result the engine marked as failed")
 
 
+class TurnPrompt(View):
+    number: int = Field(description="the execution's number: the turn it opens")
+    kind: Literal["start", "resume", "followup"]
+    prompt: str = Field(
+        description="what the execution was started with: the task, a resume's or follow-up's text"
+    )
+    created_at: float
+
+
 class TranscriptPage(View):
     agent_id: str
     items: list[TranscriptItem]
+    turns: list[TurnPrompt] = Field(
+        default_factory=list,
+        description="the turns that begin in this page, each with its prompt: those after the "
+        "cursor's turn, up to the last item's (every later one when the page reaches the end, "
+        "so a turn with no message yet is there too)",
+    )
     next_cursor: int = Field(description="pass as `cursor` to read what follows")
     state: ExecutionState
     finished: bool = Field(description="the agent is terminal and every item has been read")
@@ -224,7 +262,17 @@ class RankedRouteView(View):
     account: str | None = None
     lane: str
     limiting_window: str
-    remaining_percent: float
+    limiting_lane: str = Field(
+        default="default",
+        description="the lane of the limiting window: the route's own, or the account-wide "
+        "`default` it spends as well",
+    )
+    remaining_percent: float = Field(description="what is left in the limiting window")
+    lowest_remaining_percent: float = Field(
+        default=0.0,
+        description="the least left in any window the route spends (what --min-remaining is "
+        "compared with)",
+    )
     reset_at: float | None = None
     slack: float
     score: float
@@ -255,6 +303,9 @@ class CollectedSource(View):
     account: str | None = None
     source: str
     windows: int = Field(description="samples written")
+    models: int | None = Field(
+        default=None, description="models the engine listed (cached as the runtime's roster)"
+    )
     error: str | None = Field(default=None, description="why there is no evidence from this source")
     next_attempt_at: float | None = Field(
         default=None, description="backing off after a failure until then"
@@ -267,3 +318,47 @@ class CollectResult(View):
 
 
 # --- end capacity
+
+
+# --- notices (issue 16 part 2; docs/api.md "delivery_status")
+class DeliveryAttempt(View):
+    """The evidence of one delivery attempt (never the notice, a session id or argv values)."""
+
+    classifier: Literal["success", "exit", "timeout", "spawn", "ambiguous", "error"]
+    duration_seconds: float
+    exit_status: int | None = None
+    errno: int | None = None
+    error: str | None = None
+    stdin_bytes: int = 0
+    stdout_bytes: int = 0
+    stderr_bytes: int = 0
+    stdout_tail: str = Field(default="", description="the last 2 KiB of stdout, redacted")
+    stderr_tail: str = Field(default="", description="the last 2 KiB of stderr, redacted")
+
+
+class NoticeView(View):
+    id: str
+    transport: str
+    state: Literal["pending", "sending", "delivered", "retry_wait", "failed", "expired"]
+    attempts: int
+    ambiguous_sends: int = Field(description="sends a dead dispatcher left unfinished (retried)")
+    next_attempt_at: float | None = None
+    last_error: str | None = None
+    last_attempt: DeliveryAttempt | None = None
+    body: dict[str, Any] = Field(description="the notice as delivered (trusted fields only)")
+
+
+class DeliveryStatus(View):
+    agent_id: str | None = Field(default=None, description="the agent whose notices these are")
+    batch_id: str | None = Field(default=None, description="or the batch whose notices these are")
+    transport: str | None = Field(default=None, description="null: started without notify")
+    state: Literal["pending", "sending", "delivered", "retry_wait", "failed", "expired"] | None = (
+        Field(default=None, description="the latest notice's state; null before the first one")
+    )
+    attempts: int = 0
+    last_error: str | None = None
+    last_attempt: DeliveryAttempt | None = None
+    notices: list[NoticeView] = Field(
+        description="oldest first: an agent's, one per execution that ended; a batch's, one per "
+        "settle (blocked or ended); with notice_id, that notice alone"
+    )

@@ -5,20 +5,17 @@ uses the runtime's own `auth`. The chosen account's `auth` replaces the runtime'
 execution plan, so the supervisor, the credential broker and the native sign-in work unchanged
 and a run never changes account (a resume keeps its plan). A native sign-in with no `dir` lives
 in `<home>/accounts/<runtime>/<label>/` (0700): that folder is the engine's own credential folder
-(`CODEX_HOME` for Codex, `CLAUDE_CONFIG_DIR` for Claude Code), which `agent-run login RUNTIME
---account LABEL` signs into.
+(its `SignIn.dir_variable`), which `agent-run login RUNTIME --account LABEL` signs into.
 """
 
-import base64
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from agent_run.domain import errors
 from agent_run.engines.options import AuthConfig, RuntimeOptions
-from agent_run.engines.signin import SIGN_INS, SignInMissing, read_credential
+from agent_run.engines.registry import UnknownEngine, engine_spec, sign_in_for
+from agent_run.engines.signin import SignInMissing, email_in, read_credential
 
 
 def account_dir(home_root: Path, runtime: str, label: str) -> Path:
@@ -45,6 +42,34 @@ def choose_account(options: RuntimeOptions, runtime: str, requested: str | None)
     return requested
 
 
+def account_identity(
+    options: RuntimeOptions, runtime: str, label: str | None, home_root: Path
+) -> str:
+    """The provider account a (runtime, account) spends, as a pool key: the provider (the
+    runtime's `base_url`, else its engine's default upstream) and the credential's *reference*
+    (an `env` variable's name, a `file`'s resolved path, a native sign-in's resolved folder),
+    never the secret itself. The account label is not part of it: two labels, runtimes or
+    aliases with the same credential are one account; different credentials never are."""
+    auth = options_for_account(options, runtime, label, home_root).auth
+    base_url = getattr(options, "base_url", None) or _default_upstream(options.engine)
+    if auth is None:  # no credential of ours: the runtime's own engine setup, shared with no one
+        return f"{base_url}|none:{runtime}"
+    if auth.env is not None:
+        return f"{base_url}|env:{auth.env}"
+    if auth.file is not None:
+        return f"{base_url}|file:{os.path.realpath(os.path.expanduser(auth.file))}"
+    sign_in = sign_in_for(options.engine)
+    folder = sign_in.credential_dir(auth) if sign_in is not None else auth.dir
+    return f"{base_url}|login:{options.engine}:{os.path.realpath(os.path.expanduser(str(folder)))}"
+
+
+def _default_upstream(engine: str) -> str:
+    try:
+        return engine_spec(engine).broker_upstream or ""
+    except UnknownEngine:  # an engine no longer installed: its name stands for its provider
+        return f"engine:{engine}"
+
+
 def options_for_account(
     options: RuntimeOptions, runtime: str, label: str | None, home_root: Path
 ) -> RuntimeOptions:
@@ -61,43 +86,6 @@ class AccountStatus:
     detail: str  # where the credential comes from, or why it is missing; never a token
 
 
-def _jwt_claims(token: Any) -> dict[str, Any]:
-    if not isinstance(token, str) or token.count(".") < 2:
-        return {}
-    payload = token.split(".")[1]
-    try:
-        claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
-    except ValueError:
-        return {}
-    return claims if isinstance(claims, dict) else {}
-
-
-def _email_in(folder: Path, file_name: str) -> str | None:
-    """The display email an engine keeps beside its credential (Codex's id_token, Claude Code's
-    `.claude.json` `oauthAccount`), or None."""
-    for name, pick in ((file_name, _codex_email), (".claude.json", _claude_email)):
-        try:
-            data = json.loads((folder / name).read_text())
-        except (OSError, ValueError):
-            continue
-        email = pick(data) if isinstance(data, dict) else None
-        if isinstance(email, str) and "@" in email:
-            return email
-    return None
-
-
-def _codex_email(data: dict[str, Any]) -> Any:
-    tokens = data.get("tokens")
-    claims = _jwt_claims(tokens.get("id_token") if isinstance(tokens, dict) else None)
-    profile = claims.get("https://api.openai.com/profile")
-    return claims.get("email") or (profile.get("email") if isinstance(profile, dict) else None)
-
-
-def _claude_email(data: dict[str, Any]) -> Any:
-    account = data.get("oauthAccount")
-    return account.get("emailAddress") if isinstance(account, dict) else None
-
-
 def account_status(
     engine: str,
     runtime: str,
@@ -107,8 +95,8 @@ def account_status(
 ) -> AccountStatus:
     """Whether the credential is there (a sign-in file, a set variable, a readable file)."""
     environ = dict(os.environ) if environ is None else environ
-    if auth.login is not None:
-        sign_in = SIGN_INS[engine]
+    sign_in = sign_in_for(engine)
+    if auth.login is not None and sign_in is not None:  # config refuses a login without one
         command = f"agent-run login {runtime}" + (f" --account {label}" if label else "")
         try:
             credential = read_credential(sign_in, auth, runtime)
@@ -120,7 +108,7 @@ def account_status(
             )
         return AccountStatus(
             True,
-            _email_in(sign_in.credential_dir(auth), sign_in.file_name),
+            email_in(sign_in, auth),
             f"{sign_in.title} sign-in ({credential.mode}) in {sign_in.credential_dir(auth)}",
         )
     if auth.env is not None:

@@ -65,6 +65,15 @@ class Completion:
 
 
 @dataclass(frozen=True)
+class UsageUpdate:
+    """The running turn's usage so far (cumulative within the turn, the engine's own keys:
+    `input_tokens`, `output_tokens`, ...), as the engine's stream reports it before the turn
+    completes; the turn's Completion carries its final usage."""
+
+    usage: dict[str, float]
+
+
+@dataclass(frozen=True)
 class ControlAck:
     request_id: str
     subtype: str
@@ -100,6 +109,7 @@ EngineEvent = (
     | MessageEvent
     | RetryEvent
     | Completion
+    | UsageUpdate
     | ControlAck
     | Unparsed
     | SendInput

@@ -38,6 +38,7 @@ from agent_run.engines.base import (
     SendInput,
     SessionStarted,
     Unparsed,
+    UsageUpdate,
     WorkerMcp,
 )
 from agent_run.engines.classify import TextKinds, kind_for_http_status, kind_from_text
@@ -46,7 +47,14 @@ from agent_run.engines.options import HttpRuntimeOptions
 from agent_run.engines.plan import ExecutionPlan
 from agent_run.engines.quota import QuotaEvent, codex_windows
 from agent_run.engines.registry import EngineSpec
-from agent_run.engines.signin import is_native
+from agent_run.engines.signin import (
+    Credential,
+    SignIn,
+    is_native,
+    jwt_claims,
+    jwt_expiry,
+    token_strings,
+)
 from agent_run.home import write_private_file
 
 PROVIDER = "agent_run"
@@ -124,7 +132,8 @@ class CodexEngine:
         self.pending: dict[int, str] = {}  # request id -> method, for our requests
         self.queued_steers: list[str] = []  # steers that arrived before the turn started
         self.answer = ""
-        self.usage: dict[str, int] = {}
+        self.usage: dict[str, float] = {}  # the running turn's, from the thread's totals
+        self._turn_base: dict[str, float] | None = None  # the thread's totals before the turn
 
     # -- launch -------------------------------------------------------------------------------
 
@@ -198,7 +207,11 @@ class CodexEngine:
     def _thread_params(self) -> dict[str, Any]:
         plan = self.plan
         assert plan is not None
-        sandbox = "danger-full-access" if plan.profile == "write" else "read-only"
+        # Inside agent-run's bubblewrap sandbox the workdir is already read-only under
+        # read_only, and Codex's own nested bwrap helper cannot start there (`execvp
+        # codex-linux-sandbox`): ours enforces the profile (docs/engines.md).
+        own_sandbox = plan.profile == "read_only" and plan.runtime_config.sandbox == "none"
+        sandbox = "read-only" if own_sandbox else "danger-full-access"
         params: dict[str, Any] = {
             "model": plan.model,
             "cwd": plan.workdir,
@@ -296,7 +309,7 @@ class CodexEngine:
     def _on_notification(self, method: str, params: dict[str, Any]) -> list[EngineEvent]:
         if method == "turn/started":
             self.turn_id = (params.get("turn") or {}).get("id")
-            self.answer, self.usage = "", {}
+            self.answer, self.usage, self._turn_base = "", {}, None
             steers, self.queued_steers = self.queued_steers, []
             return [SendInput(self._steer_request(text)) for text in steers]
         if method == "item/started":
@@ -307,11 +320,7 @@ class CodexEngine:
                 self.answer = item["text"]
             return _item_completed(item)
         if method == "thread/tokenUsage/updated":
-            last = (params.get("tokenUsage") or {}).get("last") or {}
-            for key, value in last.items():
-                if isinstance(value, int):
-                    self.usage[_snake(key)] = self.usage.get(_snake(key), 0) + value
-            return []
+            return self._on_token_usage(params.get("tokenUsage") or {})
         if method == "account/rateLimits/updated":  # quota windows (docs/capacity.md)
             windows = codex_windows(params.get("rateLimits"))
             return [QuotaEvent(windows)] if windows else []
@@ -341,6 +350,21 @@ class CodexEngine:
         if method in ("configWarning", "deprecationNotice", "warning"):
             return [EngineNote("engine_warning", {"method": method, **params})]
         return []
+
+    def _on_token_usage(self, token_usage: dict[str, Any]) -> list[EngineEvent]:
+        """The turn's usage so far: the thread's `total` less its total before the turn (the
+        first update's total less its `last` call), so an update Codex repeats (it re-sends
+        the counts with new rate limits) is never counted twice."""
+        total, last = _counts(token_usage.get("total")), _counts(token_usage.get("last"))
+        if not total:  # no totals: add up the calls (each update, one new call)
+            for key, value in last.items():
+                self.usage[key] = self.usage.get(key, 0) + value
+            return [UsageUpdate(dict(self.usage))] if last else []
+        if self._turn_base is None:
+            self._turn_base = {key: value - last.get(key, 0) for key, value in total.items()}
+        base = self._turn_base
+        self.usage = {key: max(0, value - base.get(key, 0)) for key, value in total.items()}
+        return [UsageUpdate(dict(self.usage))]
 
     def _completion(self, turn: dict[str, Any]) -> Completion:
         status = turn.get("status")
@@ -393,6 +417,17 @@ class CodexEngine:
             or _VARIANT_KINDS.get(variant or "")
             or FailureKind.ERROR_REPLY
         )
+
+
+def _counts(usage: Any) -> dict[str, float]:
+    """A Codex token-usage breakdown in snake case: `inputTokens` -> `input_tokens`, ..."""
+    if not isinstance(usage, dict):
+        return {}
+    return {
+        _snake(key): value
+        for key, value in usage.items()
+        if isinstance(value, (int, float)) and not isinstance(value, bool)
+    }
 
 
 def _line(message: dict[str, Any]) -> bytes:
@@ -459,6 +494,50 @@ def _item_completed(item: dict[str, Any]) -> list[EngineEvent]:
     return []
 
 
+def _credential(data: dict[str, Any]) -> Credential:
+    """`auth.json`: `{"auth_mode": "apikey", "OPENAI_API_KEY": ...}` or ChatGPT tokens."""
+    key = data.get("OPENAI_API_KEY")
+    found = data.get("tokens")
+    tokens: dict[str, Any] = found if isinstance(found, dict) else {}
+    secrets = token_strings(
+        [key, tokens.get("id_token"), tokens.get("access_token"), tokens.get("refresh_token")]
+    )
+    if isinstance(key, str) and key:
+        return Credential("apikey", secrets, usable=True)
+    return Credential(
+        str(data.get("auth_mode") or "chatgpt"),
+        secrets,
+        usable=bool(tokens.get("refresh_token")),
+        expires_at=jwt_expiry(tokens.get("access_token")),
+    )
+
+
+def _email(data: dict[str, Any]) -> Any:
+    """The id_token's email (or its OpenAI profile's)."""
+    tokens = data.get("tokens")
+    claims = jwt_claims(tokens.get("id_token") if isinstance(tokens, dict) else None)
+    profile = claims.get("https://api.openai.com/profile")
+    return claims.get("email") or (profile.get("email") if isinstance(profile, dict) else None)
+
+
+# Checked against codex 0.171.0: the file is linked into the generated `$CODEX_HOME`. Codex
+# resolves the link before it writes: its temp file, rename and `auth.json.lock` are all in the
+# real file's folder, so the link survives its writes and its own lock serialises refreshes
+# between agents.
+SIGN_IN = SignIn(
+    "codex",
+    "Codex",
+    "CODEX_HOME",
+    "~/.codex",
+    "auth.json",
+    ".codex",
+    ("login",),
+    _credential,
+    key_variable="OPENAI_API_KEY",
+    key_flag="--with-api-key",
+    email_sources=(("auth.json", _email),),
+)
+
 SPEC = EngineSpec(
     name="codex",
     factory=CodexEngine,
@@ -468,4 +547,5 @@ SPEC = EngineSpec(
     config_example={"engine": "codex", "models": ["gpt-5-codex"], "auth": {"login": "native"}},
     steer_opens_turn=False,  # turn/steer joins the running turn
     broker_upstream=DEFAULT_BASE_URL,
+    sign_in=SIGN_IN,
 )

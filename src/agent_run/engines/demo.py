@@ -69,4 +69,5 @@ SPEC = EngineSpec(
     factory=DemoEngine,
     options=DemoOptions,
     summary="offline, scripted by the task text (`agent-run doc demo`)",
+    no_native_login="the demo engine needs no sign-in",
 )

@@ -10,6 +10,8 @@ order, and exits at end of input. The task text chooses the behaviour, one direc
                             the read_only profile or when PATH leads outside the working directory
     steps: N                N progress messages before answering ...
     step_seconds: S         ... S seconds apart (default 0.2)
+    until: PATH             ... stopping early once PATH exists in the working folder (a test
+                            lets a long agent end when it is ready, however slow the machine)
     sleep: S                silently wait S seconds before answering
     fail: KIND              fail: auth | rate_limit | quota | server | overloaded | crash |
                             malformed | error_reply | empty | hang | retry_forever
@@ -21,13 +23,20 @@ order, and exits at end of input. The task text chooses the behaviour, one direc
     fold_steers: yes        a message that arrives during this turn joins it (as Claude Code does
                             with one sent while a tool runs) instead of queueing as the next turn
     commit: MESSAGE         commit the files written this turn with the worker tool create_commit
-    score: N | auto         submit_score (auto: derived from the reviewed worktree's HEAD)
+    score: N | auto         submit_score (auto: derived from the reviewed worktree's HEAD) ...
+    score_reason: TEXT      ... with this reason (default: demo review)
     result: auto            submit_result listing the files written this turn
     tasks: auto | broken    answer with the JSON tasks a generator must return ("exactly N tasks")
     verdict: auto           finish with a validator verdict over the "- worker N: PATH" lines
     require: PATH           fail (an error reply) unless PATH exists in the working folder
     cost: USD | none        the turn's reported cost (default 0.0); none: report no cost
-    tokens: N               the turn's reported input and output tokens (N each)
+    tokens: N               the turn's reported input and output tokens (N each) for its answer
+    step_tokens: N          each of the `steps` progress messages is a model call of its own
+                            that reports N input and N output tokens in its `usage` (as Claude
+                            Code's assistant lines do), before the turn's result; the result's
+                            usage is then the steps' and the answer's together
+    shell: COMMAND          run COMMAND with `sh -c` in the working directory (a Bash tool call:
+                            the model's shell; its exit code and output are the tool result)
 
 Sessions are kept in $HOME/.demo-sessions/ID.jsonl: `--session-id ID` starts one,
 `--resume ID` continues one with its history. `--profile read_only|write` (default write) is the
@@ -64,6 +73,7 @@ class Directives:
     writes: list[tuple[str, str]] = field(default_factory=list)
     steps: int = 0
     step_seconds: float = 0.2
+    until: str | None = None
     sleep: float = 0.0
     fail: str | None = None
     echo_env: list[str] = field(default_factory=list)
@@ -74,12 +84,15 @@ class Directives:
     fold_steers: bool = False
     commit: str | None = None
     score: str | None = None
+    score_reason: str = "demo review"
     result: bool = False
     tasks: str | None = None
     verdict: bool = False
     require: str | None = None
     cost: float | None = 0.0
     tokens: int | None = None
+    step_tokens: int | None = None
+    shells: list[str] = field(default_factory=list)
 
 
 def parse_directives(task: str) -> Directives:
@@ -98,6 +111,8 @@ def parse_directives(task: str) -> Directives:
             d.steps = int(value)
         elif key == "step_seconds":
             d.step_seconds = float(value)
+        elif key == "until":
+            d.until = value
         elif key == "sleep":
             d.sleep = float(value)
         elif key == "fail":
@@ -118,6 +133,8 @@ def parse_directives(task: str) -> Directives:
             d.commit = value
         elif key == "score":
             d.score = value
+        elif key == "score_reason":
+            d.score_reason = value
         elif key == "result":
             d.result = True
         elif key == "tasks":
@@ -130,6 +147,10 @@ def parse_directives(task: str) -> Directives:
             d.cost = None if value.lower() == "none" else float(value)
         elif key == "tokens":
             d.tokens = int(value)
+        elif key == "step_tokens":
+            d.step_tokens = int(value)
+        elif key == "shell":
+            d.shells.append(value)
     return d
 
 
@@ -218,6 +239,7 @@ class DemoEngine:
         self.turns = 0
         self.write_lock = threading.Lock()
         self.reported = Directives()  # this turn's cost and tokens (its `result` line)
+        self.step_usage = 0  # tokens each way the turn's steps reported so far (step_tokens)
 
     def emit(self, obj: dict[str, Any]) -> None:
         with self.write_lock:
@@ -248,14 +270,14 @@ class DemoEngine:
         if self.interrupt.wait(seconds):
             raise Interrupted
 
-    def assistant(self, blocks: list[dict[str, Any]]) -> None:
-        self.emit(
-            {
-                "type": "assistant",
-                "session_id": self.session_id,
-                "message": {"role": "assistant", "model": self.model, "content": blocks},
-            }
-        )
+    def assistant(self, blocks: list[dict[str, Any]], usage: int | None = None) -> None:
+        message: dict[str, Any] = {"role": "assistant", "model": self.model, "content": blocks}
+        if usage is not None:  # a model call of its own, with its usage
+            message.update(
+                id=f"msg_{uuid.uuid4().hex[:12]}",
+                usage={"input_tokens": usage, "output_tokens": usage},
+            )
+        self.emit({"type": "assistant", "session_id": self.session_id, "message": message})
 
     def result(
         self,
@@ -277,8 +299,10 @@ class DemoEngine:
             "session_id": self.session_id,
             "duration_ms": int((time.time() - started) * 1000),
             "usage": {
-                "input_tokens": len(text.split()) + 10 if tokens is None else tokens,
-                "output_tokens": len(text.split()) if tokens is None else tokens,
+                "input_tokens": self.step_usage
+                + (len(text.split()) + 10 if tokens is None else tokens),
+                "output_tokens": self.step_usage
+                + (len(text.split()) if tokens is None else tokens),
             },
         }
         if self.reported.cost is not None:
@@ -289,65 +313,17 @@ class DemoEngine:
         started = time.time()
         self.turns += 1
         d = self.reported = parse_directives(task)
+        self.step_usage = 0
         try:
             self.wait(d.sleep)
             if d.require is not None and not os.path.exists(d.require):
                 self.fail("error_reply", started)
                 return
-            if d.spawn is not None:
-                subprocess.Popen(
-                    ["sleep", str(d.spawn)],
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL,
-                )
-            for i in range(1, d.steps + 1):
-                self.wait(d.step_seconds)
-                self.assistant([{"type": "text", "text": f"step {i}/{d.steps}"}])
-            written = [path for path, content in d.writes if self.write_tool(path, content) is None]
-            if d.commit is not None:
-                self.tool("create_commit", {"message": d.commit, "files": written})
-            if d.score is not None:
-                self.tool(
-                    "submit_score",
-                    {
-                        "score": auto_score() if d.score == "auto" else float(d.score),
-                        "reason": "demo review",
-                    },
-                )
-            if d.result:
-                self.tool(
-                    "submit_result",
-                    {"files": [{"path": p, "explanation": f"wrote {p}"} for p in written]},
-                )
-            if d.verdict:
-                self.finish(validator_verdict(task), "done")
-            if d.finish is not None:
-                self.finish(d.finish, d.finish_status)
+            self.act(d, task)
             if d.fail:
                 self.fail(d.fail, started)
                 return
-            default = "Finished through the worker tools." if d.finish is not None else None
-            if d.fold_steers:
-                d.answer = "; ".join([d.answer or "first turn", *self.take_waiting_messages()])
-            if d.tasks is not None:
-                default = generated_tasks(task) if d.tasks == "auto" else "this is not JSON"
-            answer = (
-                d.answer
-                or default
-                or f"Demo answer to: {task.strip().splitlines()[0] if task.strip() else ''}"
-            )
-            if d.recall:
-                earlier = "; ".join(turn["answer"] for turn in self.history) or "nothing"
-                answer = f"Earlier in this session: {earlier}"
-            self.remember(task, answer)  # before echo_env: the session file keeps no secret
-            for name in d.echo_env:
-                value = os.environ.get(name, "")
-                answer += f"\n{name}={value}"
-                half = len(value) // 2  # on stderr too, in two writes: engine.log is redacted
-                for piece in (f"{name}={value[:half]}", value[half:] + "\n"):
-                    sys.stderr.write(piece)
-                    sys.stderr.flush()
+            answer = self.answer_of(d, task)
             self.assistant([{"type": "text", "text": answer}])
             self.result(answer, started=started)
         except Interrupted:
@@ -358,6 +334,84 @@ class DemoEngine:
                 subtype="error_during_execution",
                 started=started,
             )
+
+    def act(self, d: Directives, task: str) -> None:
+        """What the task's directives do before the answer: steps, tools, worker-tool calls."""
+        if d.spawn is not None:
+            subprocess.Popen(
+                ["sleep", str(d.spawn)],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        for i in range(1, d.steps + 1):
+            if d.until is not None and os.path.exists(d.until):
+                break
+            self.wait(d.step_seconds)
+            self.assistant([{"type": "text", "text": f"step {i}/{d.steps}"}], d.step_tokens)
+            self.step_usage += d.step_tokens or 0
+        for command in d.shells:
+            self.shell_tool(command)
+        written = [path for path, content in d.writes if self.write_tool(path, content) is None]
+        if d.commit is not None:
+            self.tool("create_commit", {"message": d.commit, "files": written})
+        if d.score is not None:
+            score = auto_score() if d.score == "auto" else float(d.score)
+            self.tool("submit_score", {"score": score, "reason": d.score_reason})
+        if d.result:
+            self.tool(
+                "submit_result",
+                {"files": [{"path": p, "explanation": f"wrote {p}"} for p in written]},
+            )
+        if d.verdict:
+            self.finish(validator_verdict(task), "done")
+        if d.finish is not None:
+            self.finish(d.finish, d.finish_status)
+
+    def answer_of(self, d: Directives, task: str) -> str:
+        """The turn's answer (remembered for the session), with any echoed variables after it."""
+        default = "Finished through the worker tools." if d.finish is not None else None
+        if d.fold_steers:
+            d.answer = "; ".join([d.answer or "first turn", *self.take_waiting_messages()])
+        if d.tasks is not None:
+            default = generated_tasks(task) if d.tasks == "auto" else "this is not JSON"
+        answer = (
+            d.answer
+            or default
+            or f"Demo answer to: {task.strip().splitlines()[0] if task.strip() else ''}"
+        )
+        if d.recall:
+            earlier = "; ".join(turn["answer"] for turn in self.history) or "nothing"
+            answer = f"Earlier in this session: {earlier}"
+        self.remember(task, answer)  # before echo_env: the session file keeps no secret
+        for name in d.echo_env:
+            value = os.environ.get(name, "")
+            answer += f"\n{name}={value}"
+            half = len(value) // 2  # on stderr too, in two writes: engine.log is redacted
+            for piece in (f"{name}={value[:half]}", value[half:] + "\n"):
+                sys.stderr.write(piece)
+                sys.stderr.flush()
+        return answer
+
+    def shell_tool(self, command: str) -> None:
+        """One Bash tool call: the command runs as the model's shell would run it."""
+        tool_id = f"toolu_{uuid.uuid4().hex[:12]}"
+        self.assistant(
+            [{"type": "tool_use", "id": tool_id, "name": "Bash", "input": {"command": command}}]
+        )
+        done = subprocess.run(
+            ["sh", "-c", command], capture_output=True, text=True, stdin=subprocess.DEVNULL
+        )
+        self.tool_result(tool_id, f"exit {done.returncode}\n{done.stdout}{done.stderr}", False)
+
+    def tool_result(self, tool_id: str, content: str, is_error: bool) -> None:
+        block = {"type": "tool_result", "tool_use_id": tool_id, "is_error": is_error}
+        self.emit(
+            {
+                "type": "user",
+                "message": {"role": "user", "content": [{**block, "content": content}]},
+            }
+        )
 
     def write_tool(self, path: str, content: str) -> str | None:
         """One Write tool call, shown as Claude Code shows it; the refusal text, if refused."""

@@ -14,8 +14,6 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from agent_run.engines.signin import native_login_refusal
-
 # A model-level check names the field it is about in its error type: "field:NAME".
 FIELD_ERROR = "field:"
 
@@ -120,11 +118,31 @@ class RuntimeOptions(StrictModel):
     retry_give_up_seconds: float = Field(
         default=120.0, gt=0, description="stop an engine that only retries for this long"
     )
+    sandbox: Literal["bubblewrap", "none"] = Field(
+        default="bubblewrap",
+        description="bubblewrap: the engine sees only what its agent may touch (SECURITY.md); "
+        "none: it sees everything the user can",
+    )
     # --- capacity (docs/capacity.md)
     limits_source: LimitsSource = "native"
     priority_multiplier: Weight = 1.0
     priority_account_multipliers: dict[AccountLabel, Weight] = Field(default_factory=dict)
     priority_lane_multipliers: dict[LaneName, Weight] = Field(default_factory=dict)
+    model_lanes: dict[str, LaneName] = Field(
+        default_factory=dict,
+        description="model -> the model-specific quota lane it spends besides the account-wide "
+        "one (docs/capacity.md)",
+    )
+
+    @model_validator(mode="after")
+    def _model_lanes_name_models(self) -> "RuntimeOptions":
+        for model in self.model_lanes:
+            if self.models and model not in self.models:
+                raise PydanticCustomError(
+                    f"{FIELD_ERROR}model_lanes.{model}",
+                    "model_lanes names a model that is not one of `models`",
+                )
+        return self
 
     @model_validator(mode="after")
     def _appserver_is_codex(self) -> "RuntimeOptions":
@@ -147,6 +165,8 @@ class RuntimeOptions(StrictModel):
 
     @model_validator(mode="after")
     def _native_login_is_supported(self) -> "RuntimeOptions":
+        from agent_run.engines.registry import native_login_refusal  # the registry imports us
+
         if self.auth is not None and self.auth.login is not None:
             refusal = native_login_refusal(self.engine)
             if refusal is not None:
@@ -155,6 +175,8 @@ class RuntimeOptions(StrictModel):
 
     @model_validator(mode="after")
     def _accounts_are_labelled(self) -> "RuntimeOptions":
+        from agent_run.engines.registry import native_login_refusal  # the registry imports us
+
         for label, account in self.accounts.items():
             if not re.match(ACCOUNT_LABEL, label):
                 raise PydanticCustomError(
@@ -165,6 +187,13 @@ class RuntimeOptions(StrictModel):
                 refusal = native_login_refusal(self.engine)
                 if refusal is not None:
                     raise PydanticCustomError(f"{FIELD_ERROR}accounts.{label}.auth.login", refusal)
+        for label in self.priority_account_multipliers:
+            if label not in self.accounts:
+                raise PydanticCustomError(
+                    f"{FIELD_ERROR}priority_account_multipliers.{label}",
+                    "names no account of this runtime: "
+                    + (", ".join(sorted(self.accounts)) or "none is configured"),
+                )
         if self.default_account is not None and self.default_account not in self.accounts:
             raise PydanticCustomError(
                 f"{FIELD_ERROR}default_account",

@@ -7,7 +7,7 @@ engine's typed options. The task text is not in it: it is the execution's `promp
 given to the engine beside the plan.
 
 Versions: 1 (no `plan_version` key) held the prompt and every runtime key for every engine;
-2 holds neither. `load_plan` reads both.
+2 holds neither; 3 adds `commit_branch`. `load_plan` reads all three.
 """
 
 import json
@@ -27,7 +27,7 @@ from pydantic_core import PydanticCustomError
 from agent_run.engines.options import FIELD_ERROR, RuntimeOptions
 from agent_run.engines.registry import UnknownEngine, engine_spec, runtime_options
 
-PLAN_VERSION: Literal[2] = 2
+PLAN_VERSION: Literal[3] = 3
 
 # A runtime's options, validated against the model of the engine it names (and dumped whole).
 EngineOptions = Annotated[SerializeAsAny[RuntimeOptions], PlainValidator(runtime_options)]
@@ -47,7 +47,7 @@ class ExecutionPlan(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
-    plan_version: Literal[2] = PLAN_VERSION
+    plan_version: Literal[3] = PLAN_VERSION
     agent_id: str
     execution_id: str
     runtime: str
@@ -63,6 +63,10 @@ class ExecutionPlan(BaseModel):
     resume_session_id: str | None = None
     read_roots: list[str] = Field(default_factory=list)
     worker_tools: list[str] = Field(default_factory=lambda: ["finish"])
+    # The one branch `create_commit` commits on for an agent of no batch run here (a batch run's
+    # is its run's branch): the branch its workdir was on at admission (a run's worktree on a
+    # host); None: create_commit is refused outside a batch run.
+    commit_branch: str | None = None
     storage_buffer_bytes: int = Field(
         default=4 * 1024 * 1024, ge=0
     )  # events held while the disk is full
@@ -96,6 +100,11 @@ def _upgrade_v1(data: dict[str, Any]) -> dict[str, Any]:
     return data | {"plan_version": 2}
 
 
+def _upgrade_v2(data: dict[str, Any]) -> dict[str, Any]:
+    """Version 2 -> 3: no `commit_branch` (create_commit only for batch runs, as then)."""
+    return data | {"plan_version": 3}
+
+
 def _first_error(exc: ValidationError) -> PlanInvalid:
     error = exc.errors()[0]
     loc = [str(part) for part in error["loc"]]
@@ -116,7 +125,9 @@ def load_plan(plan_json: str | bytes) -> ExecutionPlan:
         raise PlanInvalid("the execution plan is not a JSON object")
     version = data.get("plan_version", 1)
     if version == 1:
-        data = _upgrade_v1(data)
+        data = _upgrade_v2(_upgrade_v1(data))
+    elif version == 2:
+        data = _upgrade_v2(data)
     elif version != PLAN_VERSION:
         raise PlanInvalid(
             f"plan_version {version!r} is not one this agent-run reads (1 to {PLAN_VERSION})",

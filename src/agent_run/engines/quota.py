@@ -1,12 +1,14 @@
 """Quota windows the engines report themselves: Codex rate limits and Claude Code's
 `rate_limit_event`, parsed into `QuotaWindow`s (docs/capacity.md, "native")."""
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
-DEFAULT_LANE = "default"
+DEFAULT_LANE = "default"  # the account-wide lane (domain/capacity.ACCOUNT_LANE)
+CODEX_MAIN_LIMIT = "codex"  # Codex's own limitId for its account-wide limit: read as DEFAULT_LANE
 
-# Claude Code's rateLimitType -> (lane, window).
+# Claude Code's rateLimitType -> (lane, window); a type not listed is read by `_claude_type`.
 _CLAUDE_TYPES = {
     "five_hour": (DEFAULT_LANE, "5h"),
     "seven_day": (DEFAULT_LANE, "7d"),
@@ -66,21 +68,43 @@ def _codex_window(entry: Any, fallback: str, lane: str) -> QuotaWindow | None:
 
 def codex_windows(rate_limits: Any) -> tuple[QuotaWindow, ...]:
     """Codex `rateLimits` (app-server, camelCase) or `token_count.rate_limits` (snake_case):
-    primary and secondary windows of the lane `limitId` (default when absent)."""
+    primary and secondary windows of the lane `limitId`. The account-wide limit (`limitId`
+    `codex`, or none: the legacy shape) is the `default` lane; any other limit id (a
+    model-specific limit) is a lane of that name."""
     if not isinstance(rate_limits, dict):
         return ()
     lane = rate_limits.get("limitId") or rate_limits.get("limit_id") or DEFAULT_LANE
-    lane = lane if isinstance(lane, str) else DEFAULT_LANE
+    lane = lane if isinstance(lane, str) and lane != CODEX_MAIN_LIMIT else DEFAULT_LANE
     found = (_codex_window(rate_limits.get(name), name, lane) for name in ("primary", "secondary"))
     return tuple(window for window in found if window is not None)
+
+
+_CLAUDE_PERIODS = {"five_hour": "5h", "seven_day": "7d"}
+_CLAUDE_TYPE_NAME = re.compile(r"^[a-z0-9_]{1,64}$")
+
+
+def _claude_type(rate_type: Any) -> tuple[str, str] | None:
+    """(lane, window) of a rateLimitType. A type the table does not list is a lane of its own,
+    never dropped (a rejection on it must still read 0 %): `seven_day_X` -> lane X window 7d,
+    `five_hour_X` -> lane X window 5h, any other name -> lane NAME window `period`. Not a type
+    name (not 1-64 of a-z, 0-9, `_`): None."""
+    if not isinstance(rate_type, str) or not _CLAUDE_TYPE_NAME.match(rate_type):
+        return None
+    if rate_type in _CLAUDE_TYPES:
+        return _CLAUDE_TYPES[rate_type]
+    for prefix, window in _CLAUDE_PERIODS.items():
+        if rate_type.startswith(prefix + "_"):
+            return rate_type.removeprefix(prefix + "_"), window
+    return rate_type, "period"
 
 
 def _claude_window(
     rate_type: Any, utilization: Any, resets_at: Any, status: Any
 ) -> QuotaWindow | None:
-    if rate_type not in _CLAUDE_TYPES:
+    kind = _claude_type(rate_type)
+    if kind is None:
         return None
-    lane, window = _CLAUDE_TYPES[rate_type]
+    lane, window = kind
     used = _number(utilization)
     remaining = (
         None if used is None else _percent(100.0 - used * 100.0)

@@ -40,6 +40,7 @@ from agent_run.engines.base import (
     LaunchSpec,
     RetryEvent,
     Unparsed,
+    UsageUpdate,
     WorkerMcp,
 )
 from agent_run.engines.classify import TextKinds, kind_for_http_status, kind_from_text
@@ -52,6 +53,7 @@ from agent_run.engines.stream_json import (
     control_request,
     events_of,
     load_line,
+    usage_numbers,
     user_message,
 )
 from agent_run.home import write_private_file
@@ -102,6 +104,61 @@ class QwenOptions(HttpRuntimeOptions):
     engine: Literal["qwen"]
 
 
+def _settings(plan: ExecutionPlan, rc: HttpRuntimeOptions, worker: WorkerMcp) -> dict[str, Any]:
+    """`$QWEN_HOME/settings.json`: retry knobs where Qwen Code reads them, no memory extraction,
+    no telemetry or updates, the profile's tools, and the worker tools as a trusted server."""
+    generation: dict[str, object] = {}
+    if rc.max_retries is not None:
+        generation["maxRetries"] = rc.max_retries
+    if rc.request_timeout_seconds is not None:
+        generation["timeout"] = int(rc.request_timeout_seconds * 1000)
+    exclude = ["tool_search"]  # keep the worker tools visible, not behind tool search
+    if plan.profile != "write":
+        exclude += WRITE_TOOLS
+    return {
+        "memory": {"enableManagedAutoMemory": False},
+        "model": {"generationConfig": generation},
+        "security": {"auth": {"selectedType": "openai"}},
+        "tools": {"exclude": exclude},
+        "privacy": {"usageStatisticsEnabled": False},
+        "telemetry": {"enabled": False},
+        "general": {"enableAutoUpdate": False},
+        "mcpServers": {
+            worker.name: {
+                "command": worker.command,
+                "args": worker.args,
+                "env": worker.env,
+                "trust": True,
+            }
+        },
+    }
+
+
+def _environment(
+    plan: ExecutionPlan, rc: HttpRuntimeOptions, secrets: dict[str, str], qwen_home: Path
+) -> dict[str, str]:
+    """Every OPENAI_* variable set explicitly (Qwen Code reads `.env` files up from the
+    workdir), the provider and its key, no unattended retry, no telemetry."""
+    env = base_environment(plan)
+    env.update(rc.env)
+    env.update({name: "" for name in _OPENAI_VARIABLES})
+    env.update(
+        {
+            "QWEN_HOME": str(qwen_home),
+            "OPENAI_MODEL": plan.model,
+            "OPENAI_BASE_URL": rc.base_url or "",
+            "OPENAI_API_KEY": single_secret(secrets) or "",
+            "QWEN_CODE_UNATTENDED_RETRY": "0",  # never retry 429/529 forever
+            "QWEN_USAGE_STATISTICS_ENABLED": "0",
+            "QWEN_TELEMETRY_ENABLED": "0",
+            "QWEN_CODE_SUPPRESS_YOLO_WARNING": "1",
+        }
+    )
+    if rc.request_timeout_seconds is not None:
+        env["QWEN_CODE_API_TIMEOUT_MS"] = str(int(rc.request_timeout_seconds * 1000))
+    return {k: v for k, v in env.items() if v != "" or k.startswith("OPENAI_")}
+
+
 class QwenEngine(StreamJsonProtocol):
     """Stream-json like Claude Code; it differs in its first input (initialize), its retry
     lines, its usage totals and its error results."""
@@ -120,55 +177,13 @@ class QwenEngine(StreamJsonProtocol):
         assert isinstance(rc, HttpRuntimeOptions)
         qwen_home = Path(plan.engine_home) / ".qwen"
         qwen_home.mkdir(mode=0o700, parents=True, exist_ok=True)
-        generation: dict[str, object] = {}
-        if rc.max_retries is not None:
-            generation["maxRetries"] = rc.max_retries
-        if rc.request_timeout_seconds is not None:
-            generation["timeout"] = int(rc.request_timeout_seconds * 1000)
-        exclude = ["tool_search"]  # keep the worker tools visible, not behind tool search
-        if plan.profile != "write":
-            exclude += WRITE_TOOLS
-        settings = {
-            "memory": {"enableManagedAutoMemory": False},
-            "model": {"generationConfig": generation},
-            "security": {"auth": {"selectedType": "openai"}},
-            "tools": {"exclude": exclude},
-            "privacy": {"usageStatisticsEnabled": False},
-            "telemetry": {"enabled": False},
-            "general": {"enableAutoUpdate": False},
-            "mcpServers": {
-                worker.name: {
-                    "command": worker.command,
-                    "args": worker.args,
-                    "env": worker.env,
-                    "trust": True,
-                }
-            },
-        }
         settings_path = qwen_home / "settings.json"
-        write_private_file(settings_path, json.dumps(settings, indent=2).encode())
-
-        env = base_environment(plan)
-        env.update(rc.env)
-        env.update({name: "" for name in _OPENAI_VARIABLES})
-        env.update(
-            {
-                "QWEN_HOME": str(qwen_home),
-                "OPENAI_MODEL": plan.model,
-                "OPENAI_BASE_URL": rc.base_url or "",
-                "OPENAI_API_KEY": single_secret(secrets) or "",
-                "QWEN_CODE_UNATTENDED_RETRY": "0",  # never retry 429/529 forever
-                "QWEN_USAGE_STATISTICS_ENABLED": "0",
-                "QWEN_TELEMETRY_ENABLED": "0",
-                "QWEN_CODE_SUPPRESS_YOLO_WARNING": "1",
-            }
+        write_private_file(
+            settings_path, json.dumps(_settings(plan, rc, worker), indent=2).encode()
         )
-        if rc.request_timeout_seconds is not None:
-            env["QWEN_CODE_API_TIMEOUT_MS"] = str(int(rc.request_timeout_seconds * 1000))
-        env = {k: v for k, v in env.items() if v != "" or k.startswith("OPENAI_")}
-
+        env = _environment(plan, rc, secrets, qwen_home)
         # yolo: every tool runs without a prompt. `default` in headless mode denies tools that
-        # would need one; the write tools are excluded above as well.
+        # would need one; the write tools are excluded from the settings as well.
         mode = "yolo" if plan.profile == "write" else "default"
         argv = [
             rc.binary or "qwen",
@@ -203,9 +218,9 @@ class QwenEngine(StreamJsonProtocol):
         kind = obj.get("type")
         if kind == "system" and obj.get("subtype") == "retry":
             return [self._retry(obj.get("data") or {})]
-        if kind == "assistant":
-            self._add_usage(obj.get("message") or {})
         events = events_of(obj)
+        if kind == "assistant" and self._add_usage(obj.get("message") or {}):
+            events = [UsageUpdate(dict(self._turn_usage)), *events]  # the turn's usage so far
         if kind == "result":
             events = [
                 self._completion(obj, event) for event in events if isinstance(event, Completion)
@@ -225,14 +240,16 @@ class QwenEngine(StreamJsonProtocol):
             None, self._retries, f"model stream replayed ({data.get('reason', 'retry')})"
         )
 
-    def _add_usage(self, message: dict[str, Any]) -> None:
+    def _add_usage(self, message: dict[str, Any]) -> bool:
+        """Count a model call's usage once; whether this line added any."""
         message_id = str(message.get("id") or "")
         if message_id in self._counted:
-            return
+            return False
         self._counted.add(message_id)
-        for key, value in (message.get("usage") or {}).items():
-            if isinstance(value, (int, float)):
-                self._turn_usage[key] = self._turn_usage.get(key, 0) + value
+        usage = usage_numbers(message.get("usage"))
+        for key, value in usage.items():
+            self._turn_usage[key] = self._turn_usage.get(key, 0) + value
+        return bool(usage)
 
     def _completion(self, obj: dict[str, Any], parsed: Completion) -> Completion:
         error = obj.get("error")
@@ -278,4 +295,8 @@ SPEC = EngineSpec(
         "auth": {"env": "DASHSCOPE_API_KEY"},
     },
     broker_upstream=OPENAI_URL,
+    # Qwen Code's OAuth (`~/.qwen/oauth_creds.json`) was discontinued on 2026-04-15 and 0.24.4
+    # no longer offers it.
+    no_native_login="Qwen OAuth was discontinued on 2026-04-15 (Qwen Code 0.24.4 no longer "
+    "offers it): use an API key (auth.env or auth.file)",
 )

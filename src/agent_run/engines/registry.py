@@ -20,6 +20,7 @@ from agent_run.engines.options import FIELD_ERROR, RuntimeOptions
 
 if TYPE_CHECKING:  # base imports the plan, which validates through this registry
     from agent_run.engines.base import Engine
+    from agent_run.engines.signin import SignIn
 
 ENTRY_POINT_GROUP = "agent_run.engines"
 
@@ -49,6 +50,10 @@ class EngineSpec:
     # The provider URL the supervisor's credential broker forwards to when the runtime sets no
     # `base_url`; None: the engine calls no provider, so it gets the secret itself.
     broker_upstream: str | None = None
+    # The engine's own sign-in a runtime can run on (`auth = { login = "native" }`), or None.
+    sign_in: SignIn | None = None
+    # Why a native login cannot work for it (None with a sign-in, or for the generic reason).
+    no_native_login: str | None = None
 
 
 class UnknownEngine(KeyError):
@@ -133,3 +138,25 @@ def runtime_options(value: object) -> RuntimeOptions:
             {"engine": engine, "builtin": ", ".join(BUILTIN_ENGINES)},
         ) from None
     return spec.options.model_validate(value)
+
+
+def sign_in_for(name: str) -> SignIn | None:
+    """Engine `name`'s native sign-in, or None (no such engine, or it has none)."""
+    try:
+        return engine_spec(name).sign_in
+    except UnknownEngine:
+        return None
+
+
+def native_login_refusal(name: str) -> str | None:
+    """Why `login = "native"` cannot work for engine `name`, or None when it can."""
+    try:
+        spec: EngineSpec | None = engine_spec(name)
+    except UnknownEngine:
+        spec = None
+    if spec is not None and spec.sign_in is not None:
+        return None
+    return (spec.no_native_login if spec else None) or (
+        f"the {name} engine has no native sign-in agent-run can use: "
+        "use an API key (auth.env or auth.file)"
+    )

@@ -2,26 +2,20 @@
 
 A runtime with `auth = { login = "native" }` keeps its generated home, but the engine's one
 credential file is the user's real one (`share_credential`): every agent sees the current token
-and a refresh the engine writes lands in the real file. One `SignIn` per engine says where the
-file is, how the engine is pointed at it, how to read its expiry, which of its values are
-secrets (for the redactor) and which command signs in. Checked against codex 0.171.0 and
-claude-code 2.1.332:
+and a refresh the engine writes lands in the real file. An engine that offers one declares a
+`SignIn` in its `EngineSpec` (`sign_in`): where the file is, how the engine is pointed at it,
+how to read its expiry, which of its values are secrets (for the redactor), which command signs
+in, and where the display email is. An engine without one may say why (`no_native_login`);
+`registry.native_login_refusal` is what config refuses a native login with. How each engine
+shares its file (a link, or a variable naming the real folder) is noted beside its `SignIn`.
 
-- Codex: the file is linked into the generated `$CODEX_HOME`. Codex resolves the link before it
-  writes: its temp file, rename and `auth.json.lock` are all in the real file's folder, so the
-  link survives its writes and its own lock serialises refreshes between agents.
-- Claude Code: `CLAUDE_SECURESTORAGE_CONFIG_DIR` moves its credential store (and its OAuth
-  refresh lock, `.oauth_refresh.lock.owner`) out of `CLAUDE_CONFIG_DIR`: it is set to the real
-  folder, so refreshes are written there (temp file + rename) under Claude Code's own lock,
-  shared by every agent. No link: Claude Code's credential writer does not follow links (a
-  refresh would replace one with a private copy).
+Inside agent-run's sandbox the folder is read-write (the rename needs it) but shows only the
+credential and each `SignIn.refresh_names` (the engine's lock and temp files): its other entries
+are hidden (engines/sandbox.py, `credential_binds`).
 
 `CredentialLink.keep` guards a link all the same: should an engine replace it with a file of its
 own, the supervisor (before each chunk of engine output, on every pass of its loop and at the
 end) publishes that file to the real one under a lock and restores the link.
-
-Qwen Code's OAuth (`~/.qwen/oauth_creds.json`) was discontinued on 2026-04-15 and 0.24.4 no
-longer offers it: config refuses a native login for `qwen` (`NATIVE_LOGIN_REFUSED`).
 """
 
 import base64
@@ -29,7 +23,6 @@ import fcntl
 import json
 import os
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,14 +35,6 @@ LOCK_NAME = ".agent-run-signin.lock"
 # A runtime's `auth`: its config model (`options.AuthConfig`) or that model as stored JSON.
 Auth = Any
 
-# Engines with no native sign-in agent-run can use, and why (SIGN_INS below has the others).
-NATIVE_LOGIN_REFUSED = {
-    "qwen": "Qwen OAuth was discontinued on 2026-04-15 (Qwen Code 0.24.4 no longer offers it): "
-    "use an API key (auth.env or auth.file)",
-    "glm": "GLM has no native sign-in: use an API key (auth.env or auth.file)",
-    "demo": "the demo engine needs no sign-in",
-}
-
 
 def auth_fields(auth: Auth) -> dict[str, Any]:
     """A runtime's `auth` as a plain dict, whether a config model or stored JSON."""
@@ -59,17 +44,6 @@ def auth_fields(auth: Auth) -> dict[str, Any]:
         return auth
     fields: dict[str, Any] = auth.model_dump(exclude_none=True)
     return fields
-
-
-def native_login_refusal(engine: str) -> str | None:
-    """Why `login = "native"` cannot work for `engine`, or None when it can."""
-    if engine in SIGN_INS:
-        return None
-    return NATIVE_LOGIN_REFUSED.get(
-        engine,
-        f"the {engine} engine has no native sign-in agent-run can use: "
-        "use an API key (auth.env or auth.file)",
-    )
 
 
 class SignInMissing(ValueError):
@@ -100,6 +74,21 @@ class SignIn:
     # folder instead of linking the file.
     store_variable: str | None = None
     refused_on: dict[str, str] = field(default_factory=dict)  # sys.platform -> why not there
+    # What the engine writes beside its credential when it refreshes it: these names, and each
+    # followed by `.` (a lock, a temp file). The only entries of the folder a sandbox sees.
+    refresh_names: tuple[str, ...] = ()
+    # The variable an API key is usually in, for `init`'s "API key instead" line.
+    key_variable: str | None = None
+    # The flag that makes `login_argv` read an API key from stdin (`login --with-api-key`).
+    key_flag: str | None = None
+    # Where the account's display email is: (a file in the credential folder, its picker).
+    email_sources: tuple[tuple[str, Callable[[dict[str, Any]], Any]], ...] = field(
+        default=(), repr=False
+    )
+
+    def refreshes(self, name: str) -> bool:
+        names = (self.file_name, *self.refresh_names)
+        return any(name == n or name.startswith(n + ".") for n in names)
 
     def credential_dir(self, auth: Auth) -> Path:
         configured = auth_fields(auth).get("dir")
@@ -116,74 +105,41 @@ class SignIn:
         return {self.store_variable: str(self.credential_dir(auth))} if self.store_variable else {}
 
 
-def _jwt_expiry(token: str) -> float | None:
-    """The `exp` claim of a JWT, unverified (only to report when it runs out)."""
+def jwt_claims(token: Any) -> dict[str, Any]:
+    """A JWT's claims, unverified (only to show an email or when a token runs out); {} if none."""
+    if not isinstance(token, str) or token.count(".") < 2:
+        return {}
+    payload = token.split(".")[1]
     try:
-        payload = token.split(".")[1]
         claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
-    except (IndexError, ValueError):
-        return None
-    exp = claims.get("exp") if isinstance(claims, dict) else None
+    except ValueError:
+        return {}
+    return claims if isinstance(claims, dict) else {}
+
+
+def jwt_expiry(token: Any) -> float | None:
+    """The `exp` claim of a JWT, unverified."""
+    exp = jwt_claims(token).get("exp")
     return float(exp) if isinstance(exp, (int, float)) else None
 
 
-def _strings(values: Any) -> list[str]:
+def token_strings(values: Any) -> list[str]:
+    """The non-empty strings among `values`: a credential's secrets for the redactor."""
     return [v for v in values if isinstance(v, str) and v]
 
 
-def _codex(data: dict[str, Any]) -> Credential:
-    """`auth.json`: `{"auth_mode": "apikey", "OPENAI_API_KEY": ...}` or ChatGPT tokens."""
-    key = data.get("OPENAI_API_KEY")
-    found = data.get("tokens")
-    tokens: dict[str, Any] = found if isinstance(found, dict) else {}
-    secrets = _strings(
-        [key, tokens.get("id_token"), tokens.get("access_token"), tokens.get("refresh_token")]
-    )
-    if isinstance(key, str) and key:
-        return Credential("apikey", secrets, usable=True)
-    access = tokens.get("access_token")
-    expires = _jwt_expiry(access) if isinstance(access, str) else None
-    return Credential(
-        str(data.get("auth_mode") or "chatgpt"),
-        secrets,
-        usable=bool(tokens.get("refresh_token")),
-        expires_at=expires,
-    )
-
-
-def _claude(data: dict[str, Any]) -> Credential:
-    """`.credentials.json`: `{"claudeAiOauth": {accessToken, refreshToken, expiresAt (ms)}}`."""
-    found = data.get("claudeAiOauth")
-    oauth: dict[str, Any] = found if isinstance(found, dict) else {}
-    secrets = _strings([oauth.get("accessToken"), oauth.get("refreshToken")])
-    expires_ms = oauth.get("expiresAt")
-    expires = expires_ms / 1000 if isinstance(expires_ms, (int, float)) else None
-    access_valid = bool(oauth.get("accessToken")) and (expires is None or expires > time.time())
-    return Credential(
-        "oauth", secrets, usable=bool(oauth.get("refreshToken")) or access_valid, expires_at=expires
-    )
-
-
-SIGN_INS: dict[str, SignIn] = {
-    "codex": SignIn(
-        "codex", "Codex", "CODEX_HOME", "~/.codex", "auth.json", ".codex", ("login",), _codex
-    ),
-    "claude": SignIn(
-        "claude",
-        "Claude Code",
-        "CLAUDE_CONFIG_DIR",
-        "~/.claude",
-        ".credentials.json",
-        ".claude",
-        ("auth", "login"),
-        _claude,
-        store_variable="CLAUDE_SECURESTORAGE_CONFIG_DIR",
-        refused_on={
-            "darwin": "on macOS Claude Code keeps its sign-in in the login keychain, "
-            "not in a file agent-run can link: use an API key (auth.env)"
-        },
-    ),
-}
+def email_in(sign_in: SignIn, auth: Auth) -> str | None:
+    """The display email the engine keeps beside its credential, or None."""
+    folder = sign_in.credential_dir(auth)
+    for name, pick in sign_in.email_sources:
+        try:
+            data = json.loads((folder / name).read_text())
+        except (OSError, ValueError):
+            continue
+        email = pick(data) if isinstance(data, dict) else None
+        if isinstance(email, str) and "@" in email:
+            return email
+    return None
 
 
 def is_native(auth: Auth) -> bool:
@@ -252,10 +208,11 @@ def _copy_over(source: Path, target: Path) -> None:
     write_private_file(target, source.read_bytes())
 
 
-def share_credential(engine: str, auth: Auth, engine_home: str | Path) -> CredentialLink | None:
+def share_credential(
+    sign_in: SignIn | None, auth: Auth, engine_home: str | Path
+) -> CredentialLink | None:
     """Give the generated home the real credential (native login only): a link to it, unless
     the engine is pointed at its folder by its store variable (`SignIn.engine_env`)."""
-    sign_in = SIGN_INS.get(engine)
     if sign_in is None or not is_native(auth):
         return None
     link = None if sign_in.store_variable else sign_in.link_path(engine_home)

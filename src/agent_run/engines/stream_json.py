@@ -11,6 +11,7 @@ from agent_run.engines.base import (
     RetryEvent,
     SessionStarted,
     Unparsed,
+    UsageUpdate,
 )
 from agent_run.engines.plan import ExecutionPlan
 from agent_run.engines.quota import QuotaEvent, claude_windows
@@ -104,16 +105,69 @@ def events_of(obj: dict[str, Any]) -> list[EngineEvent]:
     return []
 
 
+def usage_numbers(usage: Any) -> dict[str, float]:
+    """The numeric entries of a usage object (nested details and bools left out)."""
+    if not isinstance(usage, dict):
+        return {}
+    return {
+        key: value
+        for key, value in usage.items()
+        if isinstance(value, (int, float)) and not isinstance(value, bool)
+    }
+
+
+class TurnUsage:
+    """A turn's usage so far, from the `usage` of its `assistant` lines (one per model call).
+    Claude Code repeats a call's message, with its usage as it stood, on each of its
+    content-block lines: the latest line of each message id counts, once."""
+
+    def __init__(self) -> None:
+        self._by_message: dict[str, dict[str, float]] = {}
+
+    def observe(self, obj: dict[str, Any]) -> list[EngineEvent]:
+        """An UsageUpdate for an assistant line that carries usage, else nothing."""
+        message = obj.get("message") if obj.get("type") == "assistant" else None
+        usage = usage_numbers(message.get("usage")) if isinstance(message, dict) else {}
+        if not usage or not isinstance(message, dict):
+            return []
+        key = str(message.get("id") or f"line {len(self._by_message)}")
+        self._by_message[key] = usage
+        total: dict[str, float] = {}
+        for counted in self._by_message.values():
+            for name, value in counted.items():
+                total[name] = total.get(name, 0) + value
+        return [UsageUpdate(total)]
+
+    def reset(self) -> None:
+        """The turn completed: its result carries the final usage."""
+        self._by_message = {}
+
+
 class StreamJsonProtocol:
     """The stdin/stdout side shared by engines that speak stream-json (Claude Code, demo):
     the task is the first user message, a steer is another (the next turn), and interrupt is
-    a control request."""
+    a control request. The running turn's usage is reported as its assistant lines carry it."""
+
+    _turn: TurnUsage | None = None
+
+    @property
+    def turn_usage(self) -> TurnUsage:
+        if self._turn is None:
+            self._turn = TurnUsage()
+        return self._turn
 
     def initial_input(self, plan: ExecutionPlan, prompt: str) -> list[bytes]:
         return [user_message(prompt)]
 
     def parse_line(self, line: str) -> list[EngineEvent]:
-        return parse_stream_json_line(line)
+        obj = load_line(line)
+        return [Unparsed(line)] if obj is None else self.events_with_usage(obj)
+
+    def events_with_usage(self, obj: dict[str, Any]) -> list[EngineEvent]:
+        """`events_of(obj)`, after an UsageUpdate when the line reports the turn's usage."""
+        if obj.get("type") == "result":
+            self.turn_usage.reset()
+        return self.turn_usage.observe(obj) + events_of(obj)
 
     def steer_input(self, text: str) -> bytes | None:
         return user_message(text)

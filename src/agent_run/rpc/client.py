@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from agent_run.domain.errors import DaemonUnavailable, ProtocolError
-from agent_run.home import Home
+from agent_run.home import Home, clear_stop_mark, read_stop_mark
 from agent_run.rpc import protocol as p
 
 if TYPE_CHECKING:
@@ -29,14 +29,29 @@ if TYPE_CHECKING:
 
 NO_AUTOSTART_ENV = "AGENT_RUN_NO_AUTOSTART"
 AUTOSTART_TIMEOUT_SECONDS = 20.0
-DAEMON_ALREADY_RUNNING_EXIT = 1  # `agent-run api serve` when another daemon holds the lock
+# `api serve` exits 1 on any error: another daemon holds the lock, the home is marked stopped
+# (an autostarted one), a bad config.
+SERVE_ERROR_EXIT = 1
 READ_LIMIT = 64 * 1024 * 1024  # a reply line (a transcript page can be large)
-
-RpcError = ProtocolError  # the former name of the untyped protocol error
 
 
 class NotConnected(DaemonUnavailable):
     """Nothing was sent: no daemon listens (safe to start one and send again)."""
+
+
+class DaemonStopped(DaemonUnavailable):
+    """The user stopped the daemon (`agent-run api stop`): a front-end that runs on its own (the
+    web UI, an MCP session) or a question about the daemon (`api status`, `doctor`) does not
+    start it again; `api serve`, `api restart` or a CLI verb does."""
+
+
+def stopped_error(home: Home, mark: dict[str, Any]) -> DaemonStopped:
+    when = f" at {mark['at']}" if mark.get("at") else ""
+    return DaemonStopped(
+        f"daemon stopped by `agent-run api stop`{when}; run `agent-run api restart` to start it "
+        f"(home {home.root})",
+        stopped_at=mark.get("at"),
+    )
 
 
 def result_model(tool: str) -> "type[BaseModel]":
@@ -148,14 +163,12 @@ class RawClient(Client):
         return self.call_raw(method, params)
 
 
-RpcClient = RawClient  # the name tests and benches have used
-
-
 class AsyncClient:
     """The async face: one short connection per call, so a caller that gives up (an MCP client
     cancelling a `wait`) also ends the daemon's side of a read-only request. When no daemon
-    listens it starts one once (as the CLI does) and sends again; a call that was sent is never
-    sent twice."""
+    listens it starts one once (as the CLI does) and sends again, unless the user stopped it
+    (`DaemonStopped`: the web UI and MCP sessions retry on their own, and must not undo an
+    `api stop`); a call that was sent is never sent twice."""
 
     def __init__(self, home: Home) -> None:
         import asyncio
@@ -170,7 +183,7 @@ class AsyncClient:
             import asyncio
 
             async with self._start_lock:
-                await asyncio.to_thread(lambda: connect(self.home).close())
+                await asyncio.to_thread(lambda: connect(self.home, restart_stopped=False).close())
             return await call_once(self.home, method, params)
 
     async def call(self, tool: str, params: dict[str, Any] | None = None) -> "BaseModel":
@@ -229,12 +242,14 @@ def try_connect(home: Home, timeout: float | None = None) -> Client | None:
 
 
 def start_daemon_detached(home: Home) -> subprocess.Popen[bytes]:
-    """Launch `agent-run api serve` in its own session; its output goes to logs/daemon.out."""
+    """Launch `agent-run api serve --autostarted` in its own session (it refuses to serve while
+    the home is marked stopped); its output goes to logs/daemon.out."""
     home.ensure()
     out = os.open(home.logs_dir / "daemon.out", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    argv = [sys.executable, "-m", "agent_run", "--home", str(home.root), "api", "serve"]
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "agent_run", "--home", str(home.root), "api", "serve"],
+            [*argv, "--autostarted"],  # not the user's `api serve`: it leaves a stop mark be
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=out,
@@ -246,11 +261,22 @@ def start_daemon_detached(home: Home) -> subprocess.Popen[bytes]:
     return proc
 
 
-def connect(home: Home, *, autostart: bool = True, timeout: float | None = None) -> Client:
-    """A client of the home's daemon, starting one (and saying so on stderr) when none answers."""
+def connect(
+    home: Home,
+    *,
+    autostart: bool = True,
+    timeout: float | None = None,
+    restart_stopped: bool = True,
+) -> Client:
+    """A client of the home's daemon, starting one (and saying so on stderr) when none answers.
+    A daemon the user stopped (`api stop`) is started again only with `restart_stopped` (the
+    user's own command); otherwise that is `DaemonStopped`."""
     client = try_connect(home, timeout)
     if client is not None:
         return client
+    mark = read_stop_mark(home)
+    if mark is not None and not restart_stopped:
+        raise stopped_error(home, mark)
     off = os.environ.get(NO_AUTOSTART_ENV) == "1"
     if not autostart or off:
         raise DaemonUnavailable(
@@ -258,18 +284,32 @@ def connect(home: Home, *, autostart: bool = True, timeout: float | None = None)
             + (f" ({NO_AUTOSTART_ENV}=1 turned autostart off)" if off else "")
         )
     _check_config(home)
+    if mark is not None:
+        clear_stop_mark(home)  # the user's command undoes their `api stop`
     proc = start_daemon_detached(home)
-    print(
-        f"agent-run: no daemon was answering for {home.root}; started one (pid {proc.pid})",
-        file=sys.stderr,
+    why = (
+        "the daemon was stopped by `agent-run api stop`"
+        if mark is not None
+        else "no daemon was answering"
     )
+    print(f"agent-run: {why} for {home.root}; started one (pid {proc.pid})", file=sys.stderr)
+    return _await_started(home, proc, timeout)
+
+
+def _await_started(home: Home, proc: subprocess.Popen[bytes], timeout: float | None) -> Client:
     deadline = time.monotonic() + AUTOSTART_TIMEOUT_SECONDS
     while time.monotonic() < deadline:
         client = try_connect(home, timeout)
         if client is not None:
             return client
-        # Exit 1 means another daemon won the lock: keep knocking. Anything else is a failure.
-        if proc.poll() not in (None, DAEMON_ALREADY_RUNNING_EXIT):
+        code = proc.poll()
+        if code == SERVE_ERROR_EXIT:
+            # Another daemon won the lock (keep knocking), or ours found the home marked
+            # stopped by an `api stop` since, or the config turned invalid meanwhile.
+            if (mark := read_stop_mark(home)) is not None:
+                raise stopped_error(home, mark)
+            _check_config(home)
+        elif code is not None:
             break
         time.sleep(0.05)
     raise DaemonUnavailable(

@@ -12,6 +12,8 @@ from agent_run.domain.account_models import (
 from agent_run.engines.accounts import account_auth, account_status
 from agent_run.engines.options import AuthConfig, RuntimeOptions
 from agent_run.services.context import ServiceContext
+from agent_run.store import rosters as rosters_q
+from agent_run.store.rosters import Roster
 
 
 def _runtimes(ctx: ServiceContext, name: str | None) -> dict[str, RuntimeOptions]:
@@ -73,7 +75,36 @@ async def accounts(ctx: ServiceContext, p: AccountsParams) -> AccountsResult:
     return AccountsResult(accounts=await ctx.db(read))
 
 
+def available_models(configured: list[str], roster: Roster | None) -> list[str]:
+    """Configured models intersected with the engine's cached roster."""
+    if roster is None:
+        return list(configured)
+    if not configured:
+        return list(roster.models)
+    return [m for m in configured if m in roster.models]
+
+
+async def check_roster(
+    ctx: ServiceContext, runtime: str, configured: list[str], model: str
+) -> None:
+    """Refuse a model the runtime's cached roster does not list (after the config accepted it).
+    Reads the cache only: never starts an engine process."""
+    roster = (await ctx.db(rosters_q.rosters)).get(runtime)
+    if roster is None or model in roster.models:
+        return
+    raise errors.InvalidRequest(
+        f"model {model!r} is configured for runtime {runtime!r} but its engine does not list it "
+        f"(configured: {', '.join(configured) or 'any'}; the engine's roster: "
+        f"{', '.join(roster.models)})",
+        field="model",
+    )
+
+
 async def models(ctx: ServiceContext, p: ModelsParams) -> ModelsResult:
+    """The roster `start` and `batch_start` check against: config.toml re-read first if it
+    changed (and is valid), as they do, so a form built from it offers what they accept."""
+    ctx.refresh_config()
+    cached = await ctx.db(rosters_q.rosters)
     return ModelsResult(
         default_runtime=ctx.config.default_runtime,
         runtimes=[
@@ -85,6 +116,9 @@ async def models(ctx: ServiceContext, p: ModelsParams) -> ModelsResult:
                 or (runtime.models[0] if runtime.models else None),
                 accounts=sorted(runtime.accounts),
                 default_account=runtime.default_account,
+                roster=cached[name].models if name in cached else None,
+                roster_observed_at=cached[name].observed_at if name in cached else None,
+                available=available_models(runtime.models, cached.get(name)),
             )
             for name, runtime in _runtimes(ctx, p.runtime).items()
         ],

@@ -1,173 +1,49 @@
-"""Agent services: admission (idempotent start), views, answers, transcripts, waiting, commands."""
+"""Agent admission: an idempotent `start`, `resume` (a new execution in the engine's session),
+and the background launch of an execution's supervisor. The read side (views, answers,
+transcripts, wait) is `services/agent_views.py`; `cancel` and `steer` are
+`services/agent_commands.py`."""
 
+import asyncio
 import hashlib
 import json
 import sqlite3
-import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agent_run import git
 from agent_run.config import Config, RuntimeConfig
 from agent_run.domain import errors
 from agent_run.domain.failures import FailureKind
 from agent_run.domain.ids import new_agent_id, new_execution_id
-from agent_run.domain.requests import (
-    AgentParams,
-    CancelParams,
-    ListAgentsParams,
-    ResumeParams,
-    StartParams,
-    SteerParams,
-    TranscriptParams,
-    WaitParams,
-)
+from agent_run.domain.notices import check_target
+from agent_run.domain.requests import ResumeParams, StartParams
 from agent_run.domain.states import ExecutionState
-from agent_run.domain.views import (
-    AgentList,
-    AgentSummary,
-    AgentView,
-    AnswerView,
-    CancelResult,
-    ExecutionView,
-    SteerResult,
-    TranscriptItem,
-    TranscriptPage,
-    WaitResult,
-)
+from agent_run.domain.views import AgentView
 from agent_run.engines.accounts import choose_account, options_for_account
 from agent_run.engines.plan import ExecutionPlan, PlanInvalid, load_plan
+from agent_run.home import Home
+from agent_run.services.accounts import check_roster
+from agent_run.services.agent_views import agent_view_in, latest_execution_or_raise, read_agent_view
 from agent_run.services.context import ServiceContext
-from agent_run.services.integrity import answer_verified, verified_answer
+from agent_run.services.placement import executor_for
+from agent_run.services.routing import RouteChoice, choose_route
 from agent_run.store import agents as agents_q
 from agent_run.store import commands as commands_q
-from agent_run.store import events as events_q
+from agent_run.store import notices as notices_q
 from agent_run.store.db import is_storage_full, storage_full, write
-from agent_run.supervisor.launch import StartedSupervisor, await_ready, start_supervisor
-from agent_run.supervisor.secrets import secret_payload
-
-# -- views --------------------------------------------------------------------------------
-
-
-def latest_execution_or_raise(conn: sqlite3.Connection, agent_id: str) -> sqlite3.Row:
-    execution = agents_q.latest_execution(conn, agent_id)
-    if execution is None:
-        raise errors.AgentNotFound(f"no agent {agent_id}", field="agent_id")
-    return execution
-
-
-def execution_view(row: sqlite3.Row) -> ExecutionView:
-    kind = FailureKind(row["failure_kind"]) if row["failure_kind"] else None
-    return ExecutionView(
-        id=row["id"],
-        number=row["number"],
-        kind=row["kind"],
-        account=row["account"],
-        state=row["state"],
-        failure_kind=kind,
-        failure_advice=kind.advice if kind else None,
-        failure_message=row["failure_message"],
-        created_at=row["created_at"],
-        started_at=row["started_at"],
-        ended_at=row["ended_at"],
-        exit_code=row["exit_code"],
-        verdict=row["verdict"],
-        engine_session_id=row["engine_session_id"],
-        answer_sha256=row["answer_sha256"],
-        answer_bytes=row["answer_bytes"],
-        answer_verified=answer_verified(row),
-        answer_checked_at=row["answer_checked_at"],
-        usage=json.loads(row["usage_json"]) if row["usage_json"] else None,
-        cost_usd=row["cost_usd"],
-        max_tokens=row["max_tokens"],
-        max_cost_usd=row["max_cost_usd"],
-    )
-
-
-def read_agent_view(conn: sqlite3.Connection, agent_id: str) -> AgentView:
-    # One read transaction, so the view is consistent with the revision it reports.
-    conn.execute("BEGIN")
-    try:
-        view = agent_view_in(conn, agent_id)
-    finally:
-        conn.execute("COMMIT")
-    return view
-
-
-def agent_view_in(conn: sqlite3.Connection, agent_id: str) -> AgentView:
-    """The agent's view, read inside the caller's transaction."""
-    agent = agents_q.get_agent(conn, agent_id)
-    if agent is None:
-        raise errors.AgentNotFound(f"no agent {agent_id}", field="agent_id")
-    execution = agents_q.latest_execution(conn, agent_id)
-    last = events_q.last_message(conn, agent_id)
-    return AgentView(
-        id=agent["id"],
-        request_id=agent["request_id"],
-        runtime=agent["runtime"],
-        engine=agent["engine"],
-        model=agent["model"],
-        account=execution["account"],
-        task=agent["task"],
-        workdir=agent["workdir"],
-        profile=agent["profile"],
-        created_at=agent["created_at"],
-        state=execution["state"],
-        failure_kind=execution["failure_kind"],
-        verdict=execution["verdict"],
-        answer_verified=answer_verified(execution),
-        execution=execution_view(execution),
-        event_count=events_q.count_events(conn, agent_id),
-        last_message=last["content"][:300] if last else None,
-        revision=events_q.current_revision(conn),
-    )
-
-
-async def agent(ctx: ServiceContext, p: AgentParams) -> AgentView:
-    return await ctx.db(read_agent_view, p.agent_id)
-
-
-async def list_agents(ctx: ServiceContext, p: ListAgentsParams) -> AgentList:
-    """A page of agents; with `after_revision`, a revisioned long-poll for what changed since."""
-    if p.after_revision is not None and p.wait_seconds > 0:
-        if await ctx.db(events_q.current_revision) <= p.after_revision:
-            await ctx.watcher.wait_past(p.after_revision, p.wait_seconds)
-
-    def read(conn: sqlite3.Connection) -> AgentList:
-        revision = events_q.current_revision(conn)
-        rows, total = agents_q.list_agents(
-            conn,
-            states=[s.value for s in p.state or []],
-            runtime=p.runtime,
-            after_revision=p.after_revision,
-            limit=p.limit,
-            offset=p.offset,
-        )
-        items = [
-            AgentSummary(
-                id=r["id"],
-                request_id=r["request_id"],
-                runtime=r["runtime"],
-                model=r["model"],
-                account=r["account"],
-                state=r["state"],
-                failure_kind=r["failure_kind"],
-                task_preview=r["task"].strip().splitlines()[0][:120] if r["task"].strip() else "",
-                created_at=r["created_at"],
-                updated_at=r["updated_at"],
-                answer_sha256=r["answer_sha256"],
-                answer_verified=answer_verified(r),
-                verdict=r["verdict"],
-            )
-            for r in rows
-        ]
-        return AgentList(
-            items=items, total=total, limit=p.limit, offset=p.offset, revision=revision
-        )
-
-    return await ctx.db(read)
-
 
 # -- admission ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SpendGroup:
+    """Caps an execution shares with others (a batch's): its supervisor stops it once the
+    group's reported total passes one (supervisor/budget.py)."""
+
+    group: str
+    max_tokens: int | None
+    max_cost_usd: float | None
 
 
 def resolve_runtime(
@@ -196,7 +72,18 @@ def resolve_runtime(
     return name, runtime, model
 
 
-def _read_roots(roots: list[str]) -> list[str]:
+def _outside_home(home_root: Path, folder: Path, field: str) -> None:
+    """A folder the sandbox mounts must not be agent-run's home nor inside it (state.db, api.sock,
+    other agents' folders), but for its `demos/` (the quick start's repositories). One that
+    contains the home is fine: the sandbox masks the home."""
+    if Home(home_root).holds_private(folder):
+        raise errors.InvalidRequest(
+            f"{folder} is inside agent-run's home {home_root.resolve()}: choose a folder outside it",
+            field=field,
+        )
+
+
+def _read_roots(home_root: Path, roots: list[str]) -> list[str]:
     resolved = []
     for index, root in enumerate(roots):
         path = Path(root).expanduser()
@@ -205,12 +92,27 @@ def _read_roots(roots: list[str]) -> list[str]:
                 f"read root {root} is not an absolute path to a directory",
                 field=f"read_roots.{index}",
             )
+        _outside_home(home_root, path.resolve(), f"read_roots.{index}")
         resolved.append(str(path.resolve()))
     return resolved
 
 
+def _require_read_roots(roots: list[str]) -> None:
+    """A stored plan's read roots must still be folders (the sandbox mounts each)."""
+    for index, root in enumerate(roots):
+        if not Path(root).is_dir():
+            raise errors.InvalidRequest(
+                f"read root {root} is no longer a directory", field=f"read_roots.{index}"
+            )
+
+
 def _request_hash(p: StartParams, runtime: str, model: str, workdir: str) -> str:
-    payload = p.model_dump(exclude={"request_id"}) | {
+    # Without notify (host, worker_tools) the hash is what it was before they existed (request
+    # ids stay valid).
+    unset = {"request_id"} | {
+        name for name in ("notify", "host", "worker_tools") if getattr(p, name) is None
+    }
+    payload = p.model_dump(exclude=unset) | {
         "runtime": runtime,
         "model": model,
         "workdir": workdir,
@@ -238,6 +140,8 @@ def _admit(conn: sqlite3.Connection, agent_row: dict, execution: dict) -> tuple[
                 )
             return agent_view_in(conn, existing["id"]), False
     agents_q.insert_agent_with_execution(conn, agent=agent_row, execution=execution)
+    if agent_row.get("notify"):  # in the same transaction: an admitted agent is never unannounced
+        notices_q.insert_target(conn, agent_row["notify"], agent_id=agent_row["id"])
     return agent_view_in(conn, agent_row["id"]), True
 
 
@@ -263,19 +167,18 @@ def admission_rows(
     p: StartParams,
     worker_tools: list[str] | None = None,
     config: Config | None = None,
+    route: RouteChoice | None = None,
+    spend_group: SpendGroup | None = None,
+    commit_branch: str | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The agent row and its first execution (with its plan) for a validated start request."""
+    """The agent row and its first execution (with its plan) for a validated start request
+    (`route`: what `--route auto` chose; `p` then names its runtime, model and account;
+    `spend_group`: the batch caps it shares; `commit_branch`: see `start`)."""
     config = config or ctx.config
     runtime_name, runtime, model = resolve_runtime(ctx, p, config)
     account = choose_account(runtime, runtime_name, p.account)
-    workdir = Path(p.workdir).expanduser()
-    if not workdir.is_absolute():
-        raise errors.InvalidRequest("workdir must be an absolute path", field="workdir")
-    if not workdir.is_dir():
-        raise errors.InvalidRequest(
-            f"workdir {workdir} is not an existing directory", field="workdir"
-        )
-    workdir = workdir.resolve()
+    workdir = _checked_workdir(p.workdir)
+    _outside_home(ctx.home.root, workdir, "workdir")
     agent_id, execution_id = new_agent_id(), new_execution_id()
     supervisor = config.supervisor
     plan = ExecutionPlan(
@@ -295,29 +198,80 @@ def admission_rows(
         # One generated home per agent: its sessions live there for resume, and concurrent
         # agents never share the files that carry their worker tokens.
         engine_home=str(ctx.home.homes_dir / runtime_name / agent_id),
-        read_roots=_read_roots(p.read_roots),
+        read_roots=_read_roots(ctx.home.root, p.read_roots),
         worker_tools=worker_tools or ["finish"],
+        commit_branch=commit_branch,
     )
-    agent_row = {
-        "id": agent_id,
-        "request_id": p.request_id,
-        "request_hash": _request_hash(p, runtime_name, model, str(workdir)),
-        "runtime": runtime_name,
-        "engine": runtime.engine,
-        "model": model,
-        "task": p.task,
-        "workdir": str(workdir),
-        "profile": p.profile,
-    }
-    return agent_row, {
+    return _agent_row(p, plan, route), {
         "id": execution_id,
         "kind": "start",
-        "prompt": p.task,
+        "prompt": p.task,  # the agent's task: stored here only (store/agents.TASK_SQL)
         "account": account,
         "max_tokens": p.max_tokens,
         "max_cost_usd": p.max_cost_usd,
+        "route": route.route if route else None,
+        "route_reason": route.reason if route else None,
         "plan": plan.model_dump(mode="json"),
+        **_spend_columns(spend_group, config.price_of(runtime_name, model)),
     }
+
+
+def _checked_workdir(workdir: str) -> Path:
+    path = Path(workdir).expanduser()
+    if not path.is_absolute():
+        raise errors.InvalidRequest("workdir must be an absolute path", field="workdir")
+    if not path.is_dir():
+        raise errors.InvalidRequest(f"workdir {path} is not an existing directory", field="workdir")
+    return path.resolve()
+
+
+def _agent_row(p: StartParams, plan: ExecutionPlan, route: RouteChoice | None) -> dict[str, Any]:
+    """The `agents` row; its request hash is of what was asked (`--route auto`, not the pick)."""
+    runtime_name, model, workdir = plan.runtime, plan.model, plan.workdir
+    return {
+        "id": plan.agent_id,
+        "request_id": p.request_id,
+        "request_hash": (
+            _request_hash(route.requested, "route:auto", "", workdir)
+            if route
+            else _request_hash(p, runtime_name, model, workdir)
+        ),
+        "runtime": runtime_name,
+        "engine": plan.engine,
+        "model": model,
+        "workdir": workdir,
+        "profile": p.profile,
+        "notify": (
+            json.dumps(p.notify.model_dump(mode="json"), sort_keys=True) if p.notify else None
+        ),
+    }
+
+
+def _spend_columns(group: SpendGroup | None, price: Any) -> dict[str, Any]:
+    """The execution's shared caps and its `[prices]` entry, as columns."""
+    columns: dict[str, Any] = {}
+    if group is not None:
+        columns.update(
+            spend_group=group.group,
+            spend_group_max_tokens=group.max_tokens,
+            spend_group_max_cost_usd=group.max_cost_usd,
+        )
+    if price is not None:
+        columns.update(
+            price_input_per_mtok=price.input_per_mtok,
+            price_output_per_mtok=price.output_per_mtok,
+        )
+    return columns
+
+
+async def _commit_branch(p: StartParams) -> str | None:
+    """An agent asked for `create_commit` by its caller (not a batch run of this daemon, whose
+    branch is its run's: a run's worktree on a host, started by the local daemon) commits only
+    on the branch its workdir is on now, whatever the model does to HEAD later."""
+    folder = Path(p.workdir).expanduser()
+    if "create_commit" not in (p.worker_tools or []) or not folder.is_dir():
+        return None  # a workdir that is not there is refused by admission, naming it
+    return await asyncio.to_thread(git.current_branch, folder)
 
 
 async def start(
@@ -326,15 +280,29 @@ async def start(
     *,
     worker_tools: list[str] | None = None,
     config: Config | None = None,
+    spend_group: SpendGroup | None = None,
 ) -> AgentView:
     """Admit an agent and reply at once (`created`); its supervisor is spawned in the background.
 
-    `worker_tools` and `config` (the settings a batch was created with) are for batches (not
-    tool params); without `config` the daemon first takes config.toml's changes, if valid.
+    `worker_tools`, `config` (the settings a batch was created with) and `spend_group` (the
+    batch's caps) are for batches (not tool params); without `config` the daemon first takes
+    config.toml's changes, if valid.
     """
     if config is None:
         ctx.refresh_config()
-    agent_row, execution = admission_rows(ctx, p, worker_tools, config)
+    check_target(p.notify)
+    worker_tools = worker_tools or p.worker_tools
+    if p.host is not None:  # another machine's agent-run runs it (docs/scaling.md)
+        from agent_run.services.remote_agents import start_on_host
+
+        return await start_on_host(ctx, p, worker_tools=worker_tools)
+    p, route = await choose_route(ctx, p, config or ctx.config)
+    name, runtime, model = resolve_runtime(ctx, p, config)  # the config's models first, then:
+    await check_roster(ctx, name, runtime.models, model)
+    commit_branch = await _commit_branch(p)
+    agent_row, execution = admission_rows(
+        ctx, p, worker_tools, config, route, spend_group, commit_branch
+    )
     execution_id = execution["id"]
     # Reconciliation must not judge a row whose supervisor we are about to spawn: the id joins
     # `starting` before its row is committed and leaves once the spawn has settled.
@@ -369,26 +337,17 @@ def launch_in_background(ctx: ServiceContext, agent_id: str, execution_id: str) 
 
 
 async def launch_execution(ctx: ServiceContext, agent_id: str, execution_id: str) -> None:
-    """Start the execution's supervisor (fork/exec on a spawn thread) and wait on the event loop
-    until it is ready; a failed spawn ends the execution `failed`.
+    """Start the execution's supervisor through its executor (`executors/`: this machine's is a
+    fork/exec on a spawn thread, its ready line awaited on the event loop); a failed spawn ends
+    the execution `failed`.
 
     The supervisor takes the row with a compare-and-set on `created`, so a second spawn of the
     same execution (a retry, a restarted daemon) exits without running anything.
     """
-
-    def spawn(payload: bytes) -> StartedSupervisor:
-        directory = ctx.home.execution_dir(agent_id, execution_id)
-        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        return start_supervisor(ctx.home, execution_id, directory / "supervisor.log", payload)
-
     try:
         try:
-            async with ctx.supervisors_starting:  # bounded: each start is an interpreter boot
-                # The credential goes to the supervisor over its stdin, resolved now: a
-                # respawn after a daemon restart resolves it again from the new environment.
-                payload = await ctx.db(secret_payload, execution_id)
-                started = await ctx.spawn(spawn, payload)
-                await await_ready(started)
+            executor = await executor_for(ctx, execution_id)
+            await executor.spawn(agent_id, execution_id)
         except errors.SpawnFailed as exc:
             await ctx.db(_mark_spawn_failed, execution_id, exc.message)
         except Exception as exc:  # recorded on the row, not left for a guess
@@ -418,6 +377,39 @@ async def adopt_orphan(ctx: ServiceContext, agent_id: str, execution_id: str) ->
     return True
 
 
+def _resumable_session(agent_id: str, latest: sqlite3.Row) -> str:
+    """The engine session a resume continues, or why this agent cannot be resumed."""
+    state = ExecutionState(latest["state"])
+    if not state.terminal:
+        raise errors.Conflict(
+            f"agent {agent_id} is still {state.value}; steer it or wait",
+            field="agent_id",
+            state=state.value,
+        )
+    if latest["host"] is not None:
+        raise errors.NotResumable(
+            f"agent {agent_id} ran on host {latest['host']}: resuming an agent on a host "
+            "is not supported yet; start a new one",
+            field="agent_id",
+        )
+    session: str | None = latest["engine_session_id"]
+    if session is None:
+        raise errors.NotResumable(
+            f"agent {agent_id}'s engine never reported a session to resume", field="agent_id"
+        )
+    return session
+
+
+# A resume keeps the agent's shared caps and the price it was admitted with.
+_KEPT_ON_RESUME = (
+    "spend_group",
+    "spend_group_max_tokens",
+    "spend_group_max_cost_usd",
+    "price_input_per_mtok",
+    "price_output_per_mtok",
+)
+
+
 async def resume(ctx: ServiceContext, p: ResumeParams) -> AgentView:
     """A new execution of a finished agent that continues its engine session with a new prompt."""
     execution_id = new_execution_id()
@@ -425,19 +417,7 @@ async def resume(ctx: ServiceContext, p: ResumeParams) -> AgentView:
     def admit(conn: sqlite3.Connection) -> None:
         with write(conn, "the new execution (its executions and events rows)"):
             latest = latest_execution_or_raise(conn, p.agent_id)
-            state = ExecutionState(latest["state"])
-            if not state.terminal:
-                raise errors.Conflict(
-                    f"agent {p.agent_id} is still {state.value}; steer it or wait",
-                    field="agent_id",
-                    state=state.value,
-                )
-            session = latest["engine_session_id"]
-            if session is None:
-                raise errors.NotResumable(
-                    f"agent {p.agent_id}'s engine never reported a session to resume",
-                    field="agent_id",
-                )
+            session = _resumable_session(p.agent_id, latest)
             try:
                 previous = load_plan(latest["plan_json"])
             except PlanInvalid as exc:
@@ -445,6 +425,7 @@ async def resume(ctx: ServiceContext, p: ResumeParams) -> AgentView:
                     f"agent {p.agent_id}'s last plan cannot be read: {exc.message}",
                     field="agent_id",
                 ) from None
+            _require_read_roots(previous.read_roots)
             plan = previous.model_copy(
                 update={"execution_id": execution_id, "resume_session_id": session}
             )
@@ -458,7 +439,10 @@ async def resume(ctx: ServiceContext, p: ResumeParams) -> AgentView:
                     "account": latest["account"],
                     "max_tokens": latest["max_tokens"],
                     "max_cost_usd": latest["max_cost_usd"],
+                    "route": latest["route"],
+                    "route_reason": latest["route_reason"],
                     "plan": plan.model_dump(mode="json"),
+                    **{column: latest[column] for column in _KEPT_ON_RESUME},
                 },
             )
 
@@ -470,151 +454,3 @@ async def resume(ctx: ServiceContext, p: ResumeParams) -> AgentView:
         raise
     launch_in_background(ctx, p.agent_id, execution_id)
     return await ctx.db(read_agent_view, p.agent_id)
-
-
-# -- answers and transcripts ----------------------------------------------------------------
-
-
-async def answer(ctx: ServiceContext, p: AgentParams) -> AnswerView:
-    def read(conn: sqlite3.Connection) -> AnswerView:
-        row = latest_execution_or_raise(conn, p.agent_id)
-        if row["answer_sha256"] is None:
-            state = ExecutionState(row["state"])
-            why = "is still " + state.value if not state.terminal else f"ended {state.value}"
-            kind = f" ({row['failure_kind']})" if row["failure_kind"] else ""
-            raise errors.AnswerNotReady(
-                f"agent {p.agent_id} has no sealed answer: it {why}{kind}",
-                field="agent_id",
-                state=state.value,
-            )
-        text = verified_answer(conn, row, "answer")  # a mismatch is recorded, then raised
-        return AnswerView(
-            agent_id=p.agent_id,
-            execution_id=row["id"],
-            text=text,
-            sha256=row["answer_sha256"],
-            bytes=row["answer_bytes"],
-            path=row["answer_path"],
-        )
-
-    return await ctx.db(read)
-
-
-async def transcript(ctx: ServiceContext, p: TranscriptParams) -> TranscriptPage:
-    def read(conn: sqlite3.Connection) -> TranscriptPage:
-        execution = latest_execution_or_raise(conn, p.agent_id)  # read state first: no lost tail
-        rows = events_q.messages_page(conn, p.agent_id, after_id=p.cursor, limit=p.limit)
-        items = [
-            TranscriptItem(
-                id=r["id"],
-                execution_number=r["execution_number"],
-                role=r["role"],
-                name=r["name"],
-                content=r["content"],
-                ts=r["ts"],
-                is_error=bool(r["is_error"]),
-            )
-            for r in rows
-        ]
-        state = ExecutionState(execution["state"])
-        return TranscriptPage(
-            agent_id=p.agent_id,
-            items=items,
-            next_cursor=items[-1].id if items else p.cursor,
-            state=state,
-            finished=state.terminal and len(items) < p.limit,
-        )
-
-    return await ctx.db(read)
-
-
-# -- waiting ----------------------------------------------------------------------------------
-
-
-async def wait(ctx: ServiceContext, p: WaitParams) -> WaitResult:
-    deadline = time.monotonic() + p.timeout_seconds
-    while True:
-        view = await ctx.db(read_agent_view, p.agent_id)
-        if view.state.terminal:
-            return WaitResult(agent=view, timed_out=False)
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return WaitResult(agent=view, timed_out=True)
-        await ctx.watcher.wait_past(view.revision, remaining)
-
-
-# -- commands ----------------------------------------------------------------------------------
-
-
-async def cancel(ctx: ServiceContext, p: CancelParams) -> CancelResult:
-    def enqueue(conn: sqlite3.Connection) -> CancelResult:
-        with write(conn):
-            execution = latest_execution_or_raise(conn, p.agent_id)
-            state = ExecutionState(execution["state"])
-            if state.terminal:
-                return CancelResult(
-                    agent_id=p.agent_id,
-                    accepted=False,
-                    state=state,
-                    message=f"agent already {state.value}; nothing to cancel",
-                )
-            if state is ExecutionState.CANCELLING or commands_q.pending_kind(
-                conn, execution["id"], "cancel"
-            ):
-                return CancelResult(
-                    agent_id=p.agent_id,
-                    accepted=True,
-                    state=state,
-                    message="a cancel is already under way",
-                )
-            commands_q.enqueue(
-                conn, agent_id=p.agent_id, execution_id=execution["id"], kind="cancel", payload={}
-            )
-            return CancelResult(
-                agent_id=p.agent_id,
-                accepted=True,
-                state=state,
-                message="cancel queued: interrupt, then TERM, then KILL of the engine group",
-            )
-
-    return await ctx.db(enqueue)
-
-
-async def steer(ctx: ServiceContext, p: SteerParams) -> SteerResult:
-    def enqueue(conn: sqlite3.Connection) -> int:
-        with write(conn):
-            execution = latest_execution_or_raise(conn, p.agent_id)
-            state = ExecutionState(execution["state"])
-            # A `created` agent (start replied, spawn under way) takes it as its next turn too.
-            if state not in (
-                ExecutionState.CREATED,
-                ExecutionState.STARTING,
-                ExecutionState.RUNNING,
-            ):
-                raise errors.NotRunning(
-                    f"agent {p.agent_id} is {state.value}; only a running agent can be steered",
-                    field="agent_id",
-                    state=state.value,
-                )
-            return commands_q.enqueue(
-                conn,
-                agent_id=p.agent_id,
-                execution_id=execution["id"],
-                kind="steer",
-                payload={"text": p.text},
-            )
-
-    # Wait briefly for the supervisor's verdict so the caller learns delivered / refused. The
-    # revision is read before each look at the row: a resolution after the look moves it past.
-    seen = ctx.watcher.revision
-    command_id = await ctx.db(enqueue)
-    deadline = time.monotonic() + 5.0
-    while True:
-        row = await ctx.db(commands_q.get, command_id)
-        if row["state"] != "pending" or time.monotonic() >= deadline:
-            break
-        await ctx.watcher.wait_past(seen, max(0.0, deadline - time.monotonic()))
-        seen = ctx.watcher.revision
-    state = row["state"] if row["state"] in ("delivered", "refused") else "pending"
-    message = row["result"] or "queued; the supervisor has not picked it up yet"
-    return SteerResult(agent_id=p.agent_id, command_id=command_id, state=state, message=message)

@@ -4,6 +4,7 @@ new work) and `capacity_collect` (ask every source once). Rules in domain/capaci
 import asyncio
 import time
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 from agent_run.config import Config
@@ -17,27 +18,14 @@ from agent_run.domain.views import (
     RankedRouteView,
     SetAsideRoute,
 )
+from agent_run.engines.accounts import account_identity
 from agent_run.engines.options import RuntimeOptions
-from agent_run.services.capacity_sources import collect_all
+from agent_run.services.capacity_sources import collect_all, measured_accounts
 from agent_run.services.context import ServiceContext
 from agent_run.store import samples as samples_q
 from agent_run.store.db import write
+from agent_run.store.rosters import put_rosters
 from agent_run.store.samples import Sample
-
-
-def pool_of(options: RuntimeOptions, account: str | None) -> str:
-    """The provider account identity a runtime spends: its engine, provider URL and credential.
-    Two runtimes (aliases) with the same three share pools."""
-    auth = options.auth
-    credential = (
-        "none"
-        if auth is None
-        else f"env:{auth.env}"
-        if auth.env
-        else (f"file:{auth.file}" if auth.file else f"login:{auth.dir or ''}")
-    )
-    base_url = getattr(options, "base_url", None) or ""
-    return f"{options.engine}|{base_url}|{credential}|{account or ''}"
 
 
 def _measured(config: Config) -> dict[str, RuntimeOptions]:
@@ -46,12 +34,22 @@ def _measured(config: Config) -> dict[str, RuntimeOptions]:
     }
 
 
-def readings(config: Config, samples: list[Sample]) -> list[rules.Reading]:
-    """Samples of measured runtimes, mapped to the pools they measure."""
+def readings(config: Config, samples: list[Sample], home_root: Path) -> list[rules.Reading]:
+    """Samples of measured runtimes, mapped to the pools they measure: the provider account
+    identity of the sample's (runtime, account) credential (engines/accounts.account_identity)."""
     runtimes = _measured(config)
+    pools: dict[tuple[str, str | None], str] = {}
+
+    def pool(runtime: str, account: str | None) -> str:
+        if (runtime, account) not in pools:
+            pools[(runtime, account)] = account_identity(
+                runtimes[runtime], runtime, account, home_root
+            )
+        return pools[(runtime, account)]
+
     return [
         rules.Reading(
-            pool_of(runtimes[s.runtime], s.account),
+            pool(s.runtime, s.account),
             s.lane,
             s.window,
             s.remaining_percent,
@@ -64,35 +62,46 @@ def readings(config: Config, samples: list[Sample]) -> list[rules.Reading]:
         )
         for s in samples
         if s.runtime in runtimes
+        and (s.account is None or s.account in runtimes[s.runtime].accounts)
     ]
 
 
-def route_specs(config: Config, found: list[rules.Reading]) -> list[rules.RouteSpec]:
-    """One route per (runtime, account, lane) seen in a reading of its pool; "default" when none."""
+def route_specs(
+    config: Config, found: list[rules.Reading], home_root: Path
+) -> list[rules.RouteSpec]:
+    """One route per (runtime, account, lane) seen in a reading of its pool; "default" when none.
+    The accounts are the runtime's own auth (unless a default account replaces it) and each label."""
     lanes: dict[str, set[str]] = defaultdict(set)
     for reading in found:
         lanes[reading.pool].add(reading.lane)
     specs = []
     for name, options in sorted(_measured(config).items()):
-        pool = pool_of(options, None)
-        for lane in sorted(lanes.get(pool) or {"default"}):
-            specs.append(
-                rules.RouteSpec(
-                    name,
-                    None,
-                    lane,
-                    pool,
-                    options.priority_multiplier,
-                    None,
-                    options.priority_lane_multipliers.get(lane),
+        for account in measured_accounts(options):
+            pool = account_identity(options, name, account, home_root)
+            for lane in sorted(lanes.get(pool) or {"default"}):
+                specs.append(
+                    rules.RouteSpec(
+                        name,
+                        account,
+                        lane,
+                        pool,
+                        options.priority_multiplier,
+                        options.priority_account_multipliers.get(account) if account else None,
+                        options.priority_lane_multipliers.get(lane),
+                    )
                 )
-            )
     return specs
+
+
+def order_now(config: Config, samples: list[Sample], home_root: Path) -> rules.CapacityOrder:
+    """`capacity_order` over the stored samples, judged now."""
+    found = readings(config, samples, home_root)
+    return rules.capacity_order(route_specs(config, found, home_root), found, time.time())
 
 
 async def _readings(ctx: ServiceContext) -> list[rules.Reading]:
     samples = await ctx.db(samples_q.samples_since, 0.0)
-    return readings(ctx.config, samples)
+    return readings(ctx.config, samples, ctx.home.root)
 
 
 def _advice(state: rules.WindowState, risk: str, now: float) -> str:
@@ -167,7 +176,9 @@ def order_view(order: rules.CapacityOrder) -> CapacityOrderResult:
             account=r.account,
             lane=r.lane,
             limiting_window=r.limiting_window,
+            limiting_lane=r.limiting_lane,
             remaining_percent=r.remaining_percent,
+            lowest_remaining_percent=r.lowest_remaining_percent,
             reset_at=r.reset_at,
             slack=r.slack,
             score=r.score,
@@ -187,23 +198,25 @@ def order_view(order: rules.CapacityOrder) -> CapacityOrderResult:
 
 
 async def capacity_order(ctx: ServiceContext, _p: EmptyParams) -> CapacityOrderResult:
-    now = time.time()
-    found = await _readings(ctx)
-    return order_view(rules.capacity_order(route_specs(ctx.config, found), found, now))
+    samples = await ctx.db(samples_q.samples_since, 0.0)
+    return order_view(order_now(ctx.config, samples, ctx.home.root))
 
 
 async def capacity_collect(ctx: ServiceContext, _p: EmptyParams) -> CollectResult:
     """Ask every configured source once; a failing source is no evidence, never an error."""
     now = time.time()
-    outcomes, samples = await collect_all(ctx.config, ctx.home, now)
+    collected = await collect_all(ctx.config, ctx.home, now)
     retention = ctx.config.capacity.sample_retention
+    samples = [sample for c in collected for sample in c.samples]
+    rosters = {c.roster.runtime: c.roster for c in collected if c.roster}  # one per runtime
 
     def store(conn: Any) -> None:
-        with write(conn, "capacity samples"):
+        with write(conn, "capacity samples and model rosters"):
             samples_q.append_samples(conn, samples, retention)
+            put_rosters(conn, list(rosters.values()))
 
     await ctx.db(store)
-    return CollectResult(observed_at=now, sources=outcomes)
+    return CollectResult(observed_at=now, sources=[c.outcome for c in collected])
 
 
 async def collect_forever(ctx: ServiceContext, log: Any) -> None:

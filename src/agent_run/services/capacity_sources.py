@@ -14,9 +14,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from agent_run.config import CommandCollectorConfig, Config
 from agent_run.domain.capacity import ENGINE_VALIDITY_SECONDS
 from agent_run.domain.views import CollectedSource
+from agent_run.engines.accounts import options_for_account
 from agent_run.engines.options import RuntimeOptions
 from agent_run.engines.quota import codex_windows
 from agent_run.home import Home
+from agent_run.store.rosters import Roster
 from agent_run.store.samples import Sample
 
 BACKOFF_FIRST_SECONDS = 60.0
@@ -26,7 +28,12 @@ APPSERVER_OUTPUT_CAP = 2 * 1024 * 1024
 
 
 class SourceFailed(Exception):
-    """This source gave no evidence this time; the message says why (never a secret)."""
+    """This source gave no evidence this time; the message says why (never a secret). A
+    `codex_appserver` session may still have read the engine's model roster."""
+
+    def __init__(self, message: str, roster: "Roster | None" = None) -> None:
+        super().__init__(message)
+        self.roster = roster
 
 
 class _Window(BaseModel):
@@ -204,106 +211,234 @@ def appserver_windows(result: Any) -> list[tuple[str, str, float | None, float |
     return found
 
 
-async def appserver_samples(runtime: str, options: RuntimeOptions, now: float) -> list[Sample]:
+def roster_models(result: Any) -> list[str] | None:
+    """`model/list`'s result: the `model` slug (else `id`) of every entry; None when unreadable."""
+    data = result.get("data") if isinstance(result, dict) else None
+    if not isinstance(data, list):
+        return None
+    found = []
+    for entry in data:
+        name = entry.get("model") or entry.get("id") if isinstance(entry, dict) else None
+        if isinstance(name, str) and 0 < len(name) <= 200 and name not in found:
+            found.append(name)
+    return found
+
+
+async def _ask_appserver(
+    argv: list[str], requests: list[dict[str, Any]], env: dict[str, str], deadline: float, cap: int
+) -> dict[int, dict[str, Any]]:
+    """Write `requests` to a `codex app-server` and read its replies by id, keeping its input
+    open until every request with an id is answered, the deadline passes or it exits: the real
+    app-server exits at end of input before answering what is still in flight. Then its input
+    is closed and its process group killed. What it answered in time, by id."""
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+        )
+    except OSError as exc:
+        raise SourceFailed(f"could not start {argv[0]}: {exc.strerror or exc}") from None
+    assert proc.stdin is not None and proc.stdout is not None
+    wanted = {r["id"] for r in requests if "id" in r}
+    replies: dict[int, dict[str, Any]] = {}
+
+    async def converse() -> None:
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(b"".join(json.dumps(r).encode() + b"\n" for r in requests))
+        await proc.stdin.drain()
+        pending, read = b"", 0
+        while not wanted <= replies.keys():
+            chunk = await proc.stdout.read(65536)
+            if not chunk:
+                return  # it exited: what it answered is all there is
+            read += len(chunk)
+            if read > cap:
+                raise SourceFailed(f"output over {cap} bytes")
+            *lines, pending = (pending + chunk).split(b"\n")
+            for line in lines:
+                message = _message(line)
+                if message is not None and message.get("id") in wanted:
+                    replies[message["id"]] = message
+
+    try:
+        await asyncio.wait_for(converse(), deadline)
+    except TimeoutError:
+        pass  # the replies that came in time still count
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # it exited before reading everything: likewise
+    finally:
+        proc.stdin.close()
+        _kill_group(proc.pid)
+        await proc.communicate()  # drain what the dead group left in the pipe: wait() needs EOF
+    return replies
+
+
+def _message(line: bytes) -> dict[str, Any] | None:
+    try:
+        message = json.loads(line)
+    except ValueError:
+        return None
+    return message if isinstance(message, dict) else None
+
+
+APPSERVER_REQUESTS: list[dict[str, Any]] = [
+    {
+        "id": 1,
+        "method": "initialize",
+        "params": {"clientInfo": {"name": "agent-run", "version": "1"}},
+    },
+    {"method": "initialized"},
+    {"id": 2, "method": "account/rateLimits/read"},
+    {"id": 3, "method": "model/list", "params": {"includeHidden": True, "limit": 1000}},
+]
+
+
+async def appserver_samples(
+    runtime: str, options: RuntimeOptions, account: str | None, now: float
+) -> tuple[list[Sample], Roster | None]:
     """A short-lived `codex app-server` with the account's CODEX_HOME: initialize, then
-    `account/rateLimits/read`, then close its input."""
+    `account/rateLimits/read` and `model/list` (the roster cache). `options` carry the account's
+    own auth. A roster it cannot read is None, never a failure; a rate-limit read that fails
+    raises SourceFailed carrying the roster it did read."""
     home = _appserver_home(options)
-    lines = [
-        {
-            "id": 1,
-            "method": "initialize",
-            "params": {"clientInfo": {"name": "agent-run", "version": "1"}},
-        },
-        {"method": "initialized"},
-        {"id": 2, "method": "account/rateLimits/read"},
-    ]
-    stdin = b"".join(json.dumps(line).encode() + b"\n" for line in lines)
     env = {**collector_environment(), "CODEX_HOME": str(home)}
-    out = await _run_bounded(
+    replies = await _ask_appserver(
         [options.binary or "codex", "app-server"],
-        stdin,
+        APPSERVER_REQUESTS,
         env,
         APPSERVER_DEADLINE_SECONDS,
         APPSERVER_OUTPUT_CAP,
     )
-    for raw in out.splitlines():
-        try:
-            message = json.loads(raw)
-        except ValueError:
-            continue
-        if isinstance(message, dict) and message.get("id") == 2:
-            if "error" in message:
-                error = message["error"] if isinstance(message["error"], dict) else {}
-                raise SourceFailed(
-                    f"account/rateLimits/read refused: {str(error.get('message'))[:200]}"
-                )
-            return [
-                Sample(
-                    runtime,
-                    None,
-                    lane,
-                    window,
-                    remaining,
-                    reset,
-                    now,
-                    now + ENGINE_VALIDITY_SECONDS,
-                    "codex_appserver",
-                )
-                for lane, window, remaining, reset in appserver_windows(message.get("result"))
-            ]
-    raise SourceFailed("the app-server gave no answer to account/rateLimits/read")
+    listed = roster_models(replies.get(3, {}).get("result"))
+    roster = Roster(runtime, listed, now, "codex_appserver") if listed else None
+    message = replies.get(2)
+    if message is None:
+        raise SourceFailed(
+            "the app-server gave no answer to account/rateLimits/read within "
+            f"{APPSERVER_DEADLINE_SECONDS:g} s",
+            roster,
+        )
+    if "error" in message:
+        error = message["error"] if isinstance(message["error"], dict) else {}
+        raise SourceFailed(
+            f"account/rateLimits/read refused: {str(error.get('message'))[:200]}", roster
+        )
+    samples = [
+        Sample(
+            runtime,
+            account,
+            lane,
+            window,
+            remaining,
+            reset,
+            now,
+            now + ENGINE_VALIDITY_SECONDS,
+            "codex_appserver",
+        )
+        for lane, window, remaining, reset in appserver_windows(message.get("result"))
+    ]
+    return samples, roster
+
+
+def measured_accounts(options: RuntimeOptions) -> list[str | None]:
+    """The accounts a runtime's source reads: the runtime's own auth (None) when it has one or no
+    account is configured and no default account replaces it, then every labelled account."""
+    own: list[str | None] = (
+        [None]
+        if options.default_account is None and (options.auth is not None or not options.accounts)
+        else []
+    )
+    return own + sorted(options.accounts)
+
+
+@dataclass
+class Collected:
+    """What one source gave: its outcome, its samples and the engine's model roster, if any."""
+
+    outcome: CollectedSource
+    samples: list[Sample]
+    roster: Roster | None = None
 
 
 async def _collect_one(
-    config: Config, home: Home, runtime: str, options: RuntimeOptions, now: float
-) -> tuple[CollectedSource, list[Sample]]:
+    config: Config,
+    home: Home,
+    runtime: str,
+    options: RuntimeOptions,
+    account: str | None,
+    now: float,
+) -> Collected:
     source = options.limits_source
-    key = (str(home.root), runtime, None, source)
+    key = (str(home.root), runtime, account, source)
     state = _BACKOFF.setdefault(key, Backoff())
+    failed = CollectedSource(runtime=runtime, account=account, source=source, windows=0)
     if now < state.next_attempt_at:
-        return CollectedSource(
-            runtime=runtime,
-            source=source,
-            windows=0,
-            error="backing off after a failure",
-            next_attempt_at=state.next_attempt_at,
-        ), []
+        return Collected(
+            failed.model_copy(
+                update={
+                    "error": "backing off after a failure",
+                    "next_attempt_at": state.next_attempt_at,
+                }
+            ),
+            [],
+        )
     try:
-        if source == "command":
-            assert config.capacity.command is not None  # config refuses command without a collector
-            samples = await command_samples(config.capacity.command, runtime, options, None, now)
-        else:
-            samples = await appserver_samples(runtime, options, now)
-    except SourceFailed as exc:
+        samples, roster = await _ask(config, home, runtime, options, account, now)
+    except Exception as exc:  # any fault of one source is its own: the others' evidence stays
+        reason = (
+            str(exc) if isinstance(exc, SourceFailed) else f"unexpected {type(exc).__name__}: {exc}"
+        )
         state.failures += 1
         state.next_attempt_at = now + backoff_delay(state.failures)
-        return CollectedSource(
-            runtime=runtime,
-            source=source,
-            windows=0,
-            error=str(exc),
-            next_attempt_at=state.next_attempt_at,
-        ), []
+        roster = exc.roster if isinstance(exc, SourceFailed) else None
+        outcome = failed.model_copy(
+            update={
+                "error": reason[:500],
+                "next_attempt_at": state.next_attempt_at,
+                "models": len(roster.models) if roster else None,
+            }
+        )
+        return Collected(outcome, [], roster)
     state.failures, state.next_attempt_at = 0, 0.0
-    return CollectedSource(runtime=runtime, source=source, windows=len(samples)), samples
+    outcome = failed.model_copy(
+        update={"windows": len(samples), "models": len(roster.models) if roster else None}
+    )
+    return Collected(outcome, samples, roster)
 
 
-async def collect_all(
-    config: Config, home: Home, now: float
-) -> tuple[list[CollectedSource], list[Sample]]:
-    """Every enabled runtime whose source can be asked (`command`, `codex_appserver`), concurrently;
-    `native` readings arrive with the runs themselves."""
+async def _ask(
+    config: Config,
+    home: Home,
+    runtime: str,
+    options: RuntimeOptions,
+    account: str | None,
+    now: float,
+) -> tuple[list[Sample], Roster | None]:
+    if options.limits_source == "command":
+        assert config.capacity.command is not None  # config refuses command without a collector
+        return await command_samples(config.capacity.command, runtime, options, account, now), None
+    own = options_for_account(options, runtime, account, home.root)
+    return await appserver_samples(runtime, own, account, now)
+
+
+async def collect_all(config: Config, home: Home, now: float) -> list[Collected]:
+    """Every account of every enabled runtime whose source can be asked (`command`,
+    `codex_appserver`), concurrently; `native` readings arrive with the runs themselves."""
     asked = [
-        (name, options)
+        (name, options, account)
         for name, options in sorted(config.runtimes.items())
         if options.enabled and options.limits_source in ("command", "codex_appserver")
+        for account in measured_accounts(options)
     ]
-    results = await asyncio.gather(
-        *(_collect_one(config, home, name, options, now) for name, options in asked)
+    return list(
+        await asyncio.gather(
+            *(
+                _collect_one(config, home, name, options, account, now)
+                for name, options, account in asked
+            )
+        )
     )
-    return [outcome for outcome, _ in results], [s for _, samples in results for s in samples]
-
-
-def reset_backoff() -> None:
-    """Forget every backoff (a new daemon starts with none)."""
-    _BACKOFF.clear()

@@ -102,6 +102,22 @@ class ServiceContext:
         self.batches: Any = None  # the batch scheduler, made on first use (batches.service)
         self.live: Any = None  # the daemon's LiveConfig (services.live_config): reloads config.toml
         self.started_at = time.time()
+        self.notice_channels: Any = None  # services.notice_channel.Channels, made on first use
+        self.fork_server: Any = None  # supervisor.forkserver.ForkServer, when the daemon runs one
+        self.hosts: Any = (
+            None  # executors.ssh.HostRegistry: links to [hosts.NAME] (services/hosts.py)
+        )
+
+    def start_fork_server(self) -> None:
+        """Start the supervisors' fork server (unless AGENT_RUN_FORK_SERVER=0): the daemon only."""
+        from agent_run.supervisor.forkserver import ForkServer, fork_server_enabled
+        from agent_run.supervisor.launch import supervisor_environment
+
+        if fork_server_enabled():
+            self.fork_server = ForkServer(
+                self.home, supervisor_environment(), self.home.logs_dir / "zygote.log", self.log
+            )
+            self.fork_server.start()
 
     def refresh_config(self) -> None:
         """Take config.toml's new contents if it changed and is valid (the daemon only)."""
@@ -178,6 +194,8 @@ class ServiceContext:
             self.log.error("background.error", task=task.get_name(), error=repr(task.exception()))
 
     def shutdown(self) -> None:
+        if self.fork_server is not None:
+            self.fork_server.close()
         self._executor.shutdown(wait=False, cancel_futures=True)
         self._spawner.shutdown(wait=False, cancel_futures=True)
         self.grouped.shutdown()

@@ -3,6 +3,7 @@
 from agent_run.domain.failures import FAILURE_ADVICE
 from agent_run.domain.states import ALLOWED_TRANSITIONS
 from agent_run.engines.demo_program import __doc__ as DEMO_DOC
+from agent_run.engines.registry import all_engine_specs
 
 
 def _states() -> str:
@@ -33,7 +34,7 @@ cancel / steer -> commands the supervisor picks up within a fraction of a second
 non-empty, non-error answer was sealed. Anything else is a named failure kind.
 Topics: """
 
-CONFIG = """config.toml (in the home; `agent-run init` writes a commented one):
+_CONFIG = """config.toml (in the home; `agent-run init` writes a commented one):
 
 schema_version = 1            required
 default_runtime = "demo"      a key of [runtimes]
@@ -42,13 +43,26 @@ default_runtime = "demo"      a key of [runtimes]
              storage_wait_seconds (how long a finished run waits for space; 600)
 [daemon]     reconcile_interval_seconds, answer_scrub_seconds (each sealed answer is re-hashed
              once per this period; 3600)
-[runtimes.NAME] engine (demo|codex|claude|glm|qwen), enabled, binary, models, default_model,
-               auth = { env = "VAR" } or { file = "PATH" } (never the secret itself), or
-                      { login = "native" } (codex, claude: the engine's own sign-in, made with
+[retention]  agent_days (a terminal agent's rows, events, messages and logs go; 30),
+             engine_home_days (its engine home goes; 7), prune_answers (sealed answers go
+             too; false), interval_seconds (the daemon's pass; 86400). `agent-run prune
+             --dry-run` previews; never a running agent, a live batch's agent or a worktree.
+[runtimes.NAME] engine ({engines}), enabled, binary, models, default_model,
+               auth = {{ env = "VAR" }} or {{ file = "PATH" }} (never the secret itself), or
+                      {{ login = "native" }} ({sign_ins}: the engine's own sign-in, made with
                       `agent-run login NAME`; optional dir = the engine's credential folder),
                base_url, allow_plain_http_loopback, env (non-secret), stall_seconds, wall_seconds
 
 Unknown keys, wrong types and a missing schema_version are refused with the dotted path."""
+
+
+def _config() -> str:
+    """The config topic, its engines read from the registry (built-ins and plug-ins)."""
+    specs = all_engine_specs()
+    return _CONFIG.format(
+        engines="|".join(spec.name for spec in specs),
+        sign_ins=", ".join(spec.name for spec in specs if spec.sign_in) or "none",
+    )
 
 
 def topics() -> dict[str, str]:
@@ -57,7 +71,7 @@ def topics() -> dict[str, str]:
         "states": _states(),
         "failures": _failures(),
         "demo": (DEMO_DOC or "").strip(),
-        "config": CONFIG,
+        "config": _config(),
     }
     found["overview"] = OVERVIEW + ", ".join(found)
     return found

@@ -1,36 +1,34 @@
 """`doctor`, run in the daemon with the daemon's PATH and environment (where agents run): the
-config it runs with, each runtime's binary, auth, sign-in, endpoint and engine home, and engine
+config it runs with, each runtime's binary, auth, sign-in, endpoint, engine home and sandbox, and engine
 CLIs installed but not configured (with the block that enables them)."""
 
 import asyncio
+import functools
 import os
 import shutil
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import tomli_w
 
+from agent_run.config import find_installed
 from agent_run.domain.daemon_views import DoctorCheck, DoctorReport
 from agent_run.domain.requests import EmptyParams
-from agent_run.engines.registry import all_engine_specs, engine_spec
-from agent_run.engines.signin import SIGN_INS, SignInMissing, read_credential
+from agent_run.engines.accounts import account_auth
+from agent_run.engines.options import auth_file_too_open
+from agent_run.engines.registry import all_engine_specs, engine_spec, sign_in_for
+from agent_run.engines.sandbox import sandbox_refusal
+from agent_run.engines.signin import SignInMissing, read_credential
+from agent_run.git_merge import git_version, merge_git_refusal
 from agent_run.services.context import ServiceContext
 
 VERSION_TIMEOUT_SECONDS = 10.0
 CONNECT_TIMEOUT_SECONDS = 3.0
-# Where npm puts global CLIs besides the daemon's PATH (a daemon started by launchd/systemd
-# often has a PATH without them).
-NPM_PREFIXES = (
-    "~/.npm-global/bin",
-    "~/.local/bin",
-    "/usr/local/bin",
-    "/opt/homebrew/bin",
-    "~/.volta/bin",
-)
 
 
 def _ok(check: str, detail: str) -> DoctorCheck:
@@ -111,8 +109,10 @@ def binary_check(name: str, runtime: Any) -> DoctorCheck:
     return _ok(f"runtime {name}", f"{path}: {binary_version(path)}")
 
 
-def auth_check(name: str, runtime: Any) -> DoctorCheck | None:
-    auth = runtime.auth
+def auth_check(name: str, engine: str, auth: Any, login: str) -> DoctorCheck | None:
+    """One `auth` table (a runtime's, or one of its accounts': `name` is then `RUNTIME/LABEL`)
+    as the daemon sees it: the variable set (never its value), the key file readable and
+    private, or the native sign-in present; `login` is the command that signs it in."""
     if auth is None:
         return None
     if auth.env:
@@ -125,25 +125,48 @@ def auth_check(name: str, runtime: Any) -> DoctorCheck | None:
             f'auth = {{ file = "PATH" }} (a 0600 file) for a launchd/systemd daemon',
         )
     if auth.file:
-        path = Path(auth.file).expanduser()
-        if not path.is_file() or not os.access(path, os.R_OK):
-            return _bad(
-                f"auth {name}",
-                f"{path} is not a readable file",
-                f"write the key to {path} (chmod 600)",
-            )
-        return _ok(f"auth {name}", f"{path} is readable by the daemon")
+        return auth_file_check(name, auth.file)
+    sign_in = sign_in_for(engine)
+    if sign_in is None:  # config refuses a native login for an engine without one
+        return _bad(f"sign-in {name}", f"the {engine} engine has no native sign-in")
     try:
-        credential = read_credential(SIGN_INS[runtime.engine], auth.model_dump(), name)
-    except (SignInMissing, KeyError) as exc:
-        return _bad(f"sign-in {name}", str(exc), f"agent-run login {name}")
-    detail = f"{SIGN_INS[runtime.engine].credential_path(auth.model_dump())} ({credential.mode})"
+        credential = read_credential(sign_in, auth.model_dump(), name)
+    except SignInMissing as exc:
+        return _bad(f"sign-in {name}", str(exc), login)
+    detail = f"{sign_in.credential_path(auth.model_dump())} ({credential.mode})"
     if credential.expires_at is not None:
         stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(credential.expires_at))
         detail += f", access token expires {stamp}" + (
             " (the engine refreshes it)" if credential.expires_at < time.time() else ""
         )
     return _ok(f"sign-in {name}", detail)
+
+
+def auth_file_check(name: str, file: str) -> DoctorCheck:
+    """A key file: there, readable by the daemon, and not by group or others (a run refuses it)."""
+    path = Path(file).expanduser()
+    if not path.is_file() or not os.access(path, os.R_OK):
+        return _bad(
+            f"auth {name}", f"{path} is not a readable file", f"write the key to {path} (chmod 600)"
+        )
+    if auth_file_too_open(file):
+        mode = path.stat().st_mode & 0o777
+        return _bad(
+            f"auth {name}",
+            f"{path} is readable by group or others (mode {mode:o}): runs refuse it",
+            f"chmod 600 {path}",
+        )
+    return _ok(f"auth {name}", f"{path} is readable by the daemon only (mode 600 or tighter)")
+
+
+def auth_checks(ctx: ServiceContext, name: str, runtime: Any) -> list[DoctorCheck]:
+    """The runtime's own `auth`, then each account's (a run on the account uses its auth)."""
+    checks = [auth_check(name, runtime.engine, runtime.auth, f"agent-run login {name}")]
+    for label in runtime.accounts:
+        auth = account_auth(runtime, name, label, ctx.home.root)
+        login = f"agent-run login {name} --account {label}"
+        checks.append(auth_check(f"{name}/{label}", runtime.engine, auth, login))
+    return [check for check in checks if check is not None]
 
 
 def endpoint_check(name: str, runtime: Any) -> DoctorCheck | None:
@@ -175,32 +198,38 @@ def engine_home_check(ctx: ServiceContext, name: str) -> DoctorCheck:
     )
 
 
+def sandbox_check(name: str, runtime: Any, refusal: Callable[[], str | None]) -> DoctorCheck:
+    """Can this daemon start the runtime's sandbox? `sandbox = "none"` is always flagged."""
+    check = f"sandbox {name}"
+    if runtime.sandbox == "none":
+        return _bad(
+            check,
+            'sandbox = "none": the engine sees everything the user can (SECURITY.md)',
+            f'remove `sandbox = "none"` from [runtimes.{name}]',
+            level="warn",
+        )
+    why = refusal()
+    if why is None:
+        return _ok(check, "bubblewrap starts a sandbox")
+    return _bad(check, f"{why}: runs of this runtime are refused", "apt-get install bubblewrap")
+
+
 def runtime_checks(ctx: ServiceContext) -> list[DoctorCheck]:
     checks: list[DoctorCheck] = []
+    refusal = functools.cache(sandbox_refusal)  # one probe for every runtime
     for name, runtime in ctx.config.runtimes.items():
         if not runtime.enabled:
             checks.append(_ok(f"runtime {name}", "disabled"))
             continue
         found = [
             binary_check(name, runtime),
-            auth_check(name, runtime),
+            *auth_checks(ctx, name, runtime),
             endpoint_check(name, runtime),
             engine_home_check(ctx, name),
+            sandbox_check(name, runtime, refusal),
         ]
         checks += [check for check in found if check is not None]
     return checks
-
-
-def find_installed(binary: str) -> str | None:
-    """A CLI on the daemon's PATH or under a common npm prefix."""
-    found = shutil.which(binary)
-    if found:
-        return found
-    for prefix in NPM_PREFIXES:
-        candidate = Path(prefix).expanduser() / binary
-        if candidate.is_file() and os.access(candidate, os.X_OK):
-            return str(candidate)
-    return None
 
 
 def enable_block(name: str, example: dict[str, Any], binary: str) -> str:
@@ -221,18 +250,28 @@ def unconfigured_checks(ctx: ServiceContext) -> list[DoctorCheck]:
                     f"unconfigured {spec.name}",
                     f"{binary} is installed but no runtime uses the {spec.name} engine",
                     enable_block(spec.name, dict(spec.config_example), binary)
-                    + "\n(or `agent-run init --detect`)",
+                    + "\n(append it to config.toml, or run `agent-run init --detect`, which "
+                    "appends a block for each engine found)",
                     level="warn",
                 )
             )
     return checks
 
 
+def git_check() -> DoctorCheck:
+    """The daemon's git: batches need one, `run_merge` one of 2.38 or later."""
+    version = git_version()
+    refusal = merge_git_refusal(version)
+    if refusal:
+        return _bad("git", refusal, "install git 2.38 or later on the daemon's PATH", level="warn")
+    return _ok("git", f"git version {version}: batches and run_merge work (run_merge needs 2.38+)")
+
+
 async def doctor(ctx: ServiceContext, _p: EmptyParams) -> DoctorReport:
     ctx.refresh_config()
 
     def run_checks() -> list[DoctorCheck]:
-        return config_checks(ctx) + runtime_checks(ctx) + unconfigured_checks(ctx)
+        return config_checks(ctx) + [git_check()] + runtime_checks(ctx) + unconfigured_checks(ctx)
 
     checks = await asyncio.to_thread(run_checks)
     return DoctorReport(

@@ -5,7 +5,7 @@ import sqlite3
 
 from agent_run.domain.requests import EventsParams
 from agent_run.domain.views import EventItem, EventsPage
-from agent_run.services.agents import latest_execution_or_raise
+from agent_run.services.agent_views import latest_execution_or_raise
 from agent_run.services.context import ServiceContext
 from agent_run.store import events as events_q
 

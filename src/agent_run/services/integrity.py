@@ -1,5 +1,9 @@
 """Answer integrity: re-hash a sealed answer, record what a check found (the stored flag and an
-`integrity_failed` event), and the daemon's scrub that re-checks every sealed answer, spread out."""
+`integrity_failed` event), and the daemon's scrub that re-checks every sealed answer, spread out.
+
+A sealed answer is found through the home it lives in (`agents/<agent>/<execution>/answer.md`),
+never through the absolute path stored when it was sealed: a home moved, restored from a backup
+or copied to another machine still serves its answers."""
 
 import sqlite3
 import time
@@ -7,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agent_run.domain.errors import AnswerIntegrity, StorageFull
+from agent_run.home import Home
 from agent_run.store.db import write
 from agent_run.store.events import append_event
 from agent_run.supervisor.seal import read_verified_answer
@@ -21,17 +26,26 @@ def answer_verified(row: sqlite3.Row) -> bool | None:
     return row["integrity_failed_at"] is None
 
 
-def _check(row: sqlite3.Row) -> tuple[str | None, AnswerIntegrity | None]:
+def sealed_answer_path(home: Home, row: sqlite3.Row) -> Path:
+    """Where an execution's sealed answer is in this home (the supervisor seals it there)."""
+    return home.execution_dir(row["agent_id"], row["id"]) / "answer.md"
+
+
+def _check(home: Home, row: sqlite3.Row) -> tuple[str | None, AnswerIntegrity | None]:
     try:
         return read_verified_answer(
-            Path(row["answer_path"]), row["answer_sha256"], row["answer_bytes"]
+            sealed_answer_path(home, row), row["answer_sha256"], row["answer_bytes"]
         ), None
     except AnswerIntegrity as exc:
         return None, exc
 
 
 def record_check(
-    conn: sqlite3.Connection, row: sqlite3.Row, failure: AnswerIntegrity | None, by: str
+    conn: sqlite3.Connection,
+    home: Home,
+    row: sqlite3.Row,
+    failure: AnswerIntegrity | None,
+    by: str,
 ) -> None:
     """Store a check's result; an event only when the verdict changes. In a write transaction."""
     now = time.time()
@@ -52,7 +66,7 @@ def record_check(
             kind="integrity_failed",
             data={
                 "by": by,
-                "path": row["answer_path"],
+                "path": str(sealed_answer_path(home, row)),
                 "message": failure.message[:500],
                 "expected_sha256": row["answer_sha256"],
             },
@@ -63,18 +77,18 @@ def record_check(
             agent_id=row["agent_id"],
             execution_id=row["id"],
             kind="integrity_restored",
-            data={"by": by, "path": row["answer_path"]},
+            data={"by": by, "path": str(sealed_answer_path(home, row))},
         )
 
 
-def verified_answer(conn: sqlite3.Connection, row: sqlite3.Row, by: str) -> str:
+def verified_answer(conn: sqlite3.Connection, home: Home, row: sqlite3.Row, by: str) -> str:
     """The sealed answer, re-hashed; a mismatch is recorded, then raised as AnswerIntegrity.
     A passing check writes nothing unless it clears an earlier failure (reads stay reads)."""
-    text, failure = _check(row)
+    text, failure = _check(home, row)
     if failure is not None or row["integrity_failed_at"] is not None:
         try:
             with write(conn, "the answer's integrity check"):
-                record_check(conn, row, failure, by)
+                record_check(conn, home, row, failure, by)
         except StorageFull:
             pass  # the check's verdict still stands; the scrub records it once space returns
     if failure is not None:
@@ -90,7 +104,7 @@ class ScrubResult:
 
 
 def scrub_once(
-    conn: sqlite3.Connection, period_seconds: float, limit: int = SCRUB_BATCH
+    conn: sqlite3.Connection, home: Home, period_seconds: float, limit: int = SCRUB_BATCH
 ) -> ScrubResult:
     """Re-hash the sealed answers not checked for `period_seconds`, oldest check first. Each
     answer's last check (its seal, at first) spreads the checks over the period."""
@@ -99,9 +113,9 @@ def scrub_once(
         " AND (answer_checked_at IS NULL OR answer_checked_at <= ?) ORDER BY answer_checked_at LIMIT ?",
         (time.time() - period_seconds, limit),
     ).fetchall()
-    results = [(row, _check(row)[1]) for row in due]  # hashing happens outside the write lock
+    results = [(row, _check(home, row)[1]) for row in due]  # hashing happens outside the write lock
     if results:
         with write(conn, "the answer scrub's results"):
             for row, failure in results:
-                record_check(conn, row, failure, "scrub")
+                record_check(conn, home, row, failure, "scrub")
     return ScrubResult(len(results), [row["id"] for row, failure in results if failure is not None])

@@ -12,18 +12,13 @@ from dataclasses import dataclass
 
 from agent_run.domain.failures import FailureKind
 from agent_run.domain.states import ExecutionState
+from agent_run.executors.local import probe_identity
 from agent_run.home import Home
 from agent_run.processes import current as current_processes
 from agent_run.store import agents as agents_q
 from agent_run.store import commands as commands_q
 from agent_run.store.db import write
-from agent_run.supervisor.identity import (
-    Liveness,
-    ProcessIdentity,
-    engine_group_alive,
-    kill_group,
-    liveness,
-)
+from agent_run.supervisor.identity import ProcessIdentity, engine_group_alive, kill_group
 from agent_run.supervisor.storage import RESERVE_NAME, filesystem_full, supervisor_log_says_full
 
 # What a dead supervisor's row must still show for our proof to apply to it.
@@ -64,10 +59,12 @@ def supervised_executions() -> set[str]:
 
 
 def _proof_of_death(row: sqlite3.Row) -> str | None:
-    """A reason the recorded supervisor is certainly gone, or None when it lives or we cannot tell."""
-    identity = ProcessIdentity(row["supervisor_pid"], row["supervisor_start_ticks"], row["boot_id"])
-    if liveness(identity) is Liveness.DEAD:
-        return f"supervisor pid {identity.pid} is gone (exited, killed, reused or rebooted)"
+    """A reason the recorded supervisor is certainly gone, or None when it lives or we cannot tell
+    (this machine's executor probes it: dead or reused is proof, unknown never is)."""
+    if probe_identity(row).proves_end:
+        return (
+            f"supervisor pid {row['supervisor_pid']} is gone (exited, killed, reused or rebooted)"
+        )
     return None
 
 
@@ -124,6 +121,8 @@ def reconcile_execution(
         return None
     row = agents_q.get_execution(conn, execution_id)
     if row is None or ExecutionState(row["state"]).terminal:
+        return None
+    if row["host"] is not None:  # its host's record is the proof: the host mirror judges it
         return None
     if row["supervisor_pid"] is None:
         if row["state"] != ExecutionState.CREATED or execution_id in supervised():

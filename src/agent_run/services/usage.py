@@ -1,8 +1,10 @@
 """The `usage` tool: tokens and cost by runtime / account / model / day / batch, as the engines reported them.
 
 Tokens are the engines' own `input_tokens` and `output_tokens` (summed per execution by the
-supervisor); cost is the engine's reported cost, summed only over executions that reported one,
-and null for a group where none did: never a price agent-run made up.
+supervisor, written as they arrive: a running execution counts with what it reported so far);
+cost is the engine's reported cost, else the user's `[prices]` entry applied to the tokens,
+summed only over executions that have one, and null for a group where none does: never a price
+agent-run made up.
 """
 
 import json

@@ -1,4 +1,7 @@
-"""Queries on `agents` (written once, by the daemon, at admission) and their executions."""
+"""Queries on `agents` (written once, by the daemon, at admission) and their executions.
+
+An agent's task is stored once: it is the `prompt` of its execution number 1 (every execution
+keeps the input it was started with). Agent rows read here carry it as `task`."""
 
 import json
 import sqlite3
@@ -6,21 +9,24 @@ import time
 from typing import Any
 
 from agent_run.domain.states import TERMINAL_STATES, ExecutionState, check_transition
-from agent_run.store.db import one
+from agent_run.store.db import one, sql_list
 from agent_run.store.events import append_event
 
-TERMINAL_SQL = "(" + ", ".join(f"'{state.value}'" for state in sorted(TERMINAL_STATES)) + ")"
+TERMINAL_SQL = sql_list(TERMINAL_STATES)
+# The agent's task, for a query on `agents a`: its first execution's input.
+TASK_SQL = "(SELECT prompt FROM executions WHERE agent_id = a.id AND number = 1) AS task"
 
 
 def insert_agent_with_execution(
     conn: sqlite3.Connection, *, agent: dict[str, Any], execution: dict[str, Any]
 ) -> None:
-    """Admission: the agent row, its first execution (`created`) and a `created` event."""
+    """Admission: the agent row, its first execution (`created`, its `prompt` the agent's task)
+    and a `created` event."""
     now = time.time()
     conn.execute(
-        "INSERT INTO agents (id, request_id, request_hash, runtime, engine, model, task, workdir,"
+        "INSERT INTO agents (id, request_id, request_hash, runtime, engine, model, workdir,"
         " profile, created_at) VALUES (:id, :request_id, :request_hash, :runtime, :engine, :model,"
-        " :task, :workdir, :profile, :created_at)",
+        " :workdir, :profile, :created_at)",
         {**agent, "created_at": now},
     )
     insert_execution(conn, agent_id=agent["id"], execution=execution)
@@ -33,19 +39,30 @@ def insert_execution(conn: sqlite3.Connection, *, agent_id: str, execution: dict
     ).fetchone()[0]
     conn.execute(
         "INSERT INTO executions (id, agent_id, number, kind, prompt, state, plan_json, created_at,"
-        " updated_at, account, max_tokens, max_cost_usd) VALUES (?, ?, ?, ?, ?, 'created', ?, ?, ?, ?, ?, ?)",
+        " updated_at, account, max_tokens, max_cost_usd, route, route_reason, spend_group,"
+        " spend_group_max_tokens, spend_group_max_cost_usd, price_input_per_mtok,"
+        " price_output_per_mtok)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
             execution["id"],
             agent_id,
             number,
             execution["kind"],
             execution["prompt"],
+            ExecutionState.CREATED.value,
             json.dumps(execution["plan"]),
             now,
             now,
             execution.get("account"),
             execution.get("max_tokens"),
             execution.get("max_cost_usd"),
+            execution.get("route"),
+            execution.get("route_reason"),
+            execution.get("spend_group"),
+            execution.get("spend_group_max_tokens"),
+            execution.get("spend_group_max_cost_usd"),
+            execution.get("price_input_per_mtok"),
+            execution.get("price_output_per_mtok"),
         ),
     )
     append_event(
@@ -53,12 +70,13 @@ def insert_execution(conn: sqlite3.Connection, *, agent_id: str, execution: dict
         agent_id=agent_id,
         execution_id=execution["id"],
         kind="state",
-        data={"state": "created", "number": number},
+        data={"state": ExecutionState.CREATED.value, "number": number},
     )
 
 
 def get_agent(conn: sqlite3.Connection, agent_id: str) -> sqlite3.Row | None:
-    return one(conn, "SELECT * FROM agents WHERE id = ?", (agent_id,))
+    """The agent's row, with its `task`."""
+    return one(conn, f"SELECT a.*, {TASK_SQL} FROM agents a WHERE a.id = ?", (agent_id,))
 
 
 def get_agent_by_request(conn: sqlite3.Connection, request_id: str) -> sqlite3.Row | None:
@@ -77,6 +95,19 @@ def latest_execution(conn: sqlite3.Connection, agent_id: str) -> sqlite3.Row | N
     )
 
 
+def latest_executions(conn: sqlite3.Connection, agent_ids: list[str]) -> dict[str, sqlite3.Row]:
+    """Each agent's latest execution, by agent id, in one query."""
+    if not agent_ids:
+        return {}
+    marks = ",".join("?" * len(agent_ids))
+    rows = conn.execute(
+        f"SELECT e.* FROM executions e WHERE e.agent_id IN ({marks}) AND e.number ="
+        " (SELECT max(number) FROM executions WHERE agent_id = e.agent_id)",
+        agent_ids,
+    ).fetchall()
+    return {r["agent_id"]: r for r in rows}
+
+
 def live_executions(conn: sqlite3.Connection) -> list[sqlite3.Row]:
     return conn.execute(
         f"SELECT * FROM executions WHERE state NOT IN {TERMINAL_SQL} ORDER BY created_at"
@@ -89,6 +120,14 @@ _LIST_BASE = (
 )
 
 
+# A batch run's agent: admitted with the scheduler's request id (in its admission transaction),
+# or attached to a run's attempt.
+BATCH_AGENT_SQL = (
+    "(coalesce(a.request_id, '') GLOB 'rn_*-a[0-9]*'"
+    " OR a.id IN (SELECT agent_id FROM batch_attempts))"
+)
+
+
 def list_agents(
     conn: sqlite3.Connection,
     *,
@@ -97,10 +136,18 @@ def list_agents(
     after_revision: int | None,
     limit: int,
     offset: int,
+    standalone: bool | None = None,
+    verdict: str | None = None,
 ) -> tuple[list[sqlite3.Row], int]:
-    """A page of agents (newest first) with their latest execution, and the exact total."""
+    """A page of agents (newest first, each with its `task`) with their latest execution, and the
+    exact total."""
     where: list[str] = []
     params: list[Any] = []
+    if standalone is not None:
+        where.append(f"NOT {BATCH_AGENT_SQL}" if standalone else BATCH_AGENT_SQL)
+    if verdict is not None:
+        where.append("e.verdict = ?")
+        params.append(verdict)
     if after_revision is not None:
         where.append("a.id IN (SELECT agent_id FROM events WHERE seq > ?)")
         params.append(after_revision)
@@ -113,8 +160,9 @@ def list_agents(
     clause = f" WHERE {' AND '.join(where)}" if where else ""
     total = conn.execute(f"SELECT count(*) {_LIST_BASE}{clause}", params).fetchone()[0]
     rows = conn.execute(
-        f"SELECT a.*, e.id AS execution_id, e.state, e.failure_kind, e.number, e.updated_at,"
-        f" e.answer_sha256, e.integrity_failed_at, e.ended_at, e.verdict, e.account {_LIST_BASE}{clause}"
+        f"SELECT a.*, {TASK_SQL}, e.id AS execution_id, e.state, e.failure_kind, e.number, e.updated_at,"
+        f" e.answer_sha256, e.integrity_failed_at, e.ended_at, e.verdict, e.account, e.route,"
+        f" json_extract(e.plan_json, '$.runtime_config.sandbox') AS sandbox {_LIST_BASE}{clause}"
         f" ORDER BY a.created_at DESC, a.id DESC LIMIT ? OFFSET ?",
         [*params, limit, offset],
     ).fetchall()
@@ -122,9 +170,14 @@ def list_agents(
 
 
 def transition(
-    conn: sqlite3.Connection, execution_id: str, new: ExecutionState, **fields: Any
+    conn: sqlite3.Connection,
+    execution_id: str,
+    new: ExecutionState,
+    event_extra: dict[str, Any] | None = None,
+    **fields: Any,
 ) -> ExecutionState:
-    """Move an execution to `new` (checked against the lifecycle), set fields, log a `state` event.
+    """Move an execution to `new` (checked against the lifecycle), set fields, log a `state` event
+    (with `event_extra` in its data: a mirrored host event's `remote_seq`).
 
     Call inside a write transaction. Returns the previous state.
     """
@@ -141,9 +194,10 @@ def transition(
     conn.execute(
         f"UPDATE executions SET {assignments} WHERE id = :id", {**fields, "id": execution_id}
     )
-    event = {"state": new.value, "from": old.value}
+    event: dict[str, Any] = {"state": new.value, "from": old.value}
     if fields.get("failure_kind"):
         event["failure_kind"] = fields["failure_kind"]
+    event.update(event_extra or {})
     append_event(
         conn, agent_id=row["agent_id"], execution_id=execution_id, kind="state", data=event
     )

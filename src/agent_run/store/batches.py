@@ -7,17 +7,18 @@ from typing import Any
 
 from agent_run.domain.batch_states import (
     BATCH_ENDED,
+    BATCH_SETTLED,
     BatchState,
     IllegalTransition,
     RunState,
     check_batch_transition,
     check_run_transition,
 )
-from agent_run.store.db import one
+from agent_run.store.db import one, sql_list
 from agent_run.store.events import append_event
 
-ENDED_BATCH_SQL = "(" + ", ".join(f"'{state.value}'" for state in sorted(BATCH_ENDED)) + ")"
-_RUN_LOGGED = ("state", "score", "rank", "attempt")
+ENDED_BATCH_SQL = sql_list(BATCH_ENDED)
+_RUN_LOGGED = ("state", "score", "rank", "attempt", "merged_sha")
 
 
 def log_batch(conn: sqlite3.Connection, batch_id: str, data: dict[str, Any]) -> None:
@@ -29,22 +30,26 @@ def insert_batch(conn: sqlite3.Connection, row: dict[str, Any]) -> None:
     now = time.time()
     conn.execute(
         "INSERT INTO batches (id, request_id, request_hash, workflow, config_json, project_root,"
-        " project_subdir, base_ref, base_sha, worktree_root, state, created_at, updated_at)"
-        " VALUES (:id, :request_id, :request_hash, :workflow, :config_json, :project_root,"
-        " :project_subdir, :base_ref, :base_sha, :worktree_root, :state, :now, :now)",
-        {**row, "state": BatchState.QUEUED.value, "now": now},
+        " project_subdir, base_ref, base_sha, base_branch, worktree_root, state, created_at,"
+        " updated_at) VALUES (:id, :request_id, :request_hash, :workflow, :config_json,"
+        " :project_root, :project_subdir, :base_ref, :base_sha, :base_branch, :worktree_root,"
+        " :state, :now, :now)",
+        {"base_branch": None, **row, "state": BatchState.QUEUED.value, "now": now},
     )
     log_batch(conn, row["id"], {"state": BatchState.QUEUED.value})
 
 
 def insert_run(conn: sqlite3.Connection, row: dict[str, Any]) -> None:
+    """A queued run; its `prompt` is stored only when it is not its batch's (migration 0016)."""
     now = time.time()
     row = {"parent_run_id": None, "worktree": None, "branch": None, "result_json": None, **row}
     conn.execute(
-        "INSERT INTO batch_runs (id, batch_id, stage, idx, parent_run_id, title, prompt, profile,"
-        " worktree, branch, workdir, state, result_json, created_at, updated_at) VALUES (:id, :batch_id,"
-        " :stage, :idx, :parent_run_id, :title, :prompt, :profile, :worktree, :branch, :workdir,"
-        " :state, :result_json, :now, :now)",
+        "INSERT INTO batch_runs (id, batch_id, stage, idx, parent_run_id, title, own_prompt,"
+        " profile, worktree, branch, workdir, state, result_json, created_at, updated_at)"
+        " VALUES (:id, :batch_id, :stage, :idx, :parent_run_id, :title,"
+        " nullif(:prompt, (SELECT json_extract(config_json, '$.prompt') FROM batches"
+        " WHERE id = :batch_id)), :profile, :worktree, :branch, :workdir, :state, :result_json,"
+        " :now, :now)",
         {**row, "state": RunState.QUEUED.value, "now": now},
     )
     log_batch(conn, row["batch_id"], {"run": row["id"], "state": RunState.QUEUED.value})
@@ -65,25 +70,70 @@ def live_batches(conn: sqlite3.Connection) -> list[sqlite3.Row]:
 
 
 def list_batches(
-    conn: sqlite3.Connection, *, limit: int, offset: int
+    conn: sqlite3.Connection,
+    *,
+    limit: int,
+    offset: int,
+    project: str | None = None,
+    states: list[str] | None = None,
 ) -> tuple[list[sqlite3.Row], int]:
-    total = conn.execute("SELECT count(*) FROM batches").fetchone()[0]
+    """A page of batches, newest first, and the exact total of those matching the filters."""
+    where: list[str] = []
+    params: list[Any] = []
+    if project is not None:
+        where.append("project_root = ?")
+        params.append(project)
+    if states:
+        where.append(f"state IN ({','.join('?' * len(states))})")
+        params += states
+    clause = f" WHERE {' AND '.join(where)}" if where else ""
+    total = conn.execute(f"SELECT count(*) FROM batches{clause}", params).fetchone()[0]
     rows = conn.execute(
-        "SELECT * FROM batches ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?", (limit, offset)
+        f"SELECT * FROM batches{clause} ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?",
+        [*params, limit, offset],
     ).fetchall()
     return rows, total
 
 
+# A run row with its `prompt`: its own, or else its batch's (stored once, in the batch).
+_RUN_SQL = (
+    "SELECT r.*, coalesce(r.own_prompt, json_extract(b.config_json, '$.prompt')) AS prompt"
+    " FROM batch_runs r JOIN batches b ON b.id = r.batch_id"
+)
+
+
 def runs(conn: sqlite3.Connection, batch_id: str) -> list[sqlite3.Row]:
     return conn.execute(
-        "SELECT * FROM batch_runs WHERE batch_id = ? ORDER BY CASE stage WHEN 'generator' THEN 0"
-        " WHEN 'worker' THEN 1 WHEN 'candidate' THEN 1 WHEN 'reviewer' THEN 2 ELSE 3 END, idx",
+        f"{_RUN_SQL} WHERE r.batch_id = ? ORDER BY CASE r.stage WHEN 'generator' THEN 0"
+        " WHEN 'worker' THEN 1 WHEN 'candidate' THEN 1 WHEN 'reviewer' THEN 2 ELSE 3 END, r.idx",
         (batch_id,),
     ).fetchall()
 
 
 def get_run(conn: sqlite3.Connection, run_id: str) -> sqlite3.Row | None:
-    return one(conn, "SELECT * FROM batch_runs WHERE id = ?", (run_id,))
+    return one(conn, f"{_RUN_SQL} WHERE r.id = ?", (run_id,))
+
+
+def branch_of_agent(conn: sqlite3.Connection, agent_id: str) -> str | None:
+    """The branch of the run an agent is an attempt of (None: no run, or a run without one)."""
+    row = conn.execute(
+        "SELECT r.branch FROM batch_attempts a JOIN batch_runs r ON r.id = a.run_id"
+        " WHERE a.agent_id = ?",
+        (agent_id,),
+    ).fetchone()
+    return row["branch"] if row is not None else None
+
+
+def attempts_of_batch(conn: sqlite3.Connection, batch_id: str) -> dict[str, list[sqlite3.Row]]:
+    """Every run's attempts, in order, by run id."""
+    by_run: dict[str, list[sqlite3.Row]] = {}
+    for row in conn.execute(
+        "SELECT t.* FROM batch_attempts t JOIN batch_runs r ON r.id = t.run_id"
+        " WHERE r.batch_id = ? ORDER BY t.run_id, t.attempt",
+        (batch_id,),
+    ):
+        by_run.setdefault(row["run_id"], []).append(row)
+    return by_run
 
 
 def attempts(conn: sqlite3.Connection, run_id: str) -> list[sqlite3.Row]:
@@ -124,6 +174,9 @@ def move_batch(
         {"id": batch_id, "expect": BatchState(expect).value},
     ):
         return False
+    if BatchState(to) in BATCH_SETTLED and BatchState(to) != BatchState(expect):
+        # counted, so each settle is announced once (store/notices.ended_without_notice)
+        conn.execute("UPDATE batches SET settles = settles + 1 WHERE id = ?", (batch_id,))
     log_batch(conn, batch_id, {"state": BatchState(to).value, **fields})
     return True
 
@@ -177,6 +230,25 @@ def update_run_if(
         {"run": run["id"], **{k: v for k, v in fields.items() if k in _RUN_LOGGED}},
     )
     return True
+
+
+def begin_attempt(conn: sqlite3.Connection, run: sqlite3.Row, **fields: Any) -> int | None:
+    """Begin the run's next attempt: compare-and-set its (state, attempt) as read in `run` to
+    (running, attempt + 1), clearing its failure (and setting `fields`). The new attempt number,
+    or None when the run moved meanwhile: of two begins from the same row, the second loses."""
+    attempt = int(run["attempt"]) + 1
+    if not update_run_if(
+        conn,
+        run,
+        expect_state=run["state"],
+        expect_attempt=run["attempt"],
+        state=RunState.RUNNING,
+        attempt=attempt,
+        failure=None,
+        **fields,
+    ):
+        return None
+    return attempt
 
 
 def record_attempt(

@@ -2,7 +2,7 @@
 
 import errno
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,11 @@ def one(conn: sqlite3.Connection, sql: str, params: Any = ()) -> sqlite3.Row | N
 def scalar(conn: sqlite3.Connection, sql: str, params: Any = ()) -> int:
     """The integer in the first column of the first row of `sql` (a count, a max, a pragma)."""
     return int(conn.execute(sql, params).fetchone()[0])
+
+
+def sql_list(states: Iterable[str]) -> str:
+    """A set of the domain's states as an SQL list, `('a', 'b')`, for `state IN ...`."""
+    return "(" + ", ".join(f"'{state}'" for state in sorted(states)) + ")"
 
 
 def inserted_id(cursor: sqlite3.Cursor) -> int:

@@ -61,7 +61,11 @@ def append_message(
 
 
 def current_revision(conn: sqlite3.Connection) -> int:
-    return scalar(conn, "SELECT coalesce(max(seq), 0) FROM events")
+    """The highest event seq ever given (AUTOINCREMENT's counter), so it never goes back when
+    retention deletes the newest events (`store/retention.py`)."""
+    return scalar(
+        conn, "SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0)"
+    )
 
 
 def count_events(conn: sqlite3.Connection, agent_id: str) -> int:
@@ -96,6 +100,27 @@ def messages_page(
         " JOIN executions e ON e.id = m.execution_id"
         " WHERE m.agent_id = ? AND m.id > ? ORDER BY m.id LIMIT ?",
         (agent_id, after_id, limit),
+    ).fetchall()
+
+
+def turn_at(conn: sqlite3.Connection, agent_id: str, message_id: int) -> int:
+    """The execution number of the agent's last message at or before `message_id` (0: none)."""
+    return scalar(
+        conn,
+        "SELECT coalesce((SELECT e.number FROM messages m JOIN executions e ON e.id = m.execution_id"
+        " WHERE m.agent_id = ? AND m.id <= ? ORDER BY m.id DESC LIMIT 1), 0)",
+        (agent_id, message_id),
+    )
+
+
+def turn_prompts(
+    conn: sqlite3.Connection, agent_id: str, after: int, upto: int | None
+) -> list[sqlite3.Row]:
+    """The agent's executions numbered in (after, upto] (no upper bound: None), with their prompts."""
+    return conn.execute(
+        "SELECT number, kind, prompt, created_at FROM executions"
+        " WHERE agent_id = ? AND number > ? AND number <= ? ORDER BY number",
+        (agent_id, after, upto if upto is not None else 2**62),
     ).fetchall()
 
 

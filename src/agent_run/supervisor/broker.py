@@ -183,7 +183,7 @@ class _BrokerHandler(BaseHTTPRequestHandler):
                 self._drop_upstream()
                 if not reused or attempt:  # a kept-alive connection the upstream had closed
                     raise
-        raise AssertionError("unreachable")
+        raise AssertionError("the retry loop always returns or raises")
 
     def _relay(self, response: http.client.HTTPResponse) -> None:
         self.send_response_only(response.status, response.reason)

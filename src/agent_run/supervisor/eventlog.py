@@ -35,11 +35,13 @@ class ExecutionLog:
         execution_id: str,
         runtime: str,
         *,
+        account: str | None = None,
         raw_path: Path | None = None,
         buffer_bytes: int = DEFAULT_BUFFER_BYTES,
     ) -> None:
         self.conn = conn
         self.runtime = runtime
+        self.account = account  # the execution's account: its quota samples carry it
         self.agent_id = agent_id
         self.execution_id = execution_id
         self.raw_path = raw_path
@@ -206,7 +208,7 @@ class ExecutionLog:
             [
                 Sample(
                     self.runtime,
-                    None,
+                    self.account,
                     w.lane,
                     w.window,
                     w.remaining_percent,

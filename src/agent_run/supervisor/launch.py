@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from agent_run.domain.errors import SpawnFailed
 from agent_run.engines.environment import PASSTHROUGH
 from agent_run.home import Home
+from agent_run.supervisor.forkserver import ForkServer
 from agent_run.supervisor.identity import ProcessIdentity
 
 READY_TIMEOUT_SECONDS = 30.0
@@ -39,26 +40,32 @@ def supervisor_environment() -> dict[str, str]:
 
 @dataclass
 class StartedSupervisor:
-    """A supervisor process just started, and the pipe it reports ready on."""
+    """A supervisor process just started, and the pipe it reports ready on. `pid` is None for
+    one the fork server forked: its pid comes with its ready line."""
 
-    proc: subprocess.Popen[bytes]
+    pid: int | None
     ready_fd: int
     log_path: os.PathLike[str]
 
     def identity(self, line: bytes) -> ProcessIdentity:
         """The identity in its ready line; SpawnFailed when it exited before writing one."""
         if not line:
-            raise SpawnFailed(
-                f"supervisor pid {self.proc.pid} exited before it was ready; see {self.log_path}"
-            )
+            which = "forked supervisor" if self.pid is None else f"supervisor pid {self.pid}"
+            raise SpawnFailed(f"{which} exited before it was ready; see {self.log_path}")
         ready = json.loads(line)
         return ProcessIdentity(ready["pid"], ready["start_ticks"], ready["boot_id"])
 
 
 def start_supervisor(
-    home: Home, execution_id: str, log_path: os.PathLike[str], payload: bytes | None = None
+    home: Home,
+    execution_id: str,
+    log_path: os.PathLike[str],
+    payload: bytes | None = None,
+    fork_server: ForkServer | None = None,
 ) -> StartedSupervisor:
     """Start `python -m agent_run.supervisor` in its own session; do not wait for it.
+
+    With a `fork_server` it is forked from the pre-imported zygote when that works, else spawned.
 
     The caller waits for its ready line (`spawn_supervisor`, or the daemon's event loop) and
     closes `ready_fd`. Ready means it has installed its signal handlers and taken the execution
@@ -68,6 +75,10 @@ def start_supervisor(
     `payload` (the execution's credential, `secrets.secret_payload`) is written to its stdin,
     which is then closed: a secret never travels in the environment or argv.
     """
+    if fork_server is not None:
+        forked = _fork_supervisor(fork_server, execution_id, log_path, payload)
+        if forked is not None:
+            return forked
     read_fd, write_fd = os.pipe()
     log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
@@ -91,7 +102,48 @@ def start_supervisor(
         _send_payload(proc, payload)
     # Reap it when it ends so it never lingers as a zombie of a long-lived daemon.
     threading.Thread(target=proc.wait, daemon=True, name=f"reap-{proc.pid}").start()
-    return StartedSupervisor(proc, read_fd, log_path)
+    return StartedSupervisor(proc.pid, read_fd, log_path)
+
+
+def _fork_supervisor(
+    fork_server: ForkServer,
+    execution_id: str,
+    log_path: os.PathLike[str],
+    payload: bytes | None,
+) -> StartedSupervisor | None:
+    """The supervisor forked by the zygote, or None when the caller must spawn it instead.
+
+    The zygote gets the read end of the stdin pipe, the write end of the ready pipe and the log;
+    the payload is written here, so the credential never passes through the zygote.
+    """
+    read_fd, write_fd = os.pipe()
+    stdin_read, stdin_write = os.pipe()
+    log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        forked = fork_server.fork(
+            execution_id, supervisor_environment(), (stdin_read, write_fd, log)
+        )
+    finally:
+        for fd in (stdin_read, write_fd, log):
+            os.close(fd)
+    if not forked:
+        os.close(read_fd)
+        os.close(stdin_write)
+        return None
+    try:
+        if payload is not None:
+            _write_all(stdin_write, payload)
+    except BrokenPipeError:  # it died at once: the ready pipe's EOF says so
+        pass
+    finally:
+        os.close(stdin_write)
+    return StartedSupervisor(None, read_fd, log_path)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def spawn_supervisor(

@@ -1,11 +1,12 @@
 """One execution, start to seal: launch the engine, stream it, obey commands, decide the outcome."""
 
+import errno
 import json
 import os
 import secrets as token_source
 import selectors
+import shutil
 import signal
-import sys
 import time
 import traceback
 from dataclasses import replace
@@ -27,17 +28,21 @@ from agent_run.engines.base import (
     SessionStarted,
     SteerJoined,
     Unparsed,
+    UsageUpdate,
     WorkerMcp,
 )
+from agent_run.engines.environment import PASSTHROUGH, allowlisted
 from agent_run.engines.plan import load_plan
 from agent_run.engines.quota import QuotaEvent
 from agent_run.engines.registry import engine_spec
+from agent_run.engines.sandbox import SandboxUnavailable, require_sandbox, sandbox_argv
 from agent_run.home import Home
 from agent_run.store import agents as agents_q
 from agent_run.store import commands as commands_q
 from agent_run.store import reports as reports_q
 from agent_run.store.db import connect, is_storage_full, write
-from agent_run.supervisor.budget import Budget
+from agent_run.store.usage import Spend, agent_spend, group_spend
+from agent_run.supervisor.budget import Budget, Prices, SpendMeter
 from agent_run.supervisor.credentials import EngineCredentials, engine_credentials
 from agent_run.supervisor.ending import Ending, EndWriter
 from agent_run.supervisor.engine_process import EngineProcess, Escalation
@@ -50,6 +55,7 @@ from agent_run.supervisor.seal import keep_reply
 from agent_run.supervisor.signin_keeper import SignInKeeper
 from agent_run.supervisor.stderr_log import StderrLog
 from agent_run.supervisor.storage import StorageReserve, note, reserve_log_space
+from agent_run.supervisor.worker_gate import WorkerGate
 from agent_run.worker_tools.binding import (
     EXECUTION_ENV,
     HOME_ENV,
@@ -60,6 +66,7 @@ from agent_run.worker_tools.binding import (
 )
 
 COMMAND_POLL_SECONDS = 0.2
+USAGE_WRITE_SECONDS = 0.2  # the row's usage lags what the engine reported by at most this
 MAX_LINE_BYTES = 8 * 1024 * 1024
 STDERR_TAIL_BYTES = 4000
 
@@ -76,7 +83,13 @@ class Supervisor:
         self.execution_id = execution_id
         self.plan = load_plan(row["plan_json"])
         self.prompt: str = row["prompt"]  # the task, or a resume's prompt: stored once, on the row
-        self.budget = Budget.of_execution(row)  # spend caps, checked at each completion
+        # spend caps, checked as the engine reports usage (supervisor/budget.py)
+        self.budget = Budget.of_execution(
+            row, agent_spend(self.conn, row["agent_id"], besides=execution_id)
+        )
+        self.meter = SpendMeter(_prices(row))
+        self.group_others: Spend | None = None  # the rest of the spend group, as last read
+        self.usage_written_at = 0.0
         self.engine_spec = engine_spec(self.plan.engine)
         self.dir = home.execution_dir(self.plan.agent_id, execution_id)
         self.log = ExecutionLog(
@@ -84,6 +97,7 @@ class Supervisor:
             self.plan.agent_id,
             execution_id,
             self.plan.runtime,
+            account=row["account"],
             raw_path=self.dir / "runtime.jsonl",
             buffer_bytes=self.plan.storage_buffer_bytes,
         )
@@ -106,8 +120,8 @@ class Supervisor:
         self.unparsed_lines = 0
         self.engine: Engine = self.engine_spec.factory()
         self.spec: LaunchSpec | None = None
-        self.usage: dict[str, float] = {}
-        self.cost_usd: float | None = None  # None until an engine reports a cost: never invented
+        self.gate: WorkerGate | None = None
+        self.sandbox_dir = self.dir / "sandbox"  # all the engine sees of the execution's folder
 
     # -- start-up ---------------------------------------------------------------------------
 
@@ -161,18 +175,18 @@ class Supervisor:
         engine = self.engine
         self.reserve.take()  # space to record the end in, should the disk fill up meanwhile
         reserve_log_space()  # and for the log lines that would say so
-        if "auth_error" in self.payload:
-            failure = FailureKind(self.payload.get("failure") or FailureKind.CONFIG_ERROR)
-            self._finish(Outcome(ExecutionState.FAILED, failure, self.payload["auth_error"]))
+        refusal = self._refusal()
+        if refusal is not None:
+            self._finish(refusal)
             return
         secrets: dict[str, str] = self.payload.get("secrets") or {}
-        worker = self._worker_mcp()
+        token, worker = self._worker_mcp()
         self.credentials = engine_credentials(self.engine_spec.broker_upstream, self.plan, secrets)
         redact = Redactor(
             [
                 *secrets.values(),
                 *self.credentials.secrets.values(),
-                worker.env[TOKEN_ENV],
+                token,
                 *(self.payload.get("redact") or []),
             ]
         )
@@ -180,10 +194,11 @@ class Supervisor:
         self.signin = SignInKeeper.start(
             self.plan.engine, self.plan.runtime_config.auth, self.plan.engine_home, redact
         )
-        self.spec = engine.launch(self.credentials.plan, self.credentials.secrets, worker, self.dir)
-        spec = self.spec
+        spec = self.spec = engine.launch(
+            self.credentials.plan, self.credentials.secrets, worker, self.sandbox_dir
+        )
         try:
-            self.child = EngineProcess.start(spec)
+            self.child = EngineProcess.start(self._sandboxed(spec))
         except OSError as exc:
             self._finish(
                 Outcome(
@@ -206,8 +221,31 @@ class Supervisor:
         self._pump(engine, redact)
         self._finish(self._decide(engine, redact))
 
-    def _worker_mcp(self) -> WorkerMcp:
-        """A fresh capability token (only its hash is stored) and how to start the worker tools."""
+    def _refusal(self) -> Outcome | None:
+        """Why the engine must not start: the spawner's auth error, or no sandbox can start."""
+        if "auth_error" in self.payload:
+            failure = FailureKind(self.payload.get("failure") or FailureKind.CONFIG_ERROR)
+            return Outcome(ExecutionState.FAILED, failure, self.payload["auth_error"])
+        if self.plan.runtime_config.sandbox == "bubblewrap":
+            try:
+                require_sandbox()
+            except SandboxUnavailable as exc:
+                return Outcome(ExecutionState.FAILED, FailureKind.CONFIG_ERROR, exc.message)
+        return None
+
+    def _sandboxed(self, spec: LaunchSpec) -> LaunchSpec:
+        """The engine's command inside its bubblewrap sandbox (unless `sandbox = "none"`);
+        FileNotFoundError, as a bare spawn would raise, when the engine's program is missing."""
+        if self.plan.runtime_config.sandbox == "none":
+            return spec
+        if shutil.which(spec.argv[0], path=spec.env.get("PATH")) is None:
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), spec.argv[0])
+        argv = sandbox_argv(self.plan, spec.argv, spec.env, self.sandbox_dir, self.home.root)
+        return replace(spec, argv=argv)
+
+    def _worker_mcp(self) -> tuple[str, WorkerMcp]:
+        """A fresh capability token (only its hash is stored), kept outside the sandbox by the
+        worker gate, and how the engine starts the worker tools (the relay to the gate)."""
         token = token_source.token_urlsafe(32)
         self.log.update(worker_token_sha256=token_hash(token))
         self.log.flush()
@@ -218,13 +256,9 @@ class Supervisor:
             TOKEN_ENV: token,
             TOOLS_ENV: ",".join(tools),
         }
-        return WorkerMcp(
-            name=SERVER_NAME,
-            command=sys.executable,
-            args=["-m", "agent_run.worker_tools"],
-            env=env,
-            tools=tools,
-        )
+        self.sandbox_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.gate = WorkerGate(self.sandbox_dir, allowlisted(PASSTHROUGH) | env, tools)
+        return token, self.gate.mcp(SERVER_NAME)
 
     def _pump(self, engine: Engine, redact: Redactor) -> None:
         """Read the engine's stdout until EOF, obeying commands and watchdogs meanwhile."""
@@ -267,6 +301,8 @@ class Supervisor:
             if now >= next_poll:
                 next_poll = now + COMMAND_POLL_SECONDS
                 self._poll_commands(engine)
+                self._read_group()
+                self._check_spend()
             self._watchdogs(now, started, last_event)
             if self.stop is not None and self.stop.escalation is not None:
                 self.child.escalate(self.stop.escalation, now)
@@ -309,6 +345,9 @@ class Supervisor:
             return
         elif isinstance(event, Completion):
             self._on_completion(event)
+        elif isinstance(event, UsageUpdate):  # the running turn's usage so far
+            self.meter.turn_so_far(event.usage)
+            self._check_spend()
         elif isinstance(event, ControlAck):
             self.log.event("control", {"request_id": event.request_id, "subtype": event.subtype})
         elif isinstance(event, Unparsed):
@@ -328,14 +367,8 @@ class Supervisor:
         self.completion = completion
         self.completions += 1
         self.turns_outstanding -= 1
-        for key, value in (completion.usage or {}).items():
-            if isinstance(value, (int, float)):
-                self.usage[key] = self.usage.get(key, 0) + value
-        if completion.cost_usd is not None:
-            self.cost_usd = (self.cost_usd or 0.0) + completion.cost_usd
-        over = self.budget.exceeded(self.usage, self.cost_usd)
-        if over is not None:
-            self._request_stop(self.engine, over, FailureKind.BUDGET_EXCEEDED)
+        self.meter.turn_completed(completion.usage, completion.cost_usd)
+        self._check_spend()
         self.log.event(
             "completion",
             {
@@ -348,6 +381,32 @@ class Supervisor:
         if self.turns_outstanding <= 0:
             self._close_stdin()  # no queued turn: let the engine finish
 
+    # -- spend caps -------------------------------------------------------------------------
+
+    def _check_spend(self) -> None:
+        """Stop the run once its spend (or its batch's) passes a cap: on each usage the engine
+        reports, and on each command poll (another run of the batch may have passed it)."""
+        if self.stop is None:
+            over = self.budget.exceeded(self.meter.spend(), self.group_others)
+            if over is not None:
+                self._request_stop(self.engine, over, FailureKind.BUDGET_EXCEEDED)
+        self._write_usage(force=False)
+
+    def _read_group(self) -> None:
+        if self.budget.group is not None:
+            self.group_others = group_spend(self.conn, self.budget.group, besides=self.execution_id)
+
+    def _write_usage(self, *, force: bool) -> None:
+        """The usage reported so far onto the execution row (through the outbox), at most every
+        USAGE_WRITE_SECONDS: the batch's other runs and every view read it from there."""
+        now = time.monotonic()
+        if self.meter.changed and (force or now - self.usage_written_at >= USAGE_WRITE_SECONDS):
+            fields = self.meter.row_fields()
+            if fields:
+                self.log.update(**fields)
+            self.meter.changed = False
+            self.usage_written_at = now
+
     # -- commands and watchdogs -----------------------------------------------------------
 
     def _poll_commands(self, engine: Engine) -> None:
@@ -359,7 +418,7 @@ class Supervisor:
             self.handled_commands.add(command["id"])
             if command["kind"] == "cancel":
                 self._request_stop(engine, "cancel requested", None)
-                self.log.resolve(command, "done", "cancelling")
+                self.log.resolve(command, "done", ExecutionState.CANCELLING)
             else:
                 state, result = self._steer(engine, json.loads(command["payload"])["text"])
                 self.log.resolve(command, state, result)
@@ -495,16 +554,14 @@ class Supervisor:
         self.log.flush()
         for path in self.spec.token_files if self.spec else []:
             path.unlink(missing_ok=True)  # the capability dies with the execution
+        if self.gate is not None:
+            self.gate.close()  # the engine is gone: its worker servers end with their relays
         if self.credentials is not None:
             self.credentials.record_signals(self.log)
             self.credentials.close()  # so does the broker's token
         if self.signin is not None:
             self.signin.check()  # a refresh written at the very end still reaches the real file
-        fields: dict[str, object] = {"verdict": outcome.verdict}
-        if self.usage:
-            fields["usage_json"] = json.dumps(self.usage)
-        if self.cost_usd is not None:
-            fields["cost_usd"] = self.cost_usd
+        fields: dict[str, object] = {"verdict": outcome.verdict, **self.meter.row_fields()}
         if outcome.state is not ExecutionState.SUCCEEDED:
             fields.update(
                 failure_kind=outcome.failure.value if outcome.failure else None,
@@ -556,6 +613,14 @@ class Supervisor:
             print(traceback.format_exc(), flush=True)
         finally:
             self.reserve.release()
+
+
+def _prices(row: Any) -> Prices | None:
+    """The execution's `[prices]` entry, recorded at admission."""
+    keys = row.keys()
+    if "price_input_per_mtok" not in keys or row["price_input_per_mtok"] is None:
+        return None
+    return Prices(row["price_input_per_mtok"], row["price_output_per_mtok"] or 0.0)
 
 
 def spawn_failure(binary: str, runtime: str, exc: OSError) -> str:

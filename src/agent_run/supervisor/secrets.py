@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from agent_run.engines.options import auth_file_too_open
-from agent_run.engines.signin import SIGN_INS, SignInMissing, is_native, read_credential
+from agent_run.engines.registry import sign_in_for
+from agent_run.engines.signin import SignInMissing, is_native, read_credential
 from agent_run.store import agents as agents_q
 
 # The name a secret read from a file goes by; engine adapters map it to their own variable.
@@ -69,7 +70,7 @@ def secret_payload(conn: sqlite3.Connection, execution_id: str) -> bytes:
 
 def native_login_payload(engine: str, auth: dict[str, Any], runtime: str) -> dict[str, Any]:
     """No secret to pass: the tokens to redact, or why the sign-in cannot be used."""
-    sign_in = SIGN_INS.get(engine)
+    sign_in = sign_in_for(engine)
     if sign_in is None:
         return {"auth_error": f"runtime auth: the {engine} engine has no native login"}
     try:

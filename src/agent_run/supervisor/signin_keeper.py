@@ -14,13 +14,14 @@ own thread, can race the check).
 import json
 from typing import Any
 
-from agent_run.engines.signin import SIGN_INS, CredentialLink, is_native, share_credential
+from agent_run.engines.registry import sign_in_for
+from agent_run.engines.signin import CredentialLink, SignIn, is_native, share_credential
 from agent_run.supervisor.redact import Redactor
 
 
 class SignInKeeper:
-    def __init__(self, engine: str, link: CredentialLink, redact: Redactor) -> None:
-        self.sign_in = SIGN_INS[engine]
+    def __init__(self, sign_in: SignIn, link: CredentialLink, redact: Redactor) -> None:
+        self.sign_in = sign_in
         self.link = link
         self.redact = redact
         self.seen: tuple[int, int] | None = None  # the first check reads the file
@@ -32,8 +33,9 @@ class SignInKeeper:
         """Share the credential with the generated home (native login only) and keep it."""
         if not is_native(auth):
             return None
-        link = share_credential(engine, auth, engine_home)
-        return cls(engine, link, redact) if link is not None else None
+        sign_in = sign_in_for(engine)
+        link = share_credential(sign_in, auth, engine_home)
+        return cls(sign_in, link, redact) if sign_in is not None and link is not None else None
 
     def _stamp(self) -> tuple[int, int] | None:
         try:

@@ -8,8 +8,8 @@ from starlette.responses import RedirectResponse, Response
 from agent_run.domain import batch_models as bm
 from agent_run.domain import requests as rq
 from agent_run.domain.errors import DomainError
-from agent_run.web.forms import batch_form, form_params
-from agent_run.web.pages import inspect_project, page, proxy, runtimes
+from agent_run.web.forms import batch_form, form_params, notify_field, notify_target
+from agent_run.web.pages import inspect_project, page, proxy, run_context, runtimes
 from agent_run.web.security import checked_form
 
 
@@ -17,16 +17,63 @@ def see(url: str) -> RedirectResponse:
     return RedirectResponse(url, status_code=303)
 
 
-def field_errors(exc: DomainError) -> dict[str, str]:
-    """The tool's message for each bad field (InvalidParams lists every problem)."""
-    errors = {e["field"]: e["message"] for e in exc.details.get("errors", []) if "field" in e}
-    errors.setdefault(exc.field or "_", exc.message)
+def field_errors(exc: DomainError, shown: frozenset[str] | None = None) -> dict[str, str]:
+    """The tool's message for each bad field (InvalidParams lists every problem), keyed by the
+    form field that shows it; one the form has no field for (`shown`) goes under `_`, named."""
+    errors: dict[str, str] = {}
+    problems = [e for e in exc.details.get("errors", []) if "field" in e] or [
+        {"field": exc.field or "_", "message": exc.message}
+    ]
+    for problem in problems:
+        name, message = notify_field(problem["field"]), problem["message"]
+        if shown is not None and name != "_" and name not in shown:
+            name, message = "_", f"{problem['field']}: {message}"
+        errors[name] = f"{errors[name]}; {message}" if name in errors else message
     return errors
+
+
+def with_notify(params: dict[str, Any], form: dict[str, str]) -> dict[str, Any]:
+    target = notify_target(form)
+    return {**params, "notify": target} if target else params
+
+
+# The fields each form shows an error beside; an error on any other field shows at the top.
+NOTIFY_FORM = frozenset({"notify_transport", "notify_argv", "notify_thread_id"})
+AGENT_FORM = (
+    frozenset({"task", "workdir", "runtime", "model", "profile", "stall_seconds", "wall_seconds"})
+    | NOTIFY_FORM
+)
+BATCH_FORM = (
+    frozenset(
+        {
+            "workflow",
+            "project",
+            "base_ref",
+            "worktree_root",
+            "prompt",
+            "generator_instruction",
+            "runs",
+            "concurrency",
+            "reviewers",
+            "review_prompt",
+            "verify_command",
+            "verify_timeout_seconds",
+            "validator_prompt",
+            "runtime",
+            "model",
+            "profile",
+            "stall_seconds",
+            "wall_seconds",
+            "notify_runs",
+        }
+    )
+    | NOTIFY_FORM
+)
 
 
 async def agent_create(request: Request) -> Response:
     form = await checked_form(request)
-    params = form_params(rq.StartParams, form)
+    params = with_notify(form_params(rq.StartParams, form), form)
     try:
         agent = await proxy(request).call("start", params)
     except DomainError as exc:
@@ -35,9 +82,9 @@ async def agent_create(request: Request) -> Response:
             "agent_new.html",
             status=422,
             form=form,
-            errors=field_errors(exc),
+            errors=field_errors(exc, AGENT_FORM),
             watch="",
-            runtimes=runtimes(request),
+            runtimes=await runtimes(request),
         )
     return see(f"/agents/{agent['id']}")
 
@@ -60,11 +107,14 @@ async def batch_create(request: Request) -> Response:
     form = await checked_form(request)
     try:
         sent, shown_at = batch_form(form)
-        batch = await proxy(request).call("batch_start", form_params(bm.BatchStartParams, sent))
+        params = with_notify(form_params(bm.BatchStartParams, sent), form)
+        batch = await proxy(request).call("batch_start", params)
     except ValueError as exc:
         errors = {"generator_instruction": str(exc)}
     except DomainError as exc:
-        errors = {shown_at.get(name, name): message for name, message in field_errors(exc).items()}
+        errors = {}
+        for name, message in field_errors(exc, BATCH_FORM | frozenset(shown_at)).items():
+            errors[shown_at.get(name, name)] = message
     else:
         return see(f"/batches/{batch['id']}")
     return page(
@@ -74,7 +124,7 @@ async def batch_create(request: Request) -> Response:
         form=form,
         errors=errors,
         watch="",
-        runtimes=runtimes(request),
+        runtimes=await runtimes(request),
         inspect=await inspect_project(request, form.get("project")),
     )
 
@@ -114,5 +164,21 @@ async def run_action(request: Request) -> Response:
         params.update(text=form.get("text", ""), reopen=form.get("reopen") == "on")
     elif tool == "run_resume" and form.get("prompt", "").strip():
         params["prompt"] = form["prompt"]
-    await proxy(request).call(tool, params)
+    try:
+        await proxy(request).call(tool, params)
+    except DomainError as exc:
+        if exc.code.endswith("NotFound") or exc.code == "DaemonUnavailable":
+            raise  # the error page says so
+        # Refused (a locked run, a run that moved on): the run page again, the reason beside
+        # the buttons, what was typed kept.
+        context = await run_context(request)
+        context["watch"] = ""  # this page's URL is the post's: no live refresh of it
+        return page(
+            request,
+            "run.html",
+            status=409 if exc.code in ("Conflict", "RunLocked") else 422,
+            **context,
+            action_error={"action": request.path_params["action"], "message": exc.message},
+            typed=form,
+        )
     return see(f"/batches/{batch_id}/runs/{run_id}")

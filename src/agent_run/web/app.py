@@ -22,7 +22,16 @@ from starlette.staticfiles import StaticFiles
 from agent_run.domain.errors import DaemonUnavailable, DomainError
 from agent_run.home import Home
 from agent_run.rpc.client import connect
-from agent_run.web import DEFAULT_PORT, actions, api, live, pages, session
+from agent_run.web import (
+    DEFAULT_PORT,
+    actions,
+    api,
+    capacity_page,
+    live,
+    merge_page,
+    pages,
+    session,
+)
 from agent_run.web.cache import LiveCache, live_cached
 from agent_run.web.hub import ChangeHub
 from agent_run.web.proxy import DaemonProxy
@@ -57,14 +66,19 @@ def routes() -> list[Route | Mount]:
         Route("/agents/{agent_id}/transcript", session.transcript_after),
         Route("/agents/{agent_id}/{action}", actions.agent_action, methods=post),
         Route("/batches/new", pages.batch_new),
+        Route("/batches/new", pages.batch_new_posted, methods=post),
         Route("/folders", pages.folders),
+        Route("/folders", pages.folders_posted, methods=post),
         Route("/batches", actions.batch_create, methods=post),
         Route("/batches/{batch_id}", live_cached(pages.batch_page)),
         Route("/batches/{batch_id}/cancel", actions.batch_cancel, methods=post),
         Route("/batches/{batch_id}/clean", pages.batch_clean_preview),
         Route("/batches/{batch_id}/clean", actions.batch_clean, methods=post),
         Route("/batches/{batch_id}/runs/{run_id}", live_cached(pages.run_page)),
+        Route("/batches/{batch_id}/runs/{run_id}/merge", merge_page.merge_preview),
+        Route("/batches/{batch_id}/runs/{run_id}/merge", merge_page.merge_apply, methods=post),
         Route("/batches/{batch_id}/runs/{run_id}/{action}", actions.run_action, methods=post),
+        Route("/capacity", capacity_page.capacity_page),
         Route("/events", live.events),
         Route("/api/tools", api.list_tools),
         Route("/api/tools/{name}", api.call_tool, methods=post),

@@ -19,7 +19,8 @@ def form_params(model: type[BaseModel], form: dict[str, str]) -> dict[str, Any]:
     """Each non-empty field of the form that the model has; ints, floats and checkboxes converted.
 
     A value that does not convert is passed on as text, so the tool's own validation names the
-    field and says what is wrong (the same message as on every other transport)."""
+    field and says what is wrong (the same message as on every other transport). Line breaks
+    come as the user typed them (LF), not as the browser posts them (CRLF)."""
     params: dict[str, Any] = {}
     for name, field in model.model_fields.items():
         kind = _base(field.annotation)
@@ -27,7 +28,9 @@ def form_params(model: type[BaseModel], form: dict[str, str]) -> dict[str, Any]:
             if name in form:
                 params[name] = form[name] in ("on", "true", "1", "yes")
             continue
+        # A browser posts a textarea's line breaks as CRLF: the tool gets the text as typed.
         raw = form.get(name, "").strip() if kind is not str else form.get(name, "")
+        raw = raw.replace("\r\n", "\n")
         if raw == "" or (kind is str and not raw.strip()):
             continue
         converter = {int: int, float: float}.get(kind)
@@ -49,3 +52,27 @@ def batch_form(form: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
     if form.get("prompt", "").strip():
         raise ValueError("a generated batch takes the generator instruction; leave Prompt empty")
     return {**form, "prompt": instruction}, {"prompt": "generator_instruction"}
+
+
+NOTIFY_FIELDS = {"argv": "notify_argv", "thread_id": "notify_thread_id"}
+
+
+def notify_target(form: dict[str, str]) -> dict[str, Any] | None:
+    """The form's optional completion notice as `start`'s / `batch_start`'s `notify`: a command
+    (one argument a line; it gets the notice JSON on stdin) or a Codex thread. The tool checks it."""
+    transport = form.get("notify_transport", "").strip()
+    if not transport:
+        return None
+    if transport == "command":
+        argv = [line.rstrip("\r") for line in form.get("notify_argv", "").split("\n")]
+        return {"transport": transport, "argv": [a for a in argv if a.strip()]}
+    if transport == "codex_queue":
+        return {"transport": transport, "thread_id": form.get("notify_thread_id", "").strip()}
+    return {"transport": transport}  # refused by the tool, by name
+
+
+def notify_field(name: str) -> str:
+    """Where a tool error on `notify...` shows on the form (`notify.command.argv` -> notify_argv)."""
+    if name != "notify" and not name.startswith("notify."):
+        return name
+    return NOTIFY_FIELDS.get(name.rsplit(".", 1)[-1], "notify_transport")

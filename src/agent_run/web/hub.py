@@ -16,8 +16,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from agent_run.domain.errors import DomainError
-from agent_run.rpc.client import RpcError
+from agent_run.domain.errors import DomainError, ProtocolError
 
 LONG_POLL_SECONDS = 15.0
 RETRY_SECONDS = 1.0
@@ -61,7 +60,7 @@ class ChangeHub:
                 )
             except (
                 DomainError,
-                RpcError,
+                ProtocolError,
                 OSError,
                 ValueError,
             ):  # the daemon is away or cut us off: retry

@@ -14,8 +14,7 @@ from collections.abc import AsyncIterator
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
 
-from agent_run.domain.errors import DomainError
-from agent_run.rpc.client import RpcError
+from agent_run.domain.errors import DomainError, ProtocolError
 from agent_run.web.hub import RETRY_SECONDS, Change
 
 EVENTS_PER_SECOND = 10
@@ -56,7 +55,7 @@ async def stream(request: Request) -> AsyncIterator[str]:
             change = await hub.catch_up(after)
         except (
             DomainError,
-            RpcError,
+            ProtocolError,
             OSError,
         ) as exc:  # the daemon is away: say so, then try again
             yield f": daemon unavailable ({type(exc).__name__})\n\n"

@@ -1,15 +1,17 @@
 """The pages (GET): home, agent, batch, run and the two forms; each one or a few tool calls."""
 
 import asyncio
-import re
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
 from agent_run.domain.batch_states import BATCH_ENDED, RUN_SETTLED, BatchState, RunState
-from agent_run.domain.errors import DomainError
+from agent_run.domain.errors import DomainError, RunNotFound
+from agent_run.domain.states import Verdict
+from agent_run.web.diffs import split_diff
 from agent_run.web.runtimes import RuntimeChoices, runtime_choices
+from agent_run.web.security import checked_form
 from agent_run.web.session import read_session
 
 LOG_EVENTS = 2000  # the Log tab shows at most this many events
@@ -29,41 +31,55 @@ def proxy(request: Request) -> Any:
     return request.app.state.proxy
 
 
-def runtimes(request: Request) -> RuntimeChoices:
-    """What the Runtime and Model fields offer (read afresh: config.toml may have changed)."""
-    return runtime_choices(proxy(request).home)
+async def runtimes(request: Request) -> RuntimeChoices:
+    """What the Runtime and Model fields offer: the daemon's `models` roster, asked afresh."""
+    return await runtime_choices(proxy(request))
 
 
-BATCH_RUN_REQUEST = re.compile(r"^rn_[0-9a-z]+-a\d+$")  # a batch run's agent (the scheduler's key)
+HOME_BATCHES = 50  # batches per Home page by default (`?limit=`; older ones: `?offset=`)
+HOME_AGENTS = 50  # standalone agents on Home, and agents that say they are blocked
+
+
+def _count(request: Request, name: str, default: int, most: int) -> int:
+    value = request.query_params.get(name, "")
+    return min(int(value), most) if value.isdigit() else default
 
 
 async def home(request: Request) -> HTMLResponse:
     project = request.query_params.get("project") or None
-    batches, agents = await asyncio.gather(
-        proxy(request).call("list_batches", {"limit": 50}),
-        proxy(request).call("list_agents", {"limit": 100}),
+    offset = _count(request, "offset", 0, 2**62)
+    size = max(1, _count(request, "limit", HOME_BATCHES, 500))
+    mine = {"project": project} if project else {}
+    call = proxy(request).call
+    batches, blocked, agents, blocked_agents = await asyncio.gather(
+        call("list_batches", {"limit": size, "offset": offset, **mine}),
+        call("list_batches", {"limit": HOME_BATCHES, "state": [BatchState.BLOCKED], **mine}),
+        # Filtered by the daemon, so a 100-run batch does not push them off the page.
+        call("list_agents", {"limit": HOME_AGENTS, "standalone": True}),
+        call("list_agents", {"limit": HOME_AGENTS, "verdict": Verdict.BLOCKED}),
     )
-    shown = [b for b in batches["items"] if project is None or b["project_root"] == project]
-    # Only the batches that need you are read in full (for their failed runs and reason).
-    needs_you = await asyncio.gather(
-        *(
-            proxy(request).call("batch", {"batch_id": b["id"]})
-            for b in shown
-            if b["state"] == BatchState.BLOCKED or b["counts"].get("failed")
-        )
-    )
-    standalone = [
-        a for a in agents["items"] if not BATCH_RUN_REQUEST.match(a.get("request_id") or "")
-    ]
-    blocked_agents = [a for a in agents["items"] if a.get("verdict") == "blocked"]
-    projects = sorted({b["project_root"] for b in batches["items"]})
+    shown = batches["items"]
+    # Blocked batches (of any page) and this page's batches with failed runs need you; only
+    # those are read in full (for their failed runs and reason).
+    wanted = {b["id"]: b for b in blocked["items"]}
+    wanted.update((b["id"], b) for b in shown if b["counts"].get(RunState.FAILED))
+    needs_you = await asyncio.gather(*(call("batch", {"batch_id": i}) for i in wanted))
+    projects = sorted({b["project_root"] for b in shown} | ({project} if project else set()))
     return page(
         request,
         "home.html",
         batches=shown,
+        paging={
+            "offset": offset,
+            "total": batches["total"],
+            "newer": max(0, offset - size) if offset else None,
+            "size": size,
+            "older": offset + len(shown) if offset + len(shown) < batches["total"] else None,
+        },
         needs_you=needs_you,
-        agents=standalone,
-        blocked_agents=blocked_agents,
+        agents=agents["items"],
+        agents_total=agents["total"],
+        blocked_agents=blocked_agents["items"],
         projects=projects,
         project=project,
         revision=batches["revision"],
@@ -71,12 +87,16 @@ async def home(request: Request) -> HTMLResponse:
 
 
 async def agent_new(request: Request) -> HTMLResponse:
-    return page(request, "agent_new.html", form={}, errors={}, watch="", runtimes=runtimes(request))
+    choices = await runtimes(request)
+    return page(request, "agent_new.html", form={}, errors={}, watch="", runtimes=choices)
 
 
 async def agent_page(request: Request) -> HTMLResponse:
     agent_id = request.path_params["agent_id"]
-    agent = await proxy(request).call("agent", {"agent_id": agent_id})
+    agent, notice = await asyncio.gather(
+        proxy(request).call("agent", {"agent_id": agent_id}),
+        proxy(request).call("delivery_status", {"agent_id": agent_id}),
+    )
     tab = request.query_params.get("tab", "session")
     session = await read_session(request, agent_id) if tab != "log" else None
     log = await read_log(request, agent_id) if tab == "log" else None
@@ -84,6 +104,7 @@ async def agent_page(request: Request) -> HTMLResponse:
         request,
         "agent.html",
         agent=agent,
+        notice=notice,
         session=session,
         log=log,
         tab=tab,
@@ -140,7 +161,7 @@ async def batch_new(request: Request) -> HTMLResponse:
         form=form,
         errors={},
         watch="",
-        runtimes=runtimes(request),
+        runtimes=await runtimes(request),
         inspect=await inspect_project(request, form.get("project")),
     )
 
@@ -159,7 +180,36 @@ async def folders(request: Request) -> HTMLResponse:
     listing = await proxy(request).call(
         "list_dir", {"path": request.query_params.get("path") or None}
     )
-    return page(request, "folders.html", listing=listing, watch="")
+    return page(request, "folders.html", listing=listing, carry=None, watch="")
+
+
+async def folders_posted(request: Request) -> HTMLResponse:
+    """The picker opened from the New batch form (its "Browse folders…" posts the whole form):
+    every link carries what was typed, so choosing a folder returns to the form as it was."""
+    form = await checked_form(request)
+    picked = form.pop("path", None)  # none: opened from the form, at the folder typed there
+    path = form.get("project", "") if picked is None else picked
+    note = None
+    try:
+        listing = await proxy(request).call("list_dir", {"path": path.strip() or None})
+    except DomainError as exc:  # a typed folder the picker cannot show: start from the roots
+        listing, note = await proxy(request).call("list_dir", {}), exc.message
+    carry = {k: v for k, v in form.items() if k != "project" and v != ""}
+    return page(request, "folders.html", listing=listing, carry=carry, note=note, watch="")
+
+
+async def batch_new_posted(request: Request) -> HTMLResponse:
+    """The New batch form again, filled with what was posted (from the picker's "use")."""
+    form = {k: v for k, v in (await checked_form(request)).items() if v != ""}
+    return page(
+        request,
+        "batch_new.html",
+        form=form,
+        errors={},
+        watch="",
+        runtimes=await runtimes(request),
+        inspect=await inspect_project(request, form.get("project")),
+    )
 
 
 async def batch_page(request: Request) -> HTMLResponse:
@@ -240,16 +290,28 @@ async def batch_clean_preview(request: Request) -> HTMLResponse:
 
 
 async def run_page(request: Request) -> HTMLResponse:
-    batch = await proxy(request).call("batch", {"batch_id": request.path_params["batch_id"]})
-    run = next((r for r in batch["runs"] if r["id"] == request.path_params["run_id"]), None)
-    if run is None:
-        from agent_run.domain.errors import RunNotFound
+    return page(request, "run.html", **await run_context(request))
 
-        raise RunNotFound(
-            f"no run {request.path_params['run_id']} in {batch['id']}", field="run_id"
-        )
+
+async def run_context(request: Request) -> dict[str, Any]:
+    """What the Run page shows: the run, the attempt asked for (`?attempt=`), its agent, the tab."""
+    # One run, not the whole batch: a 50-run batch's view is what a live refresh of each open
+    # run page would otherwise read, twice a second.
+    batch_id, run_id = request.path_params["batch_id"], request.path_params["run_id"]
+    detail = await proxy(request).call("run_show", {"run_id": run_id})
+    if detail["batch_id"] != batch_id:
+        raise RunNotFound(f"no run {run_id} in {batch_id}", field="run_id")
+    run = detail["run"]
+    batch = {
+        "id": batch_id,
+        "workflow": detail["workflow"],
+        "state": detail["batch_state"],
+        "base_sha": detail["base_sha"],
+        "revision": detail["revision"],
+    }
     tab = request.query_params.get("tab", "session")
     attempt = _attempt(run, request.query_params.get("attempt"))
+    agent_id = attempt["agent_id"] if attempt else None
     context: dict[str, Any] = {
         "batch": batch,
         "run": run,
@@ -257,22 +319,25 @@ async def run_page(request: Request) -> HTMLResponse:
         "attempt": attempt,
         "actions": run_actions(batch, run),
         "revision": batch["revision"],
+        "watch": " ".join(filter(None, [batch["id"], agent_id])),
     }
-    agent_id = attempt["agent_id"] if attempt else None
+    if agent_id:  # the head shows the attempt's agent (task, route, times, usage) on every tab
+        context["agent"] = await proxy(request).call("agent", {"agent_id": agent_id})
     if tab == "changes":
         review = await proxy(request).call(
             "batch_review", {"batch_id": batch["id"], "run_id": run["id"]}
         )
         context["review"] = review["runs"][0] if review["runs"] else None
+        if context["review"]:
+            context["files"] = split_diff(
+                context["review"]["diff"], context["review"]["diff_truncated"]
+            )
     elif agent_id:
-        context["agent"] = await proxy(request).call("agent", {"agent_id": agent_id})
         if tab == "log":
             context["log"] = await read_log(request, agent_id)
         else:
             context["session"] = await read_session(request, agent_id)
-    return page(
-        request, "run.html", watch=" ".join(filter(None, [batch["id"], agent_id])), **context
-    )
+    return context
 
 
 def _attempt(run: dict[str, Any], wanted: str | None) -> dict[str, Any] | None:
@@ -288,12 +353,13 @@ def run_actions(batch: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
     live = batch["state"] != BatchState.CANCELLED
     settled = run["state"] in RUN_SETTLED
     return {
-        "stop": run["state"] == RunState.RUNNING,
+        "stop": run["state"] in (RunState.QUEUED, RunState.RUNNING),
         "rerun": live and settled,
         "resume": live
         and run["state"] in (RunState.FAILED, RunState.CANCELLED)
         and bool(run["agent_id"]),
         "followup": live and settled and bool(run["agent_id"]),
+        "merge": settled and bool(run["branch"]),
         "locked_reason": (
             "this run's result feeds the batch's "
             f"{'ranking' if batch['workflow'] == 'ranked' else 'verdict'}; "

@@ -1,4 +1,5 @@
-"""The web front-end's client of the daemon: one short socket call per tool call, autostart once."""
+"""The web front-end's client of the daemon: one short socket call per tool call, starting the
+daemon whenever none answers (one start at a time; `AGENT_RUN_NO_AUTOSTART=1` turns it off)."""
 
 from typing import Any
 

@@ -1,17 +1,16 @@
-"""The runtimes and models the Start agent and New batch forms offer, from the home's config.
+"""The runtimes and models the Start agent and New batch forms offer, from the `models` tool.
 
-No tool lists the configured runtimes yet, so the web process reads config.toml the way
-`agent-run doctor` does, on every render of a form. The daemon reads the same file when it
-starts and validates every start against it, so after an edit that the daemon has not yet
-picked up, its typed error shows next to the field.
-Only names, engines and model lists leave this module: never auth or env.
+The daemon answers from the config it serves (re-read when config.toml changed and is valid),
+the same roster `start` and `batch_start` check a model against: a model not in it is refused
+with a typed error naming `model`, which the form shows next to that field. When the daemon
+cannot answer, both fields stay free text and the form says why.
+Only names, engines and model lists reach the page: never auth, env or account labels.
 """
 
 from dataclasses import dataclass, field
+from typing import Any
 
-from agent_run.config import load_config
-from agent_run.domain.errors import DomainError
-from agent_run.home import Home
+from agent_run.domain.errors import DomainError, ProtocolError
 
 
 @dataclass(frozen=True)
@@ -26,7 +25,7 @@ class RuntimeChoice:
 class RuntimeChoices:
     default: str | None = None
     runtimes: tuple[RuntimeChoice, ...] = ()
-    error: str | None = None  # the config could not be read: both fields stay free text
+    error: str | None = None  # the daemon could not say: both fields stay free text
     names: frozenset[str] = field(default_factory=frozenset)
 
     @property
@@ -38,18 +37,22 @@ class RuntimeChoices:
         return any(r.name == runtime and model in r.models for r in self.runtimes)
 
 
-def runtime_choices(home: Home) -> RuntimeChoices:
-    try:
-        config = load_config(home)
-    except DomainError as exc:
-        return RuntimeChoices(error=exc.message)
+def choices_from(result: dict[str, Any]) -> RuntimeChoices:
+    """The form's choices from a `models` answer (`ModelsResult` as JSON), sorted by name."""
     runtimes = tuple(
-        RuntimeChoice(
-            name, str(getattr(r.engine, "value", r.engine)), tuple(r.models), r.default_model
-        )
-        for name, r in sorted(config.runtimes.items())
-        if r.enabled
+        RuntimeChoice(r["runtime"], r["engine"], tuple(r["models"]), r["default_model"])
+        for r in sorted(result["runtimes"], key=lambda r: r["runtime"])
     )
     return RuntimeChoices(
-        default=config.default_runtime, runtimes=runtimes, names=frozenset(r.name for r in runtimes)
+        default=result["default_runtime"],
+        runtimes=runtimes,
+        names=frozenset(r.name for r in runtimes),
     )
+
+
+async def runtime_choices(proxy: Any) -> RuntimeChoices:
+    """Ask the daemon (`models`) what the forms offer; on failure, free text with the reason."""
+    try:
+        return choices_from(await proxy.call("models", {}))
+    except (DomainError, ProtocolError, OSError) as exc:
+        return RuntimeChoices(error=getattr(exc, "message", None) or str(exc) or type(exc).__name__)

@@ -6,7 +6,7 @@ CURSOR as HTML (JSON: `html`, `cursor`, `more`). Each block carries `data-after`
 before its first item) and `data-last` (its last item's id), so the page appends what is new
 and never re-reads what it has. A tool group can still grow, so a page whose last block is one
 asks from that block's start and replaces it; `turn` is the turn of the block before, so a turn
-divider appears exactly where a new turn starts.
+divider, with the prompt the turn was started with, appears exactly where a new turn starts.
 """
 
 from typing import Any
@@ -22,11 +22,36 @@ TOOL_ROLES = ("tool", "tool_call", "tool_result")
 
 
 def group_blocks(
-    items: list[dict[str, Any]], after: int = 0, turn: int = 0
+    items: list[dict[str, Any]],
+    after: int = 0,
+    turn: int = 0,
+    turns: list[dict[str, Any]] | None = None,
+    more: bool = False,
 ) -> list[dict[str, Any]]:
-    """Consecutive tool items of one turn fold into one block; every other item is a block."""
+    """Consecutive tool items of one turn fold into one block; every other item is a block.
+
+    Each turn after `turn` opens with a prompt block (its divider and the prompt it was started
+    with, from the `transcript` tool's `turns`) before its first item; when nothing more follows
+    (`more` false) a turn with no item yet gets its prompt block at the end."""
+    prompts = {t["number"]: t for t in turns or [] if t["number"] > turn}
     blocks: list[dict[str, Any]] = []
+
+    def open_turns(upto: int | None) -> None:
+        for number in sorted(n for n in prompts if upto is None or n <= upto):
+            blocks.append(
+                {
+                    "kind": "prompt",
+                    "items": [],
+                    "prompt": prompts.pop(number),
+                    "after": after,
+                    "last": after,
+                    "turn": number,
+                    "new_turn": True,
+                }
+            )
+
     for item in items:
+        open_turns(item["execution_number"])
         last = blocks[-1] if blocks else None
         is_tool = item["role"] in TOOL_ROLES
         if (
@@ -49,23 +74,28 @@ def group_blocks(
             )
         blocks[-1]["last"] = item["id"]
         after = item["id"]
+    if not more:
+        open_turns(None)
     return blocks
 
 
 async def read_items(
     request: Request, agent_id: str, cursor: int, pages: int
-) -> tuple[list[dict[str, Any]], int, bool]:
-    """Up to `pages` calls of the transcript after `cursor`: the items, the next cursor, whether more."""
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], int, bool]:
+    """Up to `pages` calls of the transcript after `cursor`: the items, the turns beginning among
+    them (with their prompts), the next cursor, whether more."""
     items: list[dict[str, Any]] = []
+    turns: dict[int, dict[str, Any]] = {}
     for _ in range(pages):
         chunk = await request.app.state.proxy.call(
             "transcript", {"agent_id": agent_id, "cursor": cursor, "limit": TRANSCRIPT_PAGE}
         )
         items += chunk["items"]
+        turns.update((t["number"], t) for t in chunk.get("turns", []))
         cursor = chunk["next_cursor"]
         if len(chunk["items"]) < TRANSCRIPT_PAGE:
-            return items, cursor, False
-    return items, cursor, True
+            return items, list(turns.values()), cursor, False
+    return items, list(turns.values()), cursor, True
 
 
 async def read_answer(
@@ -83,8 +113,10 @@ async def read_session(request: Request, agent_id: str) -> dict[str, Any]:
     answer (the page follows the transcript by cursor itself)."""
     session: dict[str, Any] = {"agent_id": agent_id, "blocks": [], "cursor": None}
     if request.headers.get("x-live") != "1":
-        items, session["cursor"], _more = await read_items(request, agent_id, 0, TRANSCRIPT_PAGES)
-        session["blocks"] = group_blocks(items)
+        items, turns, session["cursor"], more = await read_items(
+            request, agent_id, 0, TRANSCRIPT_PAGES
+        )
+        session["blocks"] = group_blocks(items, turns=turns, more=more)
     session["answer"], session["answer_error"] = await read_answer(request, agent_id)
     return session
 
@@ -100,7 +132,8 @@ async def transcript_after(request: Request) -> JSONResponse:
     """`GET /agents/<id>/transcript?after=&turn=`: the blocks after a cursor, rendered."""
     agent_id = request.path_params["agent_id"]
     after, turn = _number(request, "after"), _number(request, "turn")
-    items, cursor, more = await read_items(request, agent_id, after, 1)
+    items, turns, cursor, more = await read_items(request, agent_id, after, 1)
+    blocks = group_blocks(items, after, turn, turns, more)
     macros = request.app.state.env.get_template("macros.html").module
-    html = str(macros.transcript_blocks(group_blocks(items, after, turn))) if items else ""  # type: ignore[attr-defined]
+    html = str(macros.transcript_blocks(blocks)) if blocks else ""  # type: ignore[attr-defined]
     return JSONResponse({"html": html, "cursor": cursor, "more": more, "count": len(items)})

@@ -12,9 +12,10 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from agent_run.domain.errors import DomainError
+from agent_run.domain.errors import DomainError, GitError
 from agent_run.domain.states import ExecutionState
 from agent_run.store.agents import get_execution
+from agent_run.store.batches import branch_of_agent
 from agent_run.store.db import connect, write
 from agent_run.store.reports import append_report, complete_report
 from agent_run.worker_tools.binding import EXECUTION_ENV, HOME_ENV, TOKEN_ENV, TOOLS_ENV, token_hash
@@ -51,6 +52,18 @@ def workdir_of(conn: sqlite3.Connection, execution_id: str) -> Path:
     return Path(json.loads(row["plan_json"])["workdir"])
 
 
+def branch_of(conn: sqlite3.Connection, execution_id: str) -> str:
+    """The branch agent-run made for this execution's batch run, else the plan's
+    `commit_branch` (engines/plan.py): the only one it commits on."""
+    row = get_execution(conn, execution_id)
+    branch = branch_of_agent(conn, row["agent_id"]) or json.loads(row["plan_json"]).get(
+        "commit_branch"
+    )
+    if not branch:
+        raise GitError("create_commit is only for a batch run's agent, on the run's own branch")
+    return branch
+
+
 def create_commit(
     conn: sqlite3.Connection, execution_id: str, token: str, payload: dict[str, Any]
 ) -> tuple[int, str]:
@@ -63,7 +76,8 @@ def create_commit(
         conn, execution_id, token, "create_commit", {**payload, "sha": None, "state": "intent"}
     )
     try:
-        sha = commit_files(workdir_of(conn, execution_id), payload["message"], payload["files"])
+        workdir, branch = workdir_of(conn, execution_id), branch_of(conn, execution_id)
+        sha = commit_files(workdir, payload["message"], payload["files"], branch)
     except DomainError as exc:
         _complete(
             conn, report_id, {**payload, "sha": None, "state": "failed", "error": exc.message}

@@ -1,0 +1,237 @@
+"""The supervisors' fork server: before (AGENT_RUN_FORK_SERVER=0) and after (on), same run.
+
+Two daemons in two fresh homes, one of each kind, measured interleaved:
+- `start` -> supervisor ready (identity recorded, `starting`: the row's `started_at`, written by
+  the supervisor in that transaction) vs a bare `python -c pass` spawn;
+- an instant demo agent (`answer: x`), `start` -> terminal (`ended_at`) vs spawning the demo
+  engine directly with the same input;
+- 100 demo agents started at once from 8 connections until all are terminal and every answer is
+  verified, vs the same 100 engines spawned directly (bench_fanout's `run_direct`);
+- supervisor PSS and RSS while 5 agents run.
+
+    uv run python bench/bench_fork_server.py [--rounds 20] [--fanout-rounds 2]
+"""
+
+import argparse
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from _common import (
+    daemon_env,
+    db_rows,
+    machine_info,
+    memory_mib,
+    print_table,
+    ratio,
+    source_state,
+    summary,
+    wait_all_terminal,
+    wait_for,
+    write_results,
+)
+from bench_fanout import engine_env, run_direct, user_message
+
+from agent_run.rpc.client import RawClient
+
+MODES = ("off", "on")
+
+
+def bare_spawn() -> float:
+    t = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "pass"], check=True)
+    return time.perf_counter() - t
+
+
+def direct_engine(workdir: str, engine_home: str) -> float:
+    """Spawn the demo engine with `answer: x`, read until it exits."""
+    argv = [sys.executable, "-m", "agent_run.engines.demo_program", "--model", "demo-1"]
+    t = time.perf_counter()
+    proc = subprocess.run(
+        argv,
+        input=user_message("answer: x"),
+        env=engine_env(engine_home),
+        cwd=workdir,
+        capture_output=True,
+        check=True,
+    )
+    assert b'"result": "x"' in proc.stdout or b'"result":"x"' in proc.stdout, proc.stdout[-300:]
+    return time.perf_counter() - t
+
+
+def instant_agent(home, client: RawClient, workdir: str) -> tuple[float, float]:
+    """(start -> ready, start -> terminal) of one `answer: x` agent, in seconds."""
+    t0 = time.time()
+    agent = client.call("start", {"task": "answer: x", "workdir": workdir})
+    result = client.call("wait", {"agent_id": agent["id"], "timeout_seconds": 60})
+    assert result["agent"]["state"] == "succeeded", result
+    row = db_rows(
+        home, "SELECT started_at, ended_at FROM executions WHERE agent_id = ?", (agent["id"],)
+    )[0]
+    return row["started_at"] - t0, row["ended_at"] - t0
+
+
+def fanout(home, workdir: str, n: int, base: int, clients: int = 8) -> dict:
+    """n starts from `clients` connections at once; until all terminal and answers verified."""
+    ids: dict[str, int] = {}
+    lock = threading.Lock()
+    barrier = threading.Barrier(clients + 1)
+
+    def worker(share: list[int]) -> None:
+        with RawClient(home.socket_path, timeout=180) as client:
+            barrier.wait()
+            for i in share:
+                view = client.call("start", {"task": f"answer: {base + i}", "workdir": workdir})
+                with lock:
+                    ids[view["id"]] = base + i
+
+    threads = [
+        threading.Thread(target=worker, args=(list(range(n))[k::clients],)) for k in range(clients)
+    ]
+    for thread in threads:
+        thread.start()
+    barrier.wait()
+    t0 = time.perf_counter()
+    for thread in threads:
+        thread.join()
+    states = wait_all_terminal(home, list(ids), timeout=180)
+    verified = 0
+    with RawClient(home.socket_path, timeout=60) as client:
+        for agent_id, expected in ids.items():
+            if states[agent_id] == "succeeded":
+                verified += client.call("answer", {"agent_id": agent_id})["text"] == str(expected)
+    return {"wall": time.perf_counter() - t0, "verified": verified}
+
+
+def supervisor_memory(home, client: RawClient, workdir: str, agents: int = 5) -> list[float]:
+    """PSS (MiB) of each supervisor while `agents` agents run at once, sampled mid-run."""
+    ids = [
+        client.call("start", {"task": "steps: 60\nstep_seconds: 0.05", "workdir": workdir})["id"]
+        for _ in range(agents)
+    ]
+
+    def engines_running() -> list[int] | None:
+        rows = db_rows(
+            home,
+            "SELECT supervisor_pid FROM executions WHERE engine_pid IS NOT NULL"
+            " AND state = 'running'",
+        )
+        pids = [r[0] for r in rows]
+        return pids if len(pids) >= agents else None
+
+    pids = wait_for(engines_running, timeout=60, what="agents running")
+    samples = [m for pid in pids if (m := memory_mib(pid)) is not None]
+    wait_all_terminal(home, ids, timeout=120)
+    return [pss for _rss, pss in samples], [rss for rss, _pss in samples]
+
+
+def zygote_ready(home) -> bool:
+    log = home.logs_dir / "zygote.log"
+    return log.exists() and "zygote ready" in log.read_text()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--fanout-rounds", type=int, default=2)
+    parser.add_argument("--agents", type=int, default=100)
+    args = parser.parse_args()
+    load = os.getloadavg()
+    m: dict[str, list[float]] = {
+        k: [] for k in ("bare", "direct", "ready_off", "ready_on", "term_off", "term_on")
+    }
+    fan: dict[str, list[dict]] = {"direct": [], "off": [], "on": []}
+    memory: dict[str, tuple[list[float], list[float]]] = {}
+    with (
+        daemon_env(env={"AGENT_RUN_FORK_SERVER": "0"}) as (home_off, _d_off, workdir),
+        daemon_env(env={"AGENT_RUN_FORK_SERVER": "1"}) as (home_on, _d_on, _w),
+    ):
+        homes = {"off": home_off, "on": home_on}
+        wait_for(lambda: zygote_ready(home_on), timeout=60, what="the zygote")
+        engine_home = str(Path(workdir) / "engine-home")
+        os.makedirs(engine_home, exist_ok=True)
+        clients = {mode: RawClient(homes[mode].socket_path, timeout=120) for mode in MODES}
+        for mode in MODES:  # warm up: the first agent of a home opens files nobody had yet
+            instant_agent(homes[mode], clients[mode], str(workdir))
+        for _ in range(args.rounds):
+            m["bare"].append(bare_spawn())
+            m["direct"].append(direct_engine(str(workdir), engine_home))
+            for mode in MODES:
+                ready, terminal = instant_agent(homes[mode], clients[mode], str(workdir))
+                m[f"ready_{mode}"].append(ready)
+                m[f"term_{mode}"].append(terminal)
+        for mode in MODES:
+            memory[mode] = supervisor_memory(homes[mode], clients[mode], str(workdir))
+        for r in range(args.fanout_rounds):
+            base = 10_000 * (r + 1)
+            fan["direct"].append(run_direct(args.agents, base, str(workdir), engine_home))
+            for mode in MODES:
+                fan[mode].append(fanout(homes[mode], str(workdir), args.agents, base))
+        for client in clients.values():
+            client.close()
+    s = {k: summary(v) for k, v in m.items()}
+    fan_p50 = {k: summary([x["wall"] for x in v])["p50"] for k, v in fan.items()}
+    mem = {k: {"pss": summary(v[0]), "rss": summary(v[1])} for k, v in memory.items()}
+    rows = [
+        ["bare `python -c pass`", s["bare"]["p50"] * 1e3, "", ""],
+        ["direct demo engine, answer: x", s["direct"]["p50"] * 1e3, "", ""],
+    ]
+    for mode in MODES:
+        rows.append(
+            [
+                f"start->ready ({mode})",
+                s[f"ready_{mode}"]["p50"] * 1e3,
+                ratio(s[f"ready_{mode}"]["p50"], s["bare"]["p50"]),
+                "x bare",
+            ]
+        )
+    for mode in MODES:
+        rows.append(
+            [
+                f"start->terminal ({mode})",
+                s[f"term_{mode}"]["p50"] * 1e3,
+                ratio(s[f"term_{mode}"]["p50"], s["direct"]["p50"]),
+                "x direct",
+            ]
+        )
+    for mode in ("direct", *MODES):
+        verified = [x["verified"] for x in fan[mode]]
+        rows.append(
+            [
+                f"{args.agents} agents ({mode}), verified {verified}",
+                fan_p50[mode] * 1e3,
+                ratio(fan_p50[mode], fan_p50["direct"]),
+                "x direct",
+            ]
+        )
+    for mode in MODES:
+        rows.append(
+            [
+                f"supervisor PSS MiB ({mode}), RSS {mem[mode]['rss']['p50']:.1f}",
+                mem[mode]["pss"]["p50"],
+                "",
+                "",
+            ]
+        )
+    print(f"load average at start: {load}")
+    print_table(["measure", "p50 ms (MiB)", "ratio", ""], rows)
+    write_results(
+        "fork_server",
+        {
+            "load_average": load,
+            "machine": machine_info(),
+            "source": source_state(),
+            "summaries": s,
+            "fanout": fan,
+            "fanout_p50": fan_p50,
+            "memory": mem,
+            "raw": m,
+        },
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,175 @@
+"""The supervisors' fork server: one process with the supervisor's stack imported, forking each
+supervisor on the daemon's request instead of booting a fresh interpreter.
+
+The daemon runs it as `python -m agent_run.supervisor.zygote --home H --pad ...` (client:
+`forkserver.py`) with a SOCK_SEQPACKET control socket on its stdin and the supervisor's
+allowlisted environment. It imports the stack (no thread, no database connection, no event
+loop, no signal handler of its own), says `{"ready": pid}` and then serves one
+request per message: a JSON object (`execution`, `home`, `env`) with three descriptors attached
+(SCM_RIGHTS: the supervisor's stdin pipe, its ready pipe, its log). For each it forks a child
+that calls `setsid` and forks again (so the supervisor is reparented away from the zygote at
+once), waits for that child and answers `{"forked": bool, "code": N}`. The grandchild becomes
+`python -m agent_run.supervisor --home H --execution E --ready-fd 3` in place: its own session
+and process group, the three descriptors as 0/1/2 and 3 and nothing else open, the requested
+environment only, the zygote's signal dispositions and mask as a fresh interpreter has them,
+random re-seeded, `/` as cwd, and that command line written over its own (reconciliation finds
+a supervisor by it). The credential never passes through the zygote: the daemon writes it to
+the stdin pipe itself. End of input (the daemon is gone) ends the zygote; supervisors already
+forked are not its children and live on.
+"""
+
+import importlib
+import json
+import os
+import random
+import signal
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+# The supervisor's imports (measured with -X importtime), each engine's module included: the
+# supervisor imports only its own engine's, so the zygote takes all of the built-in ones.
+PRELOAD = (
+    "agent_run.supervisor.__main__",
+    "agent_run.supervisor.run",
+    "agent_run.supervisor.refuse",
+    "agent_run.supervisor.secrets",
+    "agent_run.engines.plan",
+    "agent_run.engines.demo",
+    "agent_run.engines.claude",
+    "agent_run.engines.codex",
+    "agent_run.engines.qwen",
+    "agent_run.worker_tools.binding",
+    "argparse",
+)
+READY_FD = 3
+MAX_REQUEST_BYTES = 64 * 1024
+
+
+def _dispositions() -> dict[int, Any]:
+    """Every catchable signal's disposition now (at the zygote's start: a fresh interpreter's)."""
+    found = {}
+    for sig in signal.valid_signals():
+        if sig in (signal.SIGKILL, signal.SIGSTOP):
+            continue
+        try:
+            found[sig] = signal.getsignal(sig)
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def _set_cmdline(args: list[str]) -> bool:
+    """Write `args` over this process's own command line (/proc/PID/cmdline), in the room the
+    zygote's padded argv left; False where that cannot be done (then it keeps the zygote's)."""
+    try:
+        raw = Path("/proc/self/stat").read_text()
+        fields = raw[raw.rindex(")") + 2 :].split()
+        start, end = int(fields[45]), int(fields[46])  # arg_start, arg_end
+        data = b"\0".join(arg.encode() for arg in args) + b"\0"
+        if len(data) > end - start:
+            return False
+        with open("/proc/self/mem", "r+b", buffering=0) as mem:
+            mem.seek(start)
+            mem.write(data.ljust(end - start, b"\0"))
+        return True
+    except (OSError, ValueError, IndexError):
+        return False
+
+
+def _become_supervisor(request: dict[str, Any], fds: list[int], signals: dict[int, Any]) -> int:
+    """In the grandchild: reset what a fresh `python -m agent_run.supervisor` would not have,
+    then run its `main` (the interpreter then exits as that command does)."""
+    os.setsid()  # its own session and process group, as start_new_session gives
+    signal.pthread_sigmask(signal.SIG_SETMASK, set())
+    for sig, handler in signals.items():
+        if signal.getsignal(sig) is not handler and handler is not None:
+            signal.signal(sig, handler)
+    stdin_fd, ready_fd, log_fd = fds
+    for source, target in ((stdin_fd, 0), (log_fd, 1), (log_fd, 2), (ready_fd, READY_FD)):
+        os.dup2(source, target)
+    os.closerange(READY_FD + 1, os.sysconf("SC_OPEN_MAX"))  # nothing of the daemon or zygote
+    os.environ.clear()
+    os.environ.update(request["env"])
+    os.chdir("/")
+    random.seed()  # not the zygote's sequence (the random module re-seeds after fork too)
+    args = [
+        "--home",
+        request["home"],
+        "--execution",
+        request["execution"],
+        "--ready-fd",
+        str(READY_FD),
+    ]
+    _set_cmdline([sys.executable, "-m", "agent_run.supervisor", *args])
+    main_module = importlib.import_module("agent_run.supervisor.__main__")
+    sys.argv = [main_module.__file__ or "agent_run.supervisor", *args]
+    code: int = main_module.main()
+    return code
+
+
+def _fork_detached(control: socket.socket, fds: list[int]) -> int | None:
+    """Fork a child that forks the supervisor and exits. None in the supervisor; otherwise the
+    child's exit code (0: the supervisor was forked)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setsid()  # away from the zygote's session before the supervisor exists
+            if os.fork() == 0:
+                control.close()  # the grandchild's copy only
+                return None
+        except BaseException:  # noqa: BLE001 - reported by the exit code
+            os._exit(1)
+        os._exit(0)
+    for fd in fds:
+        os.close(fd)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status)
+
+
+def serve(control: socket.socket) -> tuple[dict[str, Any], list[int]] | None:
+    """Answer fork requests until end of input; returns only in a forked supervisor."""
+    while True:
+        try:
+            message, fds, _flags, _addr = socket.recv_fds(control, MAX_REQUEST_BYTES, 3)
+        except ConnectionError:
+            return None
+        if not message:
+            return None
+        try:
+            request = json.loads(message)
+            if len(fds) != 3 or not isinstance(request, dict):
+                raise ValueError("a request is a JSON object with three descriptors")
+            code = _fork_detached(control, fds)
+        except (OSError, ValueError) as exc:
+            for fd in fds:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+            control.send(json.dumps({"forked": False, "error": str(exc)}).encode())
+            continue
+        if code is None:
+            return request, fds
+        control.send(json.dumps({"forked": code == 0, "code": code}).encode())
+
+
+def main() -> int:
+    signals = _dispositions()
+    for name in PRELOAD:
+        importlib.import_module(name)
+    control = socket.socket(fileno=0)
+    control.send(json.dumps({"ready": os.getpid()}).encode())
+    print(f"zygote ready: pid {os.getpid()}", flush=True)  # zygote.log
+    served = serve(control)
+    if served is None:
+        return 0
+    request, fds = served
+    return _become_supervisor(request, fds, signals)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,257 @@
+"""The supervisors' fork server: a forked supervisor is indistinguishable from a spawned one, and
+a dead, hung or stale zygote only ever costs a plain spawn."""
+
+import os
+import re
+import signal
+import threading
+from pathlib import Path
+
+import pytest
+
+from agent_run.home import Home
+from agent_run.processes import current as current_processes
+from agent_run.services.reconcile import supervised_executions
+from tests.harness import DaemonProcess, db_rows, make_home, remove_home, wait_for
+
+# One worker runs these one after another: one of them touches the installed package (the
+# zygote goes stale for every daemon), which would send the others' spawns down the fallback.
+pytestmark = pytest.mark.xdist_group("fork_server_package")
+
+LONG_TASK = "steps: 2000\nstep_seconds: 0.05"
+ZYGOTE_SOURCE = Path(__file__).parent.parent / "src/agent_run/supervisor/zygote.py"
+
+
+def zygote_pid(home: Home) -> int | None:
+    """The live fork server of this home, by its command line."""
+    for pid, args in current_processes().command_lines():
+        if "agent_run.supervisor.zygote" in args and str(home.root) in args:
+            if _stat(pid) is not None and _stat(pid)[0] not in ("Z", "X"):
+                return pid
+    return None
+
+
+def zygote_ready(home: Home) -> int | None:
+    """The zygote's pid once it has said it is ready (its log), else None."""
+    pid = zygote_pid(home)
+    log = home.logs_dir / "zygote.log"
+    if pid is None or not log.exists():
+        return None
+    return pid if f"zygote ready: pid {pid}\n" in log.read_text() else None
+
+
+def _stat(pid: int) -> list[str] | None:
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return raw[raw.rindex(")") + 2 :].split()
+
+
+def running_supervisor(
+    daemon: DaemonProcess, home: Home, task: str, workdir: Path, runtime: str = "demo"
+) -> int:
+    """Start an agent and return its supervisor's pid once its engine's output is being logged."""
+    agent = daemon.call("start", {"task": task, "workdir": str(workdir), "runtime": runtime})
+    row = wait_for(
+        lambda: next(
+            iter(
+                db_rows(
+                    home,
+                    "SELECT * FROM executions WHERE agent_id = ? AND engine_pid IS NOT NULL",
+                    (agent["id"],),
+                )
+            ),
+            None,
+        ),
+        what="the engine to run",
+    )
+    raw = home.execution_dir(agent["id"], row["id"]) / "runtime.jsonl"
+    wait_for(lambda: raw.exists() and raw.stat().st_size > 0, what="the engine's first line")
+    return int(row["supervisor_pid"])
+
+
+def parent(pid: int) -> int:
+    fields = _stat(pid)
+    assert fields is not None, f"pid {pid} is gone"
+    return int(fields[1])
+
+
+def portrait(pid: int, home: Home) -> dict[str, object]:
+    """What a supervisor looks like from outside, its per-run values (pids, paths) abstracted."""
+    status = dict(
+        line.split(":\t", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+    )
+    fds = []
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        target = re.sub(r"\[\d+\]", "", target.replace(str(home.root), "HOME"))
+        fds.append(re.sub(r"/agents/[^/]+/[^/]+/", "/agents/A/E/", target))
+    args = Path(f"/proc/{pid}/cmdline").read_bytes().rstrip(b"\0").split(b"\0")
+    return {
+        "session leader": os.getsid(pid) == pid and os.getpgid(pid) == pid,
+        "signals": {k: status[k].strip() for k in ("SigBlk", "SigIgn", "SigCgt")},
+        "umask": status["Umask"].strip(),
+        "cwd": os.readlink(f"/proc/{pid}/cwd"),
+        "fds": sorted(fds),  # numbers differ: the ready pipe's is the spawner's choice
+        "stdio": [Path(os.readlink(f"/proc/{pid}/fd/{fd}")).name[:5] for fd in (0, 1, 2)],
+        "argv": [a.decode().replace(str(home.root), "HOME") for a in args[1:5]],
+    }
+
+
+def test_forked_supervisor_is_indistinguishable_from_a_spawned_one(daemon, home, workdir):
+    wait_for(lambda: zygote_ready(home), what="the zygote to be ready")
+    forked = running_supervisor(daemon, home, LONG_TASK, workdir)
+    zygote = zygote_pid(home)
+    assert parent(forked) not in (daemon.proc.pid, zygote), "it must be reparented away"
+    plain_home = make_home()
+    plain = DaemonProcess(plain_home, env={"AGENT_RUN_FORK_SERVER": "0"}).start()
+    try:
+        assert zygote_pid(plain_home) is None, "AGENT_RUN_FORK_SERVER=0 runs no zygote"
+        spawned = running_supervisor(plain, plain_home, LONG_TASK, workdir)
+        assert parent(spawned) == plain.proc.pid  # spawned the plain way
+        assert portrait(forked, home) == portrait(spawned, plain_home)
+    finally:
+        plain.stop()
+        remove_home(plain_home)
+    # Nothing the daemon or the zygote holds is open in it (beyond what both see by path).
+    theirs = {
+        os.readlink(f"/proc/{owner}/fd/{fd}")
+        for owner in (daemon.proc.pid, zygote)
+        for fd in os.listdir(f"/proc/{owner}/fd")
+    }
+    mine = {os.readlink(f"/proc/{forked}/fd/{fd}") for fd in os.listdir(f"/proc/{forked}/fd")}
+    # The database is open in each by path; anonymous inodes (an epoll) all read alike.
+    shared = {t for t in mine & theirs if not t.startswith((str(home.db_path), "anon_inode:"))}
+    assert shared <= {"/dev/null"}, f"descriptors leaked into the supervisor: {shared}"
+    ident = db_rows(home, "SELECT * FROM executions WHERE supervisor_pid = ?", (forked,))[0]
+    assert ident["id"] in supervised_executions(), "reconciliation finds it by its command line"
+    assert ident["supervisor_start_ticks"] == int(_stat(forked)[19])
+    assert ident["boot_id"] == current_processes().boot_id()
+
+
+def test_daemon_secret_never_reaches_a_forked_supervisor_or_its_engine(home, workdir):
+    daemon = DaemonProcess(home, env={"FORK_TEST_SECRET": "s3cret-value"}).start()
+    try:
+        wait_for(lambda: zygote_ready(home), what="the zygote to be ready")
+        zygote = zygote_pid(home)
+        assert b"s3cret-value" not in Path(f"/proc/{zygote}/environ").read_bytes()
+        agent = daemon.call(
+            "start", {"task": "echo_env: FORK_TEST_SECRET", "workdir": str(workdir)}
+        )
+        result = daemon.call("wait", {"agent_id": agent["id"], "timeout_seconds": 60})
+        assert result["agent"]["state"] == "succeeded"
+        assert "s3cret-value" not in daemon.call("answer", {"agent_id": agent["id"]})["text"]
+    finally:
+        daemon.stop()
+
+
+def test_forked_supervisor_gets_its_credential_over_the_pipe_not_through_the_zygote(home, workdir):
+    token = "fork-token-5d1e8a7c2b"
+    config = (home.root / "config.toml").read_text()
+    config += '\n[runtimes.keyed]\nengine = "demo"\nmodels = ["demo-1"]\nauth = { env = "K" }\n'
+    (home.root / "config.toml").write_text(config)
+    daemon = DaemonProcess(home, env={"K": token}).start()
+    try:
+        wait_for(lambda: zygote_ready(home), what="the zygote to be ready")
+        supervisor = running_supervisor(daemon, home, LONG_TASK, workdir, "keyed")
+        assert parent(supervisor) != daemon.proc.pid, "forked"
+        engine = db_rows(home, "SELECT engine_pid FROM executions")[0]["engine_pid"]
+        assert f"K={token}".encode() in Path(f"/proc/{engine}/environ").read_bytes()
+        zygote = zygote_pid(home)
+        assert token.encode() not in Path(f"/proc/{zygote}/environ").read_bytes()
+        assert token.encode() not in Path(f"/proc/{supervisor}/environ").read_bytes()
+    finally:
+        daemon.stop()
+
+
+def test_forked_supervisors_survive_kill9_of_daemon_and_zygote(daemon, home, workdir):
+    wait_for(lambda: zygote_ready(home), what="the zygote to be ready")
+    ids = []
+    for n in range(3):
+        agent = daemon.call(
+            "start",
+            {"task": f"steps: 40\nstep_seconds: 0.1\nanswer: a{n}", "workdir": str(workdir)},
+        )
+        ids.append(agent["id"])
+    rows = wait_for(
+        lambda: (
+            r
+            if len(r := db_rows(home, "SELECT * FROM executions WHERE engine_pid IS NOT NULL")) == 3
+            else None
+        ),
+        what="three engines running",
+    )
+    assert all(parent(r["supervisor_pid"]) != daemon.proc.pid for r in rows), "forked ones"
+    zygote = zygote_pid(home)
+    os.kill(zygote, signal.SIGKILL)
+    daemon.kill9()
+    # Any zygote the daemon had restarted reads end of input and goes; its supervisors stay.
+    wait_for(lambda: zygote_pid(home) is None, what="no zygote left without its daemon")
+    assert all(r["state"] != "succeeded" for r in db_rows(home, "SELECT * FROM executions"))
+    daemon.start()
+    for n, agent_id in enumerate(ids):
+        result = daemon.call("wait", {"agent_id": agent_id, "timeout_seconds": 60})
+        assert result["agent"]["state"] == "succeeded", result
+        assert daemon.call("answer", {"agent_id": agent_id})["text"] == f"a{n}"
+
+
+def test_zygote_killed_mid_burst_every_agent_succeeds_and_it_restarts(daemon, home, workdir):
+    first = wait_for(lambda: zygote_ready(home), what="the zygote to be ready")
+    started: list[tuple[str, str]] = []  # (agent id, its answer)
+    killed = threading.Event()
+
+    def burst(tag: str, count: int) -> None:
+        for n in range(count):
+            answer = f"burst {tag}{n}"
+            agent = daemon.call("start", {"task": f"answer: {answer}", "workdir": str(workdir)})
+            started.append((agent["id"], answer))
+            if len(started) >= 5 and not killed.is_set():
+                killed.set()
+                os.kill(first, signal.SIGKILL)
+
+    threads = [threading.Thread(target=burst, args=(tag, 10)) for tag in "ab"]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert killed.is_set() and len(started) == 20
+    for agent_id, answer in started:
+        result = daemon.call("wait", {"agent_id": agent_id, "timeout_seconds": 90})
+        assert result["agent"]["state"] == "succeeded", result
+        assert daemon.call("answer", {"agent_id": agent_id})["text"] == answer
+    second = wait_for(
+        lambda: pid if (pid := zygote_ready(home)) not in (None, first) else None,
+        what="a new zygote",
+    )
+    assert '"fork_server.lost"' in (home.logs_dir / "daemon.log").read_text()
+    supervisor = running_supervisor(daemon, home, LONG_TASK, workdir)
+    assert parent(supervisor) != daemon.proc.pid, "the new zygote forks again"
+    assert zygote_pid(home) == second
+
+
+@pytest.fixture
+def restore_zygote_mtime():
+    st = ZYGOTE_SOURCE.stat()
+    yield
+    os.utime(ZYGOTE_SOURCE, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def test_zygote_is_replaced_when_the_package_changes(daemon, home, workdir, restore_zygote_mtime):
+    old = wait_for(lambda: zygote_ready(home), what="the zygote to be ready")
+    st = ZYGOTE_SOURCE.stat()
+    os.utime(ZYGOTE_SOURCE, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # "upgraded"
+    supervisor = running_supervisor(daemon, home, LONG_TASK, workdir)
+    assert parent(supervisor) == daemon.proc.pid, "the stale zygote must not fork it"
+    assert '"fork_server.stale"' in (home.logs_dir / "daemon.log").read_text()
+    wait_for(lambda: _stat(old) is None or _stat(old)[0] in ("Z", "X"), what="the old zygote")
+    new = wait_for(
+        lambda: pid if (pid := zygote_ready(home)) not in (None, old) else None,
+        what="a zygote of the new code",
+    )
+    supervisor = running_supervisor(daemon, home, LONG_TASK, workdir)
+    assert parent(supervisor) != daemon.proc.pid
+    assert zygote_pid(home) == new
