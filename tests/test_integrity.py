@@ -140,10 +140,15 @@ def tamper_while_the_daemon_is_down(
     the scheduler's judge sees the tampered file first."""
 
     def running_agent() -> str | None:
+        # Running, not only admitted: an agent admitted but not yet handed to its supervisor
+        # waits for the daemon's restart (the reconciler launches it), so it would never seal.
         run = runs_of(daemon.call("batch", {"batch_id": batch_id}), stage)
-        return run[0]["agent_id"] if run and run[0]["agent_id"] else None
+        if not run or not run[0]["agent_id"]:
+            return None
+        agent = daemon.call("agent", {"agent_id": run[0]["agent_id"]})
+        return agent["id"] if agent["state"] == "running" else None
 
-    agent_id = wait_for(running_agent, timeout=60, what=f"the {stage}'s agent")
+    agent_id = wait_for(running_agent, timeout=60, what=f"the {stage}'s agent running")
     daemon.stop()
 
     def sealed() -> dict | None:

@@ -162,6 +162,26 @@ def test_notify_is_validated_naming_the_field(daemon, home, workdir):
     assert db_rows(home, "SELECT count(*) AS n FROM agents")[0]["n"] == 0
 
 
+def test_each_move_of_a_notice_is_an_event_so_changes_reports_a_delivery(daemon, workdir, receiver):
+    # The web page learns of a delivery only through `changes`: a notice delivered after the
+    # agent's last event must still move the revision and name the agent.
+    log = workdir.parent / f"{workdir.name}-moves.log"
+    gate = workdir.parent / f"{workdir.name}-moves.gate"
+    argv = [sys.executable, str(receiver), str(log), str(gate)]
+    agent = start(daemon, workdir, "answer: done", {"transport": "command", "argv": argv})
+    status_when(daemon, agent["id"], {"sending"})
+    wait_for(log.exists, what="the receiver holding the notice at its gate")
+    before = daemon.call("changes", {"after_revision": 2**62})["revision"]
+    gate.touch()
+    status_when(daemon, agent["id"], {"delivered"})
+    moved = daemon.call("changes", {"after_revision": before})
+    assert moved["revision"] > before and moved["agents"] == [agent["id"]]
+    notices = daemon.call("events", {"agent_id": agent["id"], "kinds": ["notice"]})["items"]
+    assert [e["data"]["state"] for e in notices] == ["pending", "sending", "delivered"]
+    execution = daemon.call("agent", {"agent_id": agent["id"]})["execution"]["id"]
+    assert {e["execution_id"] for e in notices} == {execution}
+
+
 def test_delivery_status_of_an_agent_without_notify_and_an_unknown_agent(daemon, workdir):
     agent = daemon.call("start", {"task": "answer: x", "workdir": str(workdir)})
     status = daemon.call("delivery_status", {"agent_id": agent["id"]})

@@ -9,12 +9,30 @@ from typing import Any
 from agent_run.domain.batch_states import BATCH_SETTLED
 from agent_run.domain.states import TERMINAL_STATES
 from agent_run.store.db import one
+from agent_run.store.events import append_event
 
 # The domain's terminal sets, as bind parameters of the queries below.
 TERMINAL_EXECUTIONS = tuple(sorted(state.value for state in TERMINAL_STATES))
 # A batch is announced when it ends or waits on the user, once per settle.
 SETTLED_BATCHES = tuple(sorted(state.value for state in BATCH_SETTLED))
 DUE_STATES = ("pending", "retry_wait")
+
+
+def _announce(conn: sqlite3.Connection, notice_ids: list[str]) -> None:
+    """Append a `notice` event to the agent's (or batch's) log for each notice whose state just
+    moved: its revision is how `changes` (and so a page, live) learns of a delivery."""
+    for notice_id in notice_ids:
+        row = notice_with_target(conn, notice_id)
+        if row is None:
+            continue
+        owner = row["target_agent"] or row["target_batch"]
+        append_event(
+            conn,
+            agent_id=owner,
+            execution_id=row["subject"] if row["target_agent"] else owner,
+            kind="notice",
+            data={"notice": notice_id, "state": row["state"], "attempts": row["attempts"]},
+        )
 
 
 def insert_target(
@@ -77,7 +95,10 @@ def insert_notice(
         " next_attempt_at, created_at, updated_at) VALUES (?, ?, ?, ?, ?, 'pending', ?, ?, ?)",
         (notice_id, target_id, subject, transport, body_json, now, now, now),
     )
-    return cursor.rowcount == 1
+    if cursor.rowcount != 1:
+        return False
+    _announce(conn, [notice_id])
+    return True
 
 
 def claim_due(conn: sqlite3.Connection, now: float, limit: int = 16) -> list[dict[str, Any]]:
@@ -96,6 +117,7 @@ def claim_due(conn: sqlite3.Connection, now: float, limit: int = 16) -> list[dic
             (now, row["id"]),
         )
         if cursor.rowcount == 1:
+            _announce(conn, [row["id"]])
             claimed.append(
                 dict(
                     conn.execute(
@@ -123,7 +145,10 @@ def finish_attempt(
         " updated_at = ? WHERE id = ? AND state = 'sending'",
         (state, next_attempt_at, last_error, evidence_json, time.time(), notice_id),
     )
-    return cursor.rowcount == 1
+    if cursor.rowcount != 1:
+        return False
+    _announce(conn, [notice_id])
+    return True
 
 
 def requeue_ambiguous(conn: sqlite3.Connection, now: float, evidence_json: str) -> int:
@@ -132,10 +157,17 @@ def requeue_ambiguous(conn: sqlite3.Connection, now: float, evidence_json: str) 
     cursor = conn.execute(
         "UPDATE notices SET state = 'retry_wait', ambiguous_sends = ambiguous_sends + 1,"
         " next_attempt_at = ?, last_error = 'the dispatcher stopped during the send (ambiguous)',"
-        " evidence_json = ?, updated_at = ? WHERE state = 'sending'",
+        " evidence_json = ?, updated_at = ? WHERE state = 'sending' RETURNING id",
         (now, evidence_json, now),
     )
-    return cursor.rowcount
+    return _announced(conn, cursor)
+
+
+def _announced(conn: sqlite3.Connection, cursor: sqlite3.Cursor) -> int:
+    """Announce the notices an `UPDATE ... RETURNING id` moved; how many."""
+    moved = [row[0] for row in cursor.fetchall()]
+    _announce(conn, moved)
+    return len(moved)
 
 
 def take_lease(
@@ -208,6 +240,7 @@ def claim_for_session(conn: sqlite3.Connection, session: str, now: float) -> lis
             (now, row["id"]),
         )
         if cursor.rowcount == 1:
+            _announce(conn, [row["id"]])
             claimed.append(
                 dict(conn.execute("SELECT * FROM notices WHERE id = ?", (row["id"],)).fetchone())
             )
@@ -220,10 +253,10 @@ def expire_session(conn: sqlite3.Connection, session: str, reason: str) -> int:
         "UPDATE notices SET state = 'expired', last_error = ?, updated_at = ?"
         " WHERE transport = 'mcp_channel' AND state IN ('pending', 'retry_wait', 'sending')"
         " AND target_id IN (SELECT id FROM notify_targets"
-        " WHERE json_extract(target_json, '$.session') = ?)",
+        " WHERE json_extract(target_json, '$.session') = ?) RETURNING id",
         (reason, time.time(), session),
     )
-    return cursor.rowcount
+    return _announced(conn, cursor)
 
 
 def channel_sessions_owed(conn: sqlite3.Connection) -> list[str]:
@@ -253,10 +286,10 @@ def requeue_unacked(
         " next_attempt_at = ?, last_error = CASE WHEN attempts >= "
         f"{_TARGET_MAX_ATTEMPTS} THEN 'pushed ' || attempts || ' time(s), never acknowledged'"
         " ELSE 'pushed but never acknowledged (ambiguous)' END,"
-        " updated_at = ? WHERE transport = ? AND state = 'sending' AND updated_at < ?",
+        " updated_at = ? WHERE transport = ? AND state = 'sending' AND updated_at < ? RETURNING id",
         (default_max, now, default_max, now, transport, before),
     )
-    return cursor.rowcount
+    return _announced(conn, cursor)
 
 
 def requeue_stale_sending(
@@ -268,19 +301,22 @@ def requeue_stale_sending(
         "UPDATE notices SET state = 'retry_wait', ambiguous_sends = ambiguous_sends + 1,"
         " next_attempt_at = ?, last_error = 'the attempt ended without its outcome recorded"
         " (ambiguous)', evidence_json = ?, updated_at = ? WHERE state = 'sending'"
-        " AND transport != 'mcp_channel' AND id NOT IN (SELECT value FROM json_each(?))",
+        " AND transport != 'mcp_channel' AND id NOT IN (SELECT value FROM json_each(?))"
+        " RETURNING id",
         (now, evidence_json, now, json.dumps(in_flight)),
     )
-    return cursor.rowcount
+    return _announced(conn, cursor)
 
 
 def acknowledge(conn: sqlite3.Connection, notice_ids: list[str], evidence_json: str) -> int:
     """Mark pushed notices delivered (compare-and-set on `sending`)."""
-    done = 0
+    done = []
     for notice_id in notice_ids:
-        done += conn.execute(
+        if conn.execute(
             "UPDATE notices SET state = 'delivered', last_error = NULL, evidence_json = ?,"
             " updated_at = ? WHERE id = ? AND state = 'sending' AND transport = 'mcp_channel'",
             (evidence_json, time.time(), notice_id),
-        ).rowcount
-    return done
+        ).rowcount:
+            done.append(notice_id)
+    _announce(conn, done)
+    return len(done)
