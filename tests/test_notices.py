@@ -165,8 +165,7 @@ def test_notify_is_validated_naming_the_field(daemon, home, workdir):
 def test_each_move_of_a_notice_is_an_event_so_changes_reports_a_delivery(daemon, workdir, receiver):
     # The web page learns of a delivery only through `changes`: a notice delivered after the
     # agent's last event must still move the revision and name the agent.
-    log = workdir.parent / f"{workdir.name}-moves.log"
-    gate = workdir.parent / f"{workdir.name}-moves.gate"
+    log, gate = workdir / "moves.log", workdir / "moves.gate"  # removed with the workdir
     argv = [sys.executable, str(receiver), str(log), str(gate)]
     agent = start(daemon, workdir, "answer: done", {"transport": "command", "argv": argv})
     status_when(daemon, agent["id"], {"sending"})
