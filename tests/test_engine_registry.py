@@ -317,3 +317,25 @@ def test_no_module_but_an_engines_own_names_a_builtin_engine() -> None:
         (rel, n) for rel, _ in NAMED_OUTSIDE_ITS_MODULE for n in engines_named(SRC / rel)
     }
     assert set(NAMED_OUTSIDE_ITS_MODULE) <= still_needed
+
+
+def test_lone_surrogates_in_an_engines_output_become_replacement_characters(plugin_daemon):
+    """A provider's text with a lone UTF-16 surrogate escaped in its JSON (which an engine
+    passes on as it is) cannot be encoded as UTF-8 for SQLite or answer.md: the supervisor
+    makes each one U+FFFD, and the run ends with its answer and its messages."""
+    home, daemon, workdir = plugin_daemon
+    lines = [
+        '{"t": "session", "id": "sess-\\udfff"}',
+        '{"t": "say", "text": "half \\ud800 a pair \\ud83d\\ude00 low \\udc00"}',
+        '{"t": "done", "text": "answer \\ud800\\ud800 end"}',
+    ]
+    agent = daemon.call("start", {"task": "raw:" + "\n".join(lines), "workdir": str(workdir)})
+    done = daemon.call("wait", {"agent_id": agent["id"], "timeout_seconds": 60})["agent"]
+    assert done["state"] == "succeeded", done
+    assert daemon.call("answer", {"agent_id": agent["id"]})["text"] == "answer \ufffd\ufffd end"
+    said = [m["content"] for m in db_rows(home, "SELECT content FROM messages")]
+    assert said == ["half \ufffd a pair \U0001f600 low \ufffd"]
+    [row] = db_rows(home, "SELECT engine_session_id FROM executions")
+    assert row["engine_session_id"] == "sess-\ufffd"
+    transcript = daemon.call("transcript", {"agent_id": agent["id"]})
+    assert "half \ufffd a pair" in json.dumps(transcript, ensure_ascii=False)

@@ -1,6 +1,7 @@
 """`run_merge`: a run's branch merged back into a branch, in real git repositories, on the demo
 engine. Every refusal and conflict is checked to leave every ref and worktree as it was."""
 
+import os
 import subprocess
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -414,3 +415,39 @@ def test_a_repository_without_an_identity_gets_agent_runs_not_an_auto_detected_o
     assert git(repo, "log", "-1", f"--format={ident}", result["new_sha"]) == (
         "agent-run <agent-run@localhost>|agent-run <agent-run@localhost>"
     )
+
+
+def test_invalid_utf8_in_git_output_is_shown_as_replacement_characters(batch_project):
+    """A run's worktree whose file name, content and commit message are not UTF-8 (git passes
+    the bytes through): batch_review, run_merge and batch_clean read git's output with U+FFFD
+    in their place instead of failing on a decode."""
+    repo, daemon = batch_project.repo, batch_project.daemon
+    done, [run] = settled_runs(batch_project, 1)
+    worktree = Path(run["worktree"])
+    name = os.fsdecode(b"caf\xe9.txt")  # Latin-1, as an old tool would have named it
+    (worktree / name).write_bytes(b"na\xefve\n")
+    (worktree / "message").write_bytes(b"add caf\xe9\n")
+    git(worktree, "add", name)
+    git(worktree, "commit", "-q", "-F", "message")
+    (worktree / "message").unlink()
+    (worktree / os.fsdecode(b"new-\xff")).write_bytes(b"\xff\xfe untracked\n")
+    (worktree / name).write_bytes(b"na\xefve, changed\n")  # a dirty tracked file too
+
+    [review] = daemon.call("batch_review", {"batch_id": done["id"]})["runs"]
+    [commit] = review["commits"]  # git re-encodes a message that is not UTF-8 as Latin-1
+    assert commit.split(" ", 1)[1] == "add caf\u00e9"
+    assert "+na\ufffdve, changed" in review["diff"]
+    [untracked] = review["untracked"]
+    assert untracked == {"path": "new-\ufffd", "preview": "\ufffd\ufffd untracked\n"}
+    [item] = daemon.call("batch_clean", {"batch_id": done["id"]})["items"]
+    assert (
+        item["dirty_files"] == ['"caf\\351.txt"', '"new-\\377"'] and item["action"] == "needs_force"
+    )
+
+    (worktree / name).write_bytes(b"na\xefve\n")
+    (worktree / os.fsdecode(b"new-\xff")).unlink()
+    assert merge(daemon, run["id"], dry_run=True)["ahead"] == 1
+    result = merge(daemon, run["id"])
+    assert (repo / name).read_bytes() == b"na\xefve\n" and result["new_sha"]
+    [item] = daemon.call("batch_clean", {"batch_id": done["id"], "confirm": True})["items"]
+    assert item["action"] == "removed" and not worktree.exists()

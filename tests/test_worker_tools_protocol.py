@@ -172,3 +172,26 @@ def test_validation_coerces_like_before_and_names_the_nested_field():
             assert str(exc) == expected
         else:
             raise AssertionError(f"{args} was accepted")
+
+
+def test_lone_surrogates_in_a_finish_are_stored_as_replacement_characters(daemon, home, workdir):
+    """An engine passes on a provider's text with a lone surrogate escaped in its JSON: the
+    worker tool records its summary with U+FFFD in its place, not an internal error."""
+    agent = daemon.call(
+        "start", {"task": "steps: 400\nstep_seconds: 0.05\nanswer: real", "workdir": str(workdir)}
+    )
+    config = wait_for(lambda: next(iter(home.root.rglob("mcp.json")), None))
+    [server] = json.loads(config.read_text())["mcpServers"].values()
+    line = (
+        b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "finish",'
+        b' "arguments": {"summary": "cut \\ud800 here \\ud83d\\ude00", "status": "done"}}}\n'
+    )
+    relay = subprocess.run(  # what the engine starts: the relay to its supervisor's gate
+        [server["command"], *server["args"]], input=line, capture_output=True, timeout=60
+    )
+    [answer] = [json.loads(out) for out in relay.stdout.splitlines()]
+    assert answer["result"]["isError"] is False, answer
+    [report] = db_rows(home, "SELECT payload FROM tool_reports")
+    assert json.loads(report["payload"])["summary"] == "cut \ufffd here \U0001f600"
+    daemon.call("cancel", {"agent_id": agent["id"]})
+    daemon.call("wait", {"agent_id": agent["id"], "timeout_seconds": 30})

@@ -38,12 +38,15 @@ NO_PROGRAMS = [
 ]
 
 
-def git(cwd: Path, *args: str, check: bool = True) -> str:
+def git(cwd: Path, *args: str, check: bool = True, errors: str = "replace") -> str:
+    """git's stdout; bytes that are not UTF-8 (a file name, a commit message, a file's text) show
+    as U+FFFD, or with `errors="surrogateescape"` stay a name the os functions can open."""
     result = subprocess.run(
         ["git", *NO_PROGRAMS, *_GIT_IDENTITY, *args],
         cwd=cwd,
         capture_output=True,
         text=True,
+        errors=errors,
         timeout=GIT_TIMEOUT_SECONDS,
         stdin=subprocess.DEVNULL,
     )
@@ -73,6 +76,7 @@ def locate_project(folder: str) -> Project:
         cwd=path,
         capture_output=True,
         text=True,
+        errors="replace",  # bytes that are not UTF-8 show as U+FFFD
         timeout=GIT_TIMEOUT_SECONDS,
     )
     if result.returncode != 0:
@@ -88,6 +92,7 @@ def resolve_commit(root: Path, ref: str) -> str:
         cwd=root,
         capture_output=True,
         text=True,
+        errors="replace",  # bytes that are not UTF-8 show as U+FFFD
         timeout=GIT_TIMEOUT_SECONDS,
     )
     if result.returncode != 0:
@@ -193,12 +198,15 @@ def untracked(worktree: Path) -> list[UntrackedFile]:
     plant `leak -> ~/.ssh/id_ed25519`; this runs outside its sandbox, as the user). A link is
     shown as `symlink → target`, anything not a regular file is left out, at most
     PREVIEW_BYTES are read."""
-    names = git(worktree, "ls-files", "-z", "--others", "--exclude-standard").split("\0")
+    listed = git(
+        worktree, "ls-files", "-z", "--others", "--exclude-standard", errors="surrogateescape"
+    )
     found = []
-    for name in filter(None, names):
+    for name in filter(None, listed.split("\0")):
         preview = _preview(worktree, name)
-        if preview is not None:
-            found.append(UntrackedFile(name, preview))
+        if preview is not None:  # read by its real name, shown with U+FFFD for bytes not UTF-8
+            shown = os.fsencode(name).decode("utf-8", errors="replace")
+            found.append(UntrackedFile(shown, preview))
     return found
 
 

@@ -34,6 +34,7 @@ def _run(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
         cwd=cwd,
         capture_output=True,
         text=True,
+        errors="replace",  # bytes that are not UTF-8 show as U+FFFD
         timeout=GIT_TIMEOUT_SECONDS,
         stdin=subprocess.DEVNULL,
     )
@@ -46,6 +47,7 @@ def git_version() -> str | None:
             ["git", "--version"],
             capture_output=True,
             text=True,
+            errors="replace",  # bytes that are not UTF-8 show as U+FFFD
             timeout=GIT_TIMEOUT_SECONDS,
             stdin=subprocess.DEVNULL,
         )

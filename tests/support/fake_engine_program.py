@@ -1,5 +1,6 @@
 """The `echo` test engine's program: each stdin line (a JSON string) is a turn, answered at once.
-Signed in (`$ECHO_HOME/echo-auth.json`), each answer ends with the token it read there."""
+Signed in (`$ECHO_HOME/echo-auth.json`), each answer ends with the token it read there. A turn
+`raw:LINES` prints LINES as they are (hostile output: JSON a provider's text made of)."""
 
 import argparse
 import json
@@ -16,7 +17,11 @@ def main() -> None:
     print(json.dumps({"t": "session", "id": args.session}), flush=True)
     folder = os.environ.get("ECHO_HOME")
     for line in sys.stdin:
-        text = f"{args.greeting}: {json.loads(line)}"
+        turn = json.loads(line)
+        if turn.startswith("raw:"):  # a hostile engine: the turn's lines are its output as is
+            print(turn[4:], flush=True)
+            continue
+        text = f"{args.greeting}: {turn}"
         if folder:  # read at each turn: through the link to the user's real file
             token = json.loads((Path(folder) / "echo-auth.json").read_text())["token"]
             text += f" (signed in with {token})"

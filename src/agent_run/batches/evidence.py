@@ -55,6 +55,7 @@ def run_verify(
             cwd=workdir,
             capture_output=True,
             text=True,
+            errors="replace",  # bytes that are not UTF-8 show as U+FFFD
             timeout=timeout,
             stdin=subprocess.DEVNULL,
             start_new_session=True,

@@ -93,6 +93,7 @@ def _inspect(ctx: ServiceContext, raw: str | None) -> ProjectInfo:
         cwd=project.root,
         capture_output=True,
         text=True,
+        errors="replace",  # bytes that are not UTF-8 show as U+FFFD
         timeout=g.GIT_TIMEOUT_SECONDS,
         stdin=subprocess.DEVNULL,
     )

@@ -266,6 +266,7 @@ def sandbox_refusal() -> str | None:
             probe,
             capture_output=True,
             text=True,
+            errors="replace",  # bytes that are not UTF-8 show as U+FFFD
             timeout=PROBE_TIMEOUT_SECONDS,
             stdin=subprocess.DEVNULL,
             env={"PATH": "/usr/bin:/bin"},

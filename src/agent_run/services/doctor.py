@@ -78,6 +78,7 @@ def binary_version(path: str) -> str:
             [path, "--version"],
             capture_output=True,
             text=True,
+            errors="replace",  # bytes that are not UTF-8 show as U+FFFD
             stdin=subprocess.DEVNULL,
             timeout=VERSION_TIMEOUT_SECONDS,
             check=False,

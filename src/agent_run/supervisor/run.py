@@ -16,6 +16,7 @@ from typing import Any
 from agent_run.domain.errors import StorageFull
 from agent_run.domain.failures import FailureKind
 from agent_run.domain.states import ExecutionState
+from agent_run.domain.text import may_hold_surrogates, well_formed
 from agent_run.engines.base import (
     Completion,
     ControlAck,
@@ -315,8 +316,9 @@ class Supervisor:
         if not line:
             return
         self.log.raw(line.encode() + b"\n")
+        hostile = may_hold_surrogates(line)
         for event in engine.parse_line(line):
-            self._on_event(event)
+            self._on_event(well_formed(event) if hostile else event)
 
     def _on_event(self, event: object) -> None:
         if not isinstance(event, RetryEvent):

@@ -10,6 +10,7 @@ import sys
 from typing import IO, Any, NamedTuple, Protocol
 
 from agent_run import __version__
+from agent_run.domain.text import may_hold_surrogates, well_formed
 from agent_run.worker_tools.binding import SERVER_NAME
 
 # The initialize-handshake revisions we answer with (the same set as the mcp SDK we replaced).
@@ -110,7 +111,10 @@ def handle(tools: Tools, message: Any) -> dict[str, Any] | None:
 
 def answer_line(tools: Tools, line: bytes) -> Any:
     try:
-        message = json.loads(line)
+        text = line.decode()
+        message = json.loads(text)
+        if may_hold_surrogates(text):  # a summary or a reason is stored: U+FFFD, not a crash
+            message = well_formed(message)
     except ValueError as exc:  # also bad UTF-8
         return _error(None, PARSE_ERROR, f"Parse error: {exc}")
     except RecursionError:
