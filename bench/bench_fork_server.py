@@ -150,12 +150,12 @@ def main() -> None:
         daemon_env(env={"AGENT_RUN_FORK_SERVER": "1"}) as (home_on, _d_on, _w),
     ):
         homes = {"off": home_off, "on": home_on}
-        wait_for(lambda: zygote_ready(home_on), timeout=60, what="the zygote")
         engine_home = str(Path(workdir) / "engine-home")
         os.makedirs(engine_home, exist_ok=True)
         clients = {mode: RawClient(homes[mode].socket_path, timeout=120) for mode in MODES}
-        for mode in MODES:  # warm up: the first agent of a home opens files nobody had yet
-            instant_agent(homes[mode], clients[mode], str(workdir))
+        for mode in MODES:  # warm up: the first agent of a home opens files nobody had yet,
+            instant_agent(homes[mode], clients[mode], str(workdir))  # and starts the zygote
+        wait_for(lambda: zygote_ready(home_on), timeout=60, what="the zygote")
         for _ in range(args.rounds):
             m["bare"].append(bare_spawn())
             m["direct"].append(direct_engine(str(workdir), engine_home))

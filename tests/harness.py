@@ -160,6 +160,14 @@ def cli(
 ) -> subprocess.CompletedProcess[str]:
     full_env = {**os.environ, **(env or {})}
     full_env.pop("AGENT_RUN_HOME", None)
+    argv = ["--home", str(home.root), *args]
+    if not any(name.startswith("PYTHON") for name in env or {}):
+        # Forked from the pre-imported zygote (tests/support/zygote.py): the same `python -m
+        # agent_run ...`, without a second of imports per call. A PYTHON* variable is read at
+        # interpreter start, which a fork never sees: those calls start a fresh interpreter.
+        from tests.zygote_client import run_cli
+
+        return run_cli(argv, full_env, input, timeout)
     return subprocess.run(
         [sys.executable, "-m", "agent_run", "--home", str(home.root), *args],
         capture_output=True,

@@ -6,6 +6,7 @@ import re
 import signal
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -40,6 +41,16 @@ def zygote_ready(home: Home) -> int | None:
     return pid if f"zygote ready: pid {pid}\n" in log.read_text() else None
 
 
+def warm_zygote(daemon: DaemonProcess, home: Home, workdir: Path) -> int:
+    """The zygote starts with the daemon's first supervisor spawn: make one, return its pid."""
+    agent = daemon.call("start", {"task": "answer: warm", "workdir": str(workdir)})
+    assert (
+        daemon.call("wait", {"agent_id": agent["id"], "timeout_seconds": 60})["agent"]["state"]
+        == "succeeded"
+    )
+    return wait_for(lambda: zygote_ready(home), what="the zygote to be ready")
+
+
 def _stat(pid: int) -> list[str] | None:
     try:
         raw = Path(f"/proc/{pid}/stat").read_text()
@@ -69,6 +80,10 @@ def running_supervisor(
     raw = home.execution_dir(agent["id"], row["id"]) / "runtime.jsonl"
     wait_for(lambda: raw.exists() and raw.stat().st_size > 0, what="the engine's first line")
     return int(row["supervisor_pid"])
+
+
+def engines_running(home: Home) -> list[Any]:
+    return db_rows(home, "SELECT * FROM executions WHERE engine_pid IS NOT NULL")
 
 
 def parent(pid: int) -> int:
@@ -103,7 +118,7 @@ def portrait(pid: int, home: Home) -> dict[str, object]:
 
 
 def test_forked_supervisor_is_indistinguishable_from_a_spawned_one(daemon, home, workdir):
-    wait_for(lambda: zygote_ready(home), what="the zygote to be ready")
+    warm_zygote(daemon, home, workdir)
     forked = running_supervisor(daemon, home, LONG_TASK, workdir)
     zygote = zygote_pid(home)
     assert parent(forked) not in (daemon.proc.pid, zygote), "it must be reparented away"
@@ -133,10 +148,23 @@ def test_forked_supervisor_is_indistinguishable_from_a_spawned_one(daemon, home,
     assert ident["boot_id"] == current_processes().boot_id()
 
 
+def test_a_daemon_runs_no_zygote_until_its_first_spawn_which_is_a_plain_one(daemon, home, workdir):
+    """Booting starts no fork server (a web UI or a status call never pays its imports); the
+    first start does, and is spawned the plain way itself (at once: the agent must not wait on
+    the zygote's imports, nor die with it); once the zygote is ready, the next is forked."""
+    assert daemon.call("ping")["pid"] == daemon.proc.pid
+    assert zygote_pid(home) is None and not (home.logs_dir / "zygote.log").exists()
+    first = running_supervisor(daemon, home, LONG_TASK, workdir)
+    assert parent(first) == daemon.proc.pid, "spawned the plain way"
+    wait_for(lambda: zygote_ready(home), what="the zygote the first spawn started")
+    forked = running_supervisor(daemon, home, LONG_TASK, workdir)
+    assert parent(forked) not in (daemon.proc.pid, zygote_pid(home)), "forked, reparented"
+
+
 def test_daemon_secret_never_reaches_a_forked_supervisor_or_its_engine(home, workdir):
     daemon = DaemonProcess(home, env={"FORK_TEST_SECRET": "s3cret-value"}).start()
     try:
-        wait_for(lambda: zygote_ready(home), what="the zygote to be ready")
+        warm_zygote(daemon, home, workdir)
         zygote = zygote_pid(home)
         assert b"s3cret-value" not in Path(f"/proc/{zygote}/environ").read_bytes()
         agent = daemon.call(
@@ -156,10 +184,12 @@ def test_forked_supervisor_gets_its_credential_over_the_pipe_not_through_the_zyg
     (home.root / "config.toml").write_text(config)
     daemon = DaemonProcess(home, env={"K": token}).start()
     try:
-        wait_for(lambda: zygote_ready(home), what="the zygote to be ready")
+        warm_zygote(daemon, home, workdir)
         supervisor = running_supervisor(daemon, home, LONG_TASK, workdir, "keyed")
         assert parent(supervisor) != daemon.proc.pid, "forked"
-        engine = db_rows(home, "SELECT engine_pid FROM executions")[0]["engine_pid"]
+        engine = db_rows(
+            home, "SELECT engine_pid FROM executions WHERE supervisor_pid = ?", (supervisor,)
+        )[0]["engine_pid"]
         assert f"K={token}".encode() in Path(f"/proc/{engine}/environ").read_bytes()
         zygote = zygote_pid(home)
         assert token.encode() not in Path(f"/proc/{zygote}/environ").read_bytes()
@@ -169,7 +199,8 @@ def test_forked_supervisor_gets_its_credential_over_the_pipe_not_through_the_zyg
 
 
 def test_forked_supervisors_survive_kill9_of_daemon_and_zygote(daemon, home, workdir):
-    wait_for(lambda: zygote_ready(home), what="the zygote to be ready")
+    warm_zygote(daemon, home, workdir)
+    warm = {r["id"] for r in db_rows(home, "SELECT id FROM executions")}
     ids = []
     for n in range(3):
         agent = daemon.call(
@@ -180,7 +211,7 @@ def test_forked_supervisors_survive_kill9_of_daemon_and_zygote(daemon, home, wor
     rows = wait_for(
         lambda: (
             r
-            if len(r := db_rows(home, "SELECT * FROM executions WHERE engine_pid IS NOT NULL")) == 3
+            if len(r := [row for row in engines_running(home) if row["id"] not in warm]) == 3
             else None
         ),
         what="three engines running",
@@ -191,7 +222,8 @@ def test_forked_supervisors_survive_kill9_of_daemon_and_zygote(daemon, home, wor
     daemon.kill9()
     # Any zygote the daemon had restarted reads end of input and goes; its supervisors stay.
     wait_for(lambda: zygote_pid(home) is None, what="no zygote left without its daemon")
-    assert all(r["state"] != "succeeded" for r in db_rows(home, "SELECT * FROM executions"))
+    rows = [r for r in db_rows(home, "SELECT * FROM executions") if r["id"] not in warm]
+    assert all(r["state"] != "succeeded" for r in rows)
     daemon.start()
     for n, agent_id in enumerate(ids):
         result = daemon.call("wait", {"agent_id": agent_id, "timeout_seconds": 60})
@@ -200,7 +232,7 @@ def test_forked_supervisors_survive_kill9_of_daemon_and_zygote(daemon, home, wor
 
 
 def test_zygote_killed_mid_burst_every_agent_succeeds_and_it_restarts(daemon, home, workdir):
-    first = wait_for(lambda: zygote_ready(home), what="the zygote to be ready")
+    first = warm_zygote(daemon, home, workdir)
     started: list[tuple[str, str]] = []  # (agent id, its answer)
     killed = threading.Event()
 
@@ -241,7 +273,7 @@ def restore_zygote_mtime():
 
 
 def test_zygote_is_replaced_when_the_package_changes(daemon, home, workdir, restore_zygote_mtime):
-    old = wait_for(lambda: zygote_ready(home), what="the zygote to be ready")
+    old = warm_zygote(daemon, home, workdir)
     st = ZYGOTE_SOURCE.stat()
     os.utime(ZYGOTE_SOURCE, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # "upgraded"
     supervisor = running_supervisor(daemon, home, LONG_TASK, workdir)

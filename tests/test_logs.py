@@ -63,6 +63,8 @@ def test_daemon_out_and_zygote_log_are_cut_while_the_daemon_runs(home: Home, wor
     home.config_path.write_text(SMALL_LOGS)
     cli_json(home, "api", "status")  # autostarted: its stdout and stderr are logs/daemon.out
     try:
+        warm = cli_json(home, "start", "--task", "answer: warm", "--workdir", str(workdir))
+        assert cli_json(home, "wait", warm["id"])["agent"]["state"] == "succeeded"  # a zygote
         old_zygote = wait_for(lambda: zygote_ready(home), what="the fork server")
         out, zygote = home.logs_dir / "daemon.out", home.logs_dir / "zygote.log"
         filler = "".join(f"line {n} of what piled up\n" for n in range(400)).encode()

@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import threading
+from pathlib import Path
 from typing import Any
 
 import httpx2
@@ -32,9 +33,10 @@ class WebProcess:
         self.port = port
         self.autostart = autostart
         self.args, self.extra_env = args, env or {}
-        self.proc: subprocess.Popen[str] | None = None
+        self.proc: Any = None  # a Popen, or a tests.zygote_client.Forked (the same methods)
         self.url = self.token = ""
-        self.output: list[str] = []
+        self._log: Path | None = None  # a forked one's stdout and stderr
+        self._lines: list[str] = []  # a Popen's, read off its pipe
 
     def start(self) -> "WebProcess":
         env = {k: v for k, v in os.environ.items() if k != "AGENT_RUN_HOME"}
@@ -42,6 +44,32 @@ class WebProcess:
         if not self.autostart:
             env["AGENT_RUN_NO_AUTOSTART"] = "1"
         env.update(self.extra_env)
+        if not any(name.startswith("PYTHON") for name in self.extra_env):
+            # Forked from the test zygote, which has the web stack imported (as DaemonProcess).
+            from tests.zygote_client import spawn
+
+            self._log = self.home.root / f"web-test-{id(self)}.out"
+            argv = ["--home", str(self.home.root), "web", "--port", str(self.port), *self.args]
+            self.proc = spawn(argv, env, self._log)
+        else:
+            self._popen(env)
+        match = wait_for(self._url, timeout=30, what="agent-run web to print its URL")
+        self.url, port, self.token = match.group(1), match.group(2), match.group(3)
+        self.port = int(port)
+        return self
+
+    @property
+    def output(self) -> list[str]:
+        """What it printed so far (stdout and stderr), a line each."""
+        if self._log is None:
+            return list(self._lines)
+        try:
+            return self._log.read_text(errors="replace").splitlines(keepends=True)
+        except FileNotFoundError:
+            return []
+
+    def _popen(self, env: dict[str, str]) -> None:
+        """A fresh interpreter (a PYTHON* variable is read at its start: a fork never sees it)."""
         self.proc = subprocess.Popen(
             [
                 sys.executable,
@@ -62,15 +90,11 @@ class WebProcess:
             start_new_session=True,
         )
         threading.Thread(target=self._read, daemon=True).start()
-        match = wait_for(self._url, timeout=30, what="agent-run web to print its URL")
-        self.url, port, self.token = match.group(1), match.group(2), match.group(3)
-        self.port = int(port)
-        return self
 
     def _read(self) -> None:
-        assert self.proc is not None and self.proc.stdout is not None
+        assert isinstance(self.proc, subprocess.Popen) and self.proc.stdout is not None
         for line in self.proc.stdout:
-            self.output.append(line)
+            self._lines.append(line)
 
     def _url(self) -> Any:
         assert self.proc is not None

@@ -66,12 +66,9 @@ class Zygote:
                     self.exits[message["exited"]] = message["code"]
                 self.changed.notify_all()
 
-    def spawn(
-        self, argv: list[str], env: dict[str, str], log: Path, nofile_soft: int | None
-    ) -> "Forked":
+    def spawn(self, request: dict[str, Any]) -> "Forked":
         assert self.proc.stdin is not None
         with self.request_lock:
-            request = {"argv": argv, "env": env, "log": str(log), "nofile_soft": nofile_soft}
             self.proc.stdin.write(json.dumps(request).encode() + b"\n")
             self.proc.stdin.flush()
             with self.changed:
@@ -119,4 +116,40 @@ class Forked:
 def spawn(
     argv: list[str], env: dict[str, Any], log: Path, nofile_soft: int | None = None
 ) -> Forked:
-    return Zygote.get().spawn(argv, env, log, nofile_soft)
+    """A daemon: its own session, stdout and stderr appended to `log`."""
+    request = {"argv": argv, "env": env, "log": str(log), "nofile_soft": nofile_soft}
+    return Zygote.get().spawn(request)
+
+
+def run_cli(
+    argv: list[str], env: dict[str, str], input: str | None, timeout: float
+) -> subprocess.CompletedProcess[str]:
+    """`python -m agent_run ARGV` as `subprocess.run(capture_output=True, text=True)` would run
+    it (in this working directory, killed at `timeout`), forked from the zygote."""
+    import locale
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="arcli-") as folder:
+        files = {name: Path(folder) / name for name in ("stdin", "stdout", "stderr")}
+        files["stdin"].write_text(input or "", encoding=locale.getpreferredencoding(False))
+        request = {name: str(path) for name, path in files.items()}
+        request.update(argv=argv, env=env, cwd=os.getcwd(), cli=True)
+        child = Zygote.get().spawn(request)
+        try:
+            code = child.wait(timeout)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+            raise subprocess.TimeoutExpired(
+                [sys.executable, "-m", "agent_run", *argv], timeout
+            ) from None
+        out, err = (_text(files[name].read_bytes()) for name in ("stdout", "stderr"))
+    return subprocess.CompletedProcess([sys.executable, "-m", "agent_run", *argv], code, out, err)
+
+
+def _text(data: bytes) -> str:
+    """Decoded as `text=True` does: the locale's encoding, universal newlines."""
+    import locale
+
+    text = data.decode(locale.getpreferredencoding(False))
+    return text.replace("\r\n", "\n").replace("\r", "\n")

@@ -125,7 +125,7 @@ class Daemon:
         self._honour_stop_mark(lock_fd)
         fd_limit = raise_fd_limit()
         self.ctx.warm_up()  # migrates the store once, before serving
-        self.ctx.start_fork_server()  # imports while we boot; spawns are plain until it is ready
+        self.ctx.start_fork_server()  # its zygote starts with the first spawn
         server = await self.server.start()  # we hold the lock: a socket file left behind is stale
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

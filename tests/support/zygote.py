@@ -9,10 +9,17 @@ its own socket, database connections and threads; only the import is shared, cop
 (One visible difference: /proc/PID/environ and cmdline show the zygote's exec-time values; the
 daemon's os.environ, and so every process it starts, has the requested environment.)
 
-Protocol (one JSON object a line): the test writes {"argv" (after `-m agent_run`), "env", "log",
-"nofile_soft"}; the zygote answers {"pid", "serial"} in order, and {"exited": serial, "code"}
-(Popen-style: -N for signal N) whenever a child ends, so the test's handle can poll, wait and
-read return codes. Exits name the spawn's serial, not its pid: pids are reused.
+The tests' CLI calls (`tests.harness.cli`) are forked the same way: a child that is not a session
+leader, in the test's working directory, with stdin, stdout and stderr on files of the test's,
+ending as a Python process ends (non-daemon threads joined, atexit handlers run, a `SystemExit`
+message printed), so a CLI call costs a fork instead of a second of imports.
+
+Protocol (one JSON object a line): the test writes {"argv" (after `-m agent_run`), "env", "log"
+(stdout and stderr), "nofile_soft"} for a daemon, or {"argv", "env", "cwd", "stdin", "stdout",
+"stderr", "cli": true} for a CLI call; the zygote answers {"pid", "serial"} in order, and
+{"exited": serial, "code"} (Popen-style: -N for signal N) whenever a child ends, so the test's
+handle can poll, wait and read return codes. Exits name the spawn's serial, not its pid: pids
+are reused.
 """
 
 import itertools
@@ -33,6 +40,15 @@ PRELOAD = (
     "agent_run.rpc.client",
     "runpy",
     "argparse",
+    # `agent-run web`'s stack (tests.web_harness forks it too)
+    "agent_run.web.app",
+    "uvicorn",
+    "uvicorn.config",
+    "uvicorn.server",
+    "uvicorn.loops.asyncio",
+    "uvicorn.protocols.http.h11_impl",
+    "uvicorn.protocols.http.httptools_impl",
+    "uvicorn.lifespan.on",
 )
 
 
@@ -40,15 +56,14 @@ def _run_child(request: dict) -> None:
     """In the forked child: become `python -m agent_run ARGV`; never returns."""
     code = 1
     try:
-        os.setsid()
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the only disposition the zygote changed
-        log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
-        os.dup2(log, 1)
-        os.dup2(log, 2)
-        os.closerange(3, 65536)  # the zygote's control pipes and selector are not the daemon's
+        if request.get("cli"):
+            os.chdir(request["cwd"])
+            _stdio(request.get("stdin") or os.devnull, request["stdout"], request["stderr"])
+        else:
+            os.setsid()
+            _stdio(os.devnull, request["log"], request["log"])
         if request.get("nofile_soft") is not None:
             import resource
 
@@ -59,10 +74,12 @@ def _run_child(request: dict) -> None:
         sys.argv = ["-m", *request["argv"]]  # runpy puts the module path in argv[0]
         import runpy
 
-        runpy.run_module("agent_run", run_name="__main__", alter_sys=True)
-        code = 0
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        try:
+            runpy.run_module("agent_run", run_name="__main__", alter_sys=True)
+            code = 0
+        except SystemExit as exc:
+            code = _exit_code(exc)
+        code = _finish_like_python(code)
     except BaseException:  # noqa: BLE001 - report and exit like an uncaught exception would
         import traceback
 
@@ -73,6 +90,46 @@ def _run_child(request: dict) -> None:
             sys.stderr.flush()
         finally:
             os._exit(code)
+
+
+def _stdio(stdin: str, stdout: str, stderr: str) -> None:
+    """Descriptors 0-2 on these files, and fresh sys.std* objects over them: the zygote's own
+    wrap its control pipes, whose buffers may already hold the next request."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
+    fds = [os.open(stdin, os.O_RDONLY), os.open(stdout, flags, 0o600)]
+    fds.append(fds[1] if stderr == stdout else os.open(stderr, flags, 0o600))
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
+    os.closerange(3, 65536)  # the zygote's control pipes and selector are not the child's
+    encoding, errors = sys.stdout.encoding, sys.stdout.errors
+    sys.stdin = open(0, encoding=encoding, errors=errors, closefd=False)  # noqa: SIM115
+    sys.stdout = open(1, "w", encoding=encoding, errors=errors, closefd=False)  # noqa: SIM115
+    sys.stderr = open(
+        2, "w", encoding=encoding, errors="backslashreplace", closefd=False, buffering=1
+    )  # noqa: SIM115,E501
+
+
+def _exit_code(exc: SystemExit) -> int:
+    """What the interpreter would exit with; a non-int code is printed to stderr first."""
+    if exc.code is None:
+        return 0
+    if isinstance(exc.code, int):
+        return exc.code
+    print(exc.code, file=sys.stderr)
+    return 1
+
+
+def _finish_like_python(code: int) -> int:
+    """Interpreter shutdown's visible part: join non-daemon threads, then run atexit handlers."""
+    import atexit
+    import threading
+
+    try:
+        threading._shutdown()  # type: ignore[attr-defined]  # what Py_Finalize calls first
+    except SystemExit as exc:
+        code = _exit_code(exc)
+    atexit._run_exitfuncs()
+    return code
 
 
 def _reap(out, serials: dict[int, int]) -> None:

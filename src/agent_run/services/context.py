@@ -109,7 +109,10 @@ class ServiceContext:
         )
 
     def start_fork_server(self) -> None:
-        """Start the supervisors' fork server (unless AGENT_RUN_FORK_SERVER=0): the daemon only."""
+        """Make the supervisors' fork server (unless AGENT_RUN_FORK_SERVER=0): the daemon only.
+        Its zygote starts with the daemon's first supervisor spawn (a plain one, as are any made
+        while it imports): a daemon that starts no agent (a web UI's, a status call's, most
+        tests') never pays its imports or holds its memory."""
         from agent_run.supervisor.forkserver import ForkServer, fork_server_enabled
         from agent_run.supervisor.launch import supervisor_environment
 
@@ -117,7 +120,6 @@ class ServiceContext:
             self.fork_server = ForkServer(
                 self.home, supervisor_environment(), self.home.logs_dir / "zygote.log", self.log
             )
-            self.fork_server.start()
 
     def refresh_config(self) -> None:
         """Take config.toml's new contents if it changed and is valid (the daemon only)."""

@@ -1,9 +1,14 @@
 """The daemon's handle on the supervisors' fork server (`zygote.py`): start it, ask it to fork a
 supervisor, notice it died or went stale, and say when the caller must spawn one the plain way.
 
+The zygote starts with the daemon's first spawn (a daemon that starts no agent never runs one).
+That spawn, and any made while the zygote imports, are plain ones: waiting for the zygote
+instead would leave an admitted agent without a supervisor for the length of an import, and a
+daemon killed meanwhile would take its zygote along, so the agent would wait for the next boot.
+
 `fork` answers True only once the zygote confirmed the fork; every other outcome (disabled, not
-ready yet, dead, hung, stale code) is False and the caller spawns `python -m agent_run.supervisor`
-as before. A lost zygote is restarted at once (at most once per `RESTART_SECONDS`). One forked
+ready in time, dead, hung, stale code) is False and the caller spawns `python -m
+agent_run.supervisor` as before. A lost zygote is restarted at once (at most once per `RESTART_SECONDS`). One forked
 just before the zygote died, unconfirmed, races the fallback for the execution's compare-and-set
 on `created`: one of them runs it, the other exits, as with any second spawn.
 """
