@@ -207,6 +207,12 @@ def ref_tree(commit: str | None) -> Iterator[dict[str, str] | None]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def zygote_ready(home: Any) -> bool:
+    """The home's supervisor fork server has said it is ready (its log)."""
+    log = home.logs_dir / "zygote.log"
+    return log.exists() and "zygote ready" in log.read_text()
+
+
 def memory_mib(pid: int) -> tuple[float, float] | None:
     """(VmRSS, Pss) in MiB from /proc, or None if the process is gone."""
     try:

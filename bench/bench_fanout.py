@@ -44,6 +44,7 @@ from _common import (
     summary,
     wait_for,
     write_results,
+    zygote_ready,
 )
 
 from agent_run.rpc.client import RawClient
@@ -289,13 +290,8 @@ def main() -> None:
             },
         )
         run_direct(1, 0, str(workdir), ehome)
-        zygote_log = home.logs_dir / "zygote.log"  # the first start started it: let it be ready
-        if overrides.get("AGENT_RUN_FORK_SERVER", "1") != "0":
-            wait_for(
-                lambda: zygote_log.exists() and "zygote ready" in zygote_log.read_text(),
-                timeout=60,
-                what="the fork server",
-            )
+        if overrides.get("AGENT_RUN_FORK_SERVER", "1") != "0":  # the first start started it
+            wait_for(lambda: zygote_ready(home), timeout=60, what="the fork server")
         for r in range(args.rounds):
             if r > 0 and time.perf_counter() - t_begin > args.budget:
                 print(

@@ -32,6 +32,7 @@ from _common import (
     wait_all_terminal,
     wait_for,
     write_results,
+    zygote_ready,
 )
 from bench_fanout import engine_env, run_direct, user_message
 
@@ -126,11 +127,6 @@ def supervisor_memory(home, client: RawClient, workdir: str, agents: int = 5) ->
     samples = [m for pid in pids if (m := memory_mib(pid)) is not None]
     wait_all_terminal(home, ids, timeout=120)
     return [pss for _rss, pss in samples], [rss for rss, _pss in samples]
-
-
-def zygote_ready(home) -> bool:
-    log = home.logs_dir / "zygote.log"
-    return log.exists() and "zygote ready" in log.read_text()
 
 
 def main() -> None:

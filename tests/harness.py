@@ -161,15 +161,14 @@ def cli(
     full_env = {**os.environ, **(env or {})}
     full_env.pop("AGENT_RUN_HOME", None)
     argv = ["--home", str(home.root), *args]
-    if not any(name.startswith("PYTHON") for name in env or {}):
-        # Forked from the pre-imported zygote (tests/support/zygote.py): the same `python -m
-        # agent_run ...`, without a second of imports per call. A PYTHON* variable is read at
-        # interpreter start, which a fork never sees: those calls start a fresh interpreter.
-        from tests.zygote_client import run_cli
+    from tests.zygote_client import forkable, run_cli
 
+    if forkable(env):
+        # Forked from the pre-imported zygote (tests/support/zygote.py): the same `python -m
+        # agent_run ...`, without a second of imports per call.
         return run_cli(argv, full_env, input, timeout)
     return subprocess.run(
-        [sys.executable, "-m", "agent_run", "--home", str(home.root), *args],
+        [sys.executable, "-m", "agent_run", *argv],
         capture_output=True,
         text=True,
         env=full_env,
@@ -196,13 +195,11 @@ class DaemonProcess:
         self.proc: Any = None  # a tests.zygote_client.Forked: pid, poll, wait, kill, terminate
 
     def start(self) -> "DaemonProcess":
-        from tests.zygote_client import spawn
+        from tests.zygote_client import forkable, spawn
 
         env = {**os.environ, **self.env}
         env.pop("AGENT_RUN_HOME", None)
-        if any(name.startswith("PYTHON") for name in self.env):
-            # The interpreter reads these at its own start (sys.path, sitecustomize, entry
-            # points): a fork of the pre-imported zygote would never see them.
+        if not forkable(self.env):
             self.proc = self._popen(env)
             wait_for(self._answers, timeout=30, what="the daemon to answer ping")
             return self

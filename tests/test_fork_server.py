@@ -6,7 +6,6 @@ import re
 import signal
 import threading
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -80,10 +79,6 @@ def running_supervisor(
     raw = home.execution_dir(agent["id"], row["id"]) / "runtime.jsonl"
     wait_for(lambda: raw.exists() and raw.stat().st_size > 0, what="the engine's first line")
     return int(row["supervisor_pid"])
-
-
-def engines_running(home: Home) -> list[Any]:
-    return db_rows(home, "SELECT * FROM executions WHERE engine_pid IS NOT NULL")
 
 
 def parent(pid: int) -> int:
@@ -198,6 +193,9 @@ def test_forked_supervisor_gets_its_credential_over_the_pipe_not_through_the_zyg
         daemon.stop()
 
 
+RUNNING_ENGINES = "SELECT * FROM executions WHERE engine_pid IS NOT NULL"
+
+
 def test_forked_supervisors_survive_kill9_of_daemon_and_zygote(daemon, home, workdir):
     warm_zygote(daemon, home, workdir)
     warm = {r["id"] for r in db_rows(home, "SELECT id FROM executions")}
@@ -208,14 +206,12 @@ def test_forked_supervisors_survive_kill9_of_daemon_and_zygote(daemon, home, wor
             {"task": f"steps: 40\nstep_seconds: 0.1\nanswer: a{n}", "workdir": str(workdir)},
         )
         ids.append(agent["id"])
-    rows = wait_for(
-        lambda: (
-            r
-            if len(r := [row for row in engines_running(home) if row["id"] not in warm]) == 3
-            else None
-        ),
-        what="three engines running",
-    )
+
+    def three_engines() -> list | None:
+        rows = [r for r in db_rows(home, RUNNING_ENGINES) if r["id"] not in warm]
+        return rows if len(rows) == 3 else None
+
+    rows = wait_for(three_engines, what="three engines running")
     assert all(parent(r["supervisor_pid"]) != daemon.proc.pid for r in rows), "forked ones"
     zygote = zygote_pid(home)
     os.kill(zygote, signal.SIGKILL)

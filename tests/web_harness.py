@@ -44,10 +44,10 @@ class WebProcess:
         if not self.autostart:
             env["AGENT_RUN_NO_AUTOSTART"] = "1"
         env.update(self.extra_env)
-        if not any(name.startswith("PYTHON") for name in self.extra_env):
-            # Forked from the test zygote, which has the web stack imported (as DaemonProcess).
-            from tests.zygote_client import spawn
+        from tests.zygote_client import forkable, spawn
 
+        if forkable(self.extra_env):
+            # Forked from the test zygote, which has the web stack imported (as DaemonProcess).
             self._log = self.home.root / f"web-test-{id(self)}.out"
             argv = ["--home", str(self.home.root), "web", "--port", str(self.port), *self.args]
             self.proc = spawn(argv, env, self._log)
@@ -69,7 +69,7 @@ class WebProcess:
             return []
 
     def _popen(self, env: dict[str, str]) -> None:
-        """A fresh interpreter (a PYTHON* variable is read at its start: a fork never sees it)."""
+        """A fresh interpreter (`tests.zygote_client.forkable`)."""
         self.proc = subprocess.Popen(
             [
                 sys.executable,

@@ -2,6 +2,7 @@
 
 import atexit
 import json
+import locale
 import os
 import signal
 import subprocess
@@ -113,6 +114,13 @@ class Forked:
         self.send_signal(signal.SIGKILL)
 
 
+def forkable(overrides: dict[str, str] | None) -> bool:
+    """Whether a child with these environment overrides may be forked from the zygote: a
+    PYTHON* variable is read at interpreter start (sys.path, sitecustomize, entry points), which
+    a fork never sees, so such a child must be a fresh interpreter."""
+    return not any(name.startswith("PYTHON") for name in overrides or {})
+
+
 def spawn(
     argv: list[str], env: dict[str, Any], log: Path, nofile_soft: int | None = None
 ) -> Forked:
@@ -126,9 +134,9 @@ def run_cli(
 ) -> subprocess.CompletedProcess[str]:
     """`python -m agent_run ARGV` as `subprocess.run(capture_output=True, text=True)` would run
     it (in this working directory, killed at `timeout`), forked from the zygote."""
-    import locale
     import tempfile
 
+    command = [sys.executable, "-m", "agent_run", *argv]
     with tempfile.TemporaryDirectory(prefix="arcli-") as folder:
         files = {name: Path(folder) / name for name in ("stdin", "stdout", "stderr")}
         files["stdin"].write_text(input or "", encoding=locale.getpreferredencoding(False))
@@ -140,16 +148,12 @@ def run_cli(
         except subprocess.TimeoutExpired:
             child.kill()
             child.wait()
-            raise subprocess.TimeoutExpired(
-                [sys.executable, "-m", "agent_run", *argv], timeout
-            ) from None
+            raise subprocess.TimeoutExpired(command, timeout) from None
         out, err = (_text(files[name].read_bytes()) for name in ("stdout", "stderr"))
-    return subprocess.CompletedProcess([sys.executable, "-m", "agent_run", *argv], code, out, err)
+    return subprocess.CompletedProcess(command, code, out, err)
 
 
 def _text(data: bytes) -> str:
     """Decoded as `text=True` does: the locale's encoding, universal newlines."""
-    import locale
-
     text = data.decode(locale.getpreferredencoding(False))
     return text.replace("\r\n", "\n").replace("\r", "\n")

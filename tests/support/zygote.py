@@ -106,7 +106,7 @@ def _stdio(stdin: str, stdout: str, stderr: str) -> None:
     sys.stdout = open(1, "w", encoding=encoding, errors=errors, closefd=False)  # noqa: SIM115
     sys.stderr = open(
         2, "w", encoding=encoding, errors="backslashreplace", closefd=False, buffering=1
-    )  # noqa: SIM115,E501
+    )
 
 
 def _exit_code(exc: SystemExit) -> int:

@@ -7,8 +7,8 @@ instead would leave an admitted agent without a supervisor for the length of an 
 daemon killed meanwhile would take its zygote along, so the agent would wait for the next boot.
 
 `fork` answers True only once the zygote confirmed the fork; every other outcome (disabled, not
-ready in time, dead, hung, stale code) is False and the caller spawns `python -m
-agent_run.supervisor` as before. A lost zygote is restarted at once (at most once per `RESTART_SECONDS`). One forked
+ready yet, dead, hung, stale code) is False and the caller spawns `python -m agent_run.supervisor`
+as before. A lost zygote is restarted at once (at most once per `RESTART_SECONDS`). One forked
 just before the zygote died, unconfirmed, races the fallback for the execution's compare-and-set
 on `created`: one of them runs it, the other exits, as with any second spawn.
 """
