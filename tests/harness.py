@@ -187,11 +187,16 @@ class DaemonProcess:
     """`agent-run api serve` as a real child process of the test."""
 
     def __init__(
-        self, home: Home, env: dict[str, str] | None = None, nofile_soft: int | None = None
+        self,
+        home: Home,
+        env: dict[str, str] | None = None,
+        nofile_soft: int | None = None,
+        fresh: bool = False,
     ) -> None:
         self.home = home
         self.env = env or {}
         self.nofile_soft = nofile_soft  # start it with this soft RLIMIT_NOFILE (the hard one kept)
+        self.fresh = fresh  # a fresh interpreter, as a user's `agent-run api serve` is
         self.proc: Any = None  # a tests.zygote_client.Forked: pid, poll, wait, kill, terminate
 
     def start(self) -> "DaemonProcess":
@@ -199,7 +204,7 @@ class DaemonProcess:
 
         env = {**os.environ, **self.env}
         env.pop("AGENT_RUN_HOME", None)
-        if not forkable(self.env):
+        if self.fresh or not forkable(self.env):
             self.proc = self._popen(env)
             wait_for(self._answers, timeout=30, what="the daemon to answer ping")
             return self

@@ -4,6 +4,8 @@ a dead, hung or stale zygote only ever costs a plain spawn."""
 import os
 import re
 import signal
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -143,17 +145,92 @@ def test_forked_supervisor_is_indistinguishable_from_a_spawned_one(daemon, home,
     assert ident["boot_id"] == current_processes().boot_id()
 
 
-def test_a_daemon_runs_no_zygote_until_its_first_spawn_which_is_a_plain_one(daemon, home, workdir):
-    """Booting starts no fork server (a web UI or a status call never pays its imports); the
-    first start does, and is spawned the plain way itself (at once: the agent must not wait on
-    the zygote's imports, nor die with it); once the zygote is ready, the next is forked."""
-    assert daemon.call("ping")["pid"] == daemon.proc.pid
-    assert zygote_pid(home) is None and not (home.logs_dir / "zygote.log").exists()
+def fds_of(pid: int) -> dict[int, str]:
+    return {int(fd): os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")}
+
+
+def test_a_fresh_daemon_runs_no_zygote_until_its_first_spawn_which_is_a_plain_one(home, workdir):
+    """A daemon whose command line has no room for a supervisor's (a user's `agent-run api
+    serve`) cannot fork its zygote: booting starts none (a web UI or a status call never pays its
+    imports); the first start does, and is spawned the plain way itself (at once: the agent must
+    not wait on the zygote's imports, nor die with it); once the zygote is ready, the next is
+    forked."""
+    daemon = DaemonProcess(home, fresh=True).start()
+    try:
+        assert daemon.call("ping")["pid"] == daemon.proc.pid
+        assert zygote_pid(home) is None and not (home.logs_dir / "zygote.log").exists()
+        first = running_supervisor(daemon, home, LONG_TASK, workdir)
+        assert parent(first) == daemon.proc.pid, "spawned the plain way"
+        zygote = wait_for(lambda: zygote_ready(home), what="the zygote the first spawn started")
+        assert "--forked" not in Path(f"/proc/{zygote}/cmdline").read_text()
+        forked = running_supervisor(daemon, home, LONG_TASK, workdir)
+        assert parent(forked) not in (daemon.proc.pid, zygote_pid(home)), "forked, reparented"
+    finally:
+        daemon.stop()
+
+
+def test_a_daemon_with_room_forks_its_zygote_at_boot_holding_nothing_of_the_daemon(
+    daemon, home, workdir
+):
+    """The tests' daemons are forks of a padded process: each forks its zygote from itself
+    before its event loop, so even its first agent is forked. The zygote keeps only its control
+    socket and its log open (not the daemon's lock, database or logs) and shows the plain
+    zygote's command line, with `--forked`."""
+    zygote = wait_for(lambda: zygote_ready(home), what="the zygote forked at boot")
+    assert parent(zygote) == daemon.proc.pid
+    args = Path(f"/proc/{zygote}/cmdline").read_bytes().rstrip(b"\0").split(b"\0")
+    assert args[1:5] == [b"-m", b"agent_run.supervisor.zygote", b"--home", str(home.root).encode()]
+    assert b"--forked" in args
+    fds = fds_of(zygote)
+    assert sorted(fds) == [0, 1, 2], fds
+    assert fds[0].startswith("socket:") and fds[1] == fds[2] == str(home.logs_dir / "zygote.log")
+    assert os.getsid(zygote) == zygote, "its own session, as the plain zygote's"
     first = running_supervisor(daemon, home, LONG_TASK, workdir)
-    assert parent(first) == daemon.proc.pid, "spawned the plain way"
-    wait_for(lambda: zygote_ready(home), what="the zygote the first spawn started")
-    forked = running_supervisor(daemon, home, LONG_TASK, workdir)
-    assert parent(forked) not in (daemon.proc.pid, zygote_pid(home)), "forked, reparented"
+    assert parent(first) not in (daemon.proc.pid, zygote), "the first agent is forked"
+    row = db_rows(home, "SELECT id FROM executions WHERE supervisor_pid = ?", (first,))[0]
+    assert row["id"] in supervised_executions(), "reconciliation finds it by its command line"
+
+
+def test_a_forked_zygote_and_its_supervisors_show_no_secret_of_the_daemons_environment(
+    home, workdir
+):
+    """A fresh daemon with room in its command line forks its zygote: /proc/PID/environ of the
+    zygote and of each supervisor would show the daemon's exec-time environment, so the zygote
+    writes its allowlist over it."""
+    secret = "daemon-env-secret-9f3b2c"
+    serve = (
+        "import runpy, sys; sys.argv = ['agent-run', '--home', sys.argv[1], 'api', 'serve']; "
+        "runpy.run_module('agent_run', run_name='__main__')"
+    )
+    # `agent-run api serve` with room in its command line for a supervisor's
+    argv = [sys.executable, "-c", serve, str(home.root), "-" * 200]
+    env = {**os.environ, "LEAKY_SECRET": secret}
+    env.pop("AGENT_RUN_HOME", None)
+    with open(home.root / "daemon-test.out", "ab") as out:
+        proc = subprocess.Popen(
+            argv,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=out,
+            start_new_session=True,
+        )
+    daemon = DaemonProcess(home)
+    daemon.proc = proc
+    try:
+        wait_for(daemon._answers, timeout=30, what="the daemon to answer ping")
+        assert secret.encode() in Path(f"/proc/{proc.pid}/environ").read_bytes()
+        zygote = wait_for(lambda: zygote_ready(home), what="the zygote forked at boot")
+        assert parent(zygote) == proc.pid, "forked from the daemon"
+        supervisor = running_supervisor(daemon, home, LONG_TASK, workdir)
+        assert parent(supervisor) != proc.pid, "forked"
+        for pid in (zygote, supervisor):
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
+            assert secret.encode() not in environ
+            assert b"LEAKY_SECRET" not in environ
+            assert b"PATH=" in environ, "it shows the allowlist instead"
+    finally:
+        daemon.stop()
 
 
 def test_daemon_secret_never_reaches_a_forked_supervisor_or_its_engine(home, workdir):

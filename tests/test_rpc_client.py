@@ -184,6 +184,48 @@ def test_the_async_face_never_sends_a_call_twice_when_the_daemon_hangs_up(
     assert canned.seen.count("hang_up") == before + 1
 
 
+def test_a_connection_reset_before_the_request_was_read_starts_a_daemon_and_sends_again(
+    home: Home,
+) -> None:
+    """A daemon killed while a child it was spawning still held its listening socket: our
+    connection is queued, our line never read, then reset. The async face (the web UI's, MCP's)
+    takes that as no daemon at all: it starts one and sends the call to it, once."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(home.socket_path))
+    listener.listen(1)
+    peeked: list[bytes] = []
+
+    def die_without_reading() -> None:
+        conn, _ = listener.accept()
+        peeked.append(conn.recv(65536, socket.MSG_PEEK))  # the request arrived, unread
+        listener.close()
+        home.socket_path.unlink()  # as a dead daemon's socket refuses: gone or unlistened
+        conn.close()  # unread data: the client sees ECONNRESET
+
+    dying = threading.Thread(target=die_without_reading)
+    dying.start()
+    try:
+        pong = _async_raw(home, "ping", {})
+        dying.join()
+        assert json.loads(peeked[0])["method"] == "ping"
+        assert pong["pid"] == int((home.root / "daemon.lock").read_text())
+    finally:
+        _stop_autostarted(home)
+
+
+def _stop_autostarted(home: Home) -> None:
+    import os
+    import signal
+
+    from tests.harness import pgid_alive, wait_for
+
+    lock = home.root / "daemon.lock"
+    if lock.exists() and lock.read_text().strip():
+        pid = int(lock.read_text())
+        os.kill(pid, signal.SIGTERM)
+        wait_for(lambda: not pgid_alive(pid), timeout=30, what="the autostarted daemon to stop")
+
+
 # Against a real daemon: the codes it can be made to send, and typed results.
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).parent.parent
+ARGV_PAD = "-" * 200
 
 
 class Zygote:
@@ -23,7 +24,9 @@ class Zygote:
 
     def __init__(self) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.support.zygote"],
+            # The padding is room in every daemon's command line (they are forks of this
+            # process) for a supervisor's: the daemon forks its own zygote only where it fits.
+            [sys.executable, "-m", "tests.support.zygote", "--pad", ARGV_PAD],
             cwd=ROOT,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,

@@ -113,19 +113,26 @@ class Daemon:
         self.server = RpcServer(
             self.home.socket_path, endpoints, self.log, self.home.logs_dir / "daemon.log"
         )
+        self.lock_fd = -1  # held from `prepare` on
+        self.fd_limit = 0
 
-    async def serve(self) -> None:
+    def prepare(self) -> None:
+        """What comes before the event loop: the lock, the fork server (its zygote forked from
+        this process while it is still single-threaded, where it can be) and the migrated store."""
         if len(str(self.home.socket_path)) > MAX_SOCKET_PATH:
             raise InvalidRequest(
                 f"socket path {self.home.socket_path} is longer than {MAX_SOCKET_PATH} "
                 "bytes; choose a shorter --home",
                 field="home",
             )
-        lock_fd = acquire_lock(self.home)
-        self._honour_stop_mark(lock_fd)
-        fd_limit = raise_fd_limit()
+        self.lock_fd = acquire_lock(self.home)
+        self._honour_stop_mark(self.lock_fd)
+        self.fd_limit = raise_fd_limit()
+        self.ctx.start_fork_server()  # before any thread or database connection exists
         self.ctx.warm_up()  # migrates the store once, before serving
-        self.ctx.start_fork_server()  # its zygote starts with the first spawn
+
+    async def serve(self) -> None:
+        lock_fd, fd_limit = self.lock_fd, self.fd_limit
         server = await self.server.start()  # we hold the lock: a socket file left behind is stale
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -243,4 +250,6 @@ class Daemon:
 
 def serve_forever(home: Home, autostarted: bool = False) -> None:
     os.umask(0o077)
-    asyncio.run(Daemon(home, autostarted).serve())
+    daemon = Daemon(home, autostarted)
+    daemon.prepare()
+    asyncio.run(daemon.serve())

@@ -49,6 +49,9 @@ PRELOAD = (
     "uvicorn.protocols.http.h11_impl",
     "uvicorn.protocols.http.httptools_impl",
     "uvicorn.lifespan.on",
+    # the supervisor's stack (its zygote's PRELOAD too, below): the zygote a daemon forks
+    # from itself then has it already
+    "agent_run.supervisor.zygote",
 )
 
 
@@ -146,11 +149,16 @@ def _reap(out, serials: dict[int, int]) -> None:
 
 
 def serve() -> None:
+    supervisor_stack = ()
     for name in PRELOAD:
         try:
             __import__(name)
         except ImportError:  # moved or renamed: the child imports what it needs as usual
             pass
+    if zygote := sys.modules.get("agent_run.supervisor.zygote"):
+        supervisor_stack = zygote.PRELOAD
+    for name in supervisor_stack:
+        __import__(name)
     wake_read, wake_write = os.pipe()
     os.set_blocking(wake_write, False)
     signal.set_wakeup_fd(wake_write)

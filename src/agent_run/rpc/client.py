@@ -36,7 +36,8 @@ READ_LIMIT = 64 * 1024 * 1024  # a reply line (a transcript page can be large)
 
 
 class NotConnected(DaemonUnavailable):
-    """Nothing was sent: no daemon listens (safe to start one and send again)."""
+    """Nothing was sent, or nothing sent was read: no daemon listens, or the connection was
+    reset before the daemon read the request (safe to start one and send again)."""
 
 
 class DaemonStopped(DaemonUnavailable):
@@ -168,7 +169,7 @@ class AsyncClient:
     cancelling a `wait`) also ends the daemon's side of a read-only request. When no daemon
     listens it starts one once (as the CLI does) and sends again, unless the user stopped it
     (`DaemonStopped`: the web UI and MCP sessions retry on their own, and must not undo an
-    `api stop`); a call that was sent is never sent twice."""
+    `api stop`); a call the daemon may have read is never sent twice."""
 
     def __init__(self, home: Home) -> None:
         import asyncio
@@ -219,6 +220,14 @@ async def call_once(home: Home, method: str, params: dict[str, Any] | None = Non
         writer.write(line)
         await writer.drain()
         reply = await reader.readline()
+    except (ConnectionResetError, BrokenPipeError) as exc:
+        # A reset (or a closed read side) means the daemon never read our one line: a listener
+        # that died with the connection still queued (its socket kept open a moment longer by a
+        # child being spawned), or a daemon killed before reading. Nothing was processed: as
+        # good as never sent, so the caller may start a daemon and send it again.
+        raise NotConnected(
+            f"the daemon at {home.socket_path} went away before reading the request: {exc.strerror}"
+        ) from None
     except ConnectionError as exc:
         raise DaemonUnavailable(f"the daemon connection broke before it answered: {exc}") from None
     finally:

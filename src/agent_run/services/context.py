@@ -109,10 +109,11 @@ class ServiceContext:
         )
 
     def start_fork_server(self) -> None:
-        """Make the supervisors' fork server (unless AGENT_RUN_FORK_SERVER=0): the daemon only.
-        Its zygote starts with the daemon's first supervisor spawn (a plain one, as are any made
-        while it imports): a daemon that starts no agent (a web UI's, a status call's, most
-        tests') never pays its imports or holds its memory."""
+        """Make the supervisors' fork server (unless AGENT_RUN_FORK_SERVER=0): the daemon only,
+        while it is single-threaded. Where this process can fork its zygote (`fork_zygote_here`)
+        it does so now, for the cost of a fork; otherwise the zygote starts as a fresh
+        interpreter with the daemon's first supervisor spawn (a plain one, as are any made while
+        it imports), so a daemon that starts no agent never pays its imports."""
         from agent_run.supervisor.forkserver import ForkServer, fork_server_enabled
         from agent_run.supervisor.launch import supervisor_environment
 
@@ -120,6 +121,7 @@ class ServiceContext:
             self.fork_server = ForkServer(
                 self.home, supervisor_environment(), self.home.logs_dir / "zygote.log", self.log
             )
+            self.fork_server.fork_zygote_here()
 
     def refresh_config(self) -> None:
         """Take config.toml's new contents if it changed and is valid (the daemon only)."""

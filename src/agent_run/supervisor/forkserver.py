@@ -1,10 +1,12 @@
 """The daemon's handle on the supervisors' fork server (`zygote.py`): start it, ask it to fork a
 supervisor, notice it died or went stale, and say when the caller must spawn one the plain way.
 
-The zygote starts with the daemon's first spawn (a daemon that starts no agent never runs one).
-That spawn, and any made while the zygote imports, are plain ones: waiting for the zygote
-instead would leave an admitted agent without a supervisor for the length of an import, and a
-daemon killed meanwhile would take its zygote along, so the agent would wait for the next boot.
+A daemon that can (single-threaded, with room in its command line) forks the zygote from itself
+at boot, for the cost of a fork (`fork_zygote_here`). Otherwise the zygote starts as a fresh
+interpreter with the daemon's first spawn (a daemon that starts no agent never runs one). That
+spawn, and any made while the zygote imports, are plain ones: waiting for the zygote instead
+would leave an admitted agent without a supervisor for the length of an import, and a daemon
+killed meanwhile would take its zygote along, so the agent would wait for the next boot.
 
 `fork` answers True only once the zygote confirmed the fork; every other outcome (disabled, not
 ready yet, dead, hung, stale code) is False and the caller spawns `python -m agent_run.supervisor`
@@ -57,6 +59,39 @@ def package_stamp() -> str:
     return f"{count}-{size}-{mtimes}"
 
 
+class ForkedZygote:
+    """A zygote forked from the daemon, behind the part of Popen's interface `ForkServer` uses."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:
+                self.returncode = -1  # reaped elsewhere
+            else:
+                if pid:
+                    self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self) -> int:
+        while self.returncode is None:
+            try:
+                _, status = os.waitpid(self.pid, 0)
+            except ChildProcessError:
+                self.returncode = -1
+            else:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, sig)
+
+
 class ForkServer:
     """One zygote per daemon; thread-safe (the spawn threads share it)."""
 
@@ -68,7 +103,7 @@ class ForkServer:
         self.environment = environment  # the supervisor allowlist the zygote starts with
         self.log_path = log_path
         self.lock = threading.Lock()
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.proc: subprocess.Popen[bytes] | ForkedZygote | None = None
         self.sock: socket.socket | None = None
         self.stamp: str | None = (
             None  # the package when this zygote was started (before its imports)
@@ -113,6 +148,41 @@ class ForkServer:
         self.sock, self.stamp, self.ready = ours, stamp, False
         self.started_at = time.monotonic()
         self._note("fork_server.started", pid=self.proc.pid)
+
+    def fork_zygote_here(self) -> bool:
+        """Start the zygote as a fork of this process, not as a fresh interpreter: what it has
+        imported the zygote need not import again. Only while this process is single-threaded
+        (the daemon before its event loop, database and signal handlers) and its command line
+        has room for a supervisor's (`zygote._set_cmdline`: reconciliation finds a supervisor
+        without a recorded identity by it); False otherwise, and the zygote starts as a plain
+        one with the first spawn, as before."""
+        from agent_run.supervisor import zygote
+
+        room_needed = zygote.supervisor_cmdline_bytes(str(self.home.root))
+        if not zygote.single_threaded() or zygote.cmdline_room() < room_needed:
+            return False
+        with self.lock:
+            stamp = package_stamp()
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            log = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            try:
+                pid = os.fork()
+            except OSError:
+                pid = -1
+            if pid == 0:
+                zygote.serve_forked(str(self.home.root), theirs.fileno(), log, self.environment)
+            theirs.close()
+            os.close(log)
+            if pid < 0:
+                ours.close()
+                return False
+            self.proc = ForkedZygote(pid)
+            self.sock, self.stamp, self.ready = ours, stamp, False
+            self.started_at = time.monotonic()
+            self._note("fork_server.started", pid=pid, forked_from=os.getpid())
+            return True
 
     def fork(self, execution_id: str, env: dict[str, str], fds: tuple[int, int, int]) -> bool:
         """Ask for a supervisor of `execution_id` with (stdin, ready, log) descriptors; True once

@@ -1,10 +1,11 @@
 """The supervisors' fork server: one process with the supervisor's stack imported, forking each
 supervisor on the daemon's request instead of booting a fresh interpreter.
 
-The daemon runs it as `python -m agent_run.supervisor.zygote --home H --pad ...` (client:
-`forkserver.py`) with a SOCK_SEQPACKET control socket on its stdin and the supervisor's
-allowlisted environment. It imports the stack (no thread, no database connection, no event
-loop, no signal handler of its own), says `{"ready": pid}` and then serves one
+The daemon forks it from itself at boot where it can (`serve_forked`), or runs it as
+`python -m agent_run.supervisor.zygote --home H --pad ...` (client: `forkserver.py`), with a
+SOCK_SEQPACKET control socket on its stdin and the supervisor's allowlisted environment. It
+imports the stack (no thread, no database connection, no event loop, no signal handler of its
+own), says `{"ready": pid}` and then serves one
 request per message: a JSON object (`execution`, `home`, `env`) with three descriptors attached
 (SCM_RIGHTS: the supervisor's stdin pipe, its ready pipe, its log). For each it forks a child
 that calls `setsid` and forks again (so the supervisor is reparented away from the zygote at
@@ -18,6 +19,8 @@ the stdin pipe itself. End of input (the daemon is gone) ends the zygote; superv
 forked are not its children and live on.
 """
 
+import atexit
+import gc
 import importlib
 import json
 import os
@@ -25,8 +28,10 @@ import random
 import signal
 import socket
 import sys
+import threading
+import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 # The supervisor's imports (measured with -X importtime), each engine's module included: the
 # supervisor imports only its own engine's, so the zygote takes all of the built-in ones.
@@ -64,9 +69,7 @@ def _set_cmdline(args: list[str]) -> bool:
     """Write `args` over this process's own command line (/proc/PID/cmdline), in the room the
     zygote's padded argv left; False where that cannot be done (then it keeps the zygote's)."""
     try:
-        raw = Path("/proc/self/stat").read_text()
-        fields = raw[raw.rindex(")") + 2 :].split()
-        start, end = int(fields[45]), int(fields[46])  # arg_start, arg_end
+        start, end = _cmdline_area()
         data = b"\0".join(arg.encode() for arg in args) + b"\0"
         if len(data) > end - start:
             return False
@@ -159,9 +162,16 @@ def serve(control: socket.socket) -> tuple[dict[str, Any], list[int]] | None:
 
 def main() -> int:
     signals = _dispositions()
+    return _serve_then_become(socket.socket(fileno=0), signals)
+
+
+def _serve_then_become(control: socket.socket, signals: dict[int, Any]) -> int:
+    """Import the stack, say ready, serve; returns only as a forked supervisor (or at the end)."""
     for name in PRELOAD:
         importlib.import_module(name)
-    control = socket.socket(fileno=0)
+    # What is imported now is shared by every supervisor forked from here: out of the garbage
+    # collector's reach, so a supervisor's collections do not copy those pages (copy-on-write).
+    gc.freeze()
     control.send(json.dumps({"ready": os.getpid()}).encode())
     print(f"zygote ready: pid {os.getpid()}", flush=True)  # zygote.log
     served = serve(control)
@@ -169,6 +179,100 @@ def main() -> int:
         return 0
     request, fds = served
     return _become_supervisor(request, fds, signals)
+
+
+def supervisor_cmdline_bytes(home: str) -> int:
+    """The room a supervisor's command line of this home takes (any execution id)."""
+    args = ["-m", "agent_run.supervisor", "--home", home, "--execution", "x" * 40, "--ready-fd"]
+    return sum(len(arg.encode()) + 1 for arg in [sys.executable, *args, str(READY_FD)])
+
+
+def _cmdline_area() -> tuple[int, int]:
+    """Where this process's command line lives in its memory (arg_start, arg_end)."""
+    raw = Path("/proc/self/stat").read_text()
+    fields = raw[raw.rindex(")") + 2 :].split()
+    return int(fields[45]), int(fields[46])
+
+
+def _set_environ_area(environment: dict[str, str]) -> None:
+    """Write `environment` (what fits, whole entries) over the exec-time one /proc/PID/environ
+    shows, blanking the rest: a zygote forked from the daemon must not show the daemon's
+    environment there (the plain one shows its allowlist). Safe once os.environ was replaced:
+    libc's environ then points at copies, not at this area."""
+    raw = Path("/proc/self/stat").read_text()
+    fields = raw[raw.rindex(")") + 2 :].split()
+    start, end = int(fields[47]), int(fields[48])  # env_start, env_end
+    data = b""
+    for name, value in environment.items():
+        entry = f"{name}={value}".encode() + b"\0"
+        if len(data) + len(entry) > end - start:
+            break
+        data += entry
+    with open("/proc/self/mem", "r+b", buffering=0) as mem:
+        mem.seek(start)
+        mem.write(data.ljust(end - start, b"\0"))
+
+
+def cmdline_room() -> int:
+    """The bytes `_set_cmdline` can write in this process (0 if unknown)."""
+    try:
+        start, end = _cmdline_area()
+    except (OSError, ValueError, IndexError):
+        return 0
+    return end - start
+
+
+def single_threaded() -> bool:
+    """Only this thread exists in the process (native ones included): forking is safe."""
+    try:
+        return len(os.listdir("/proc/self/task")) == 1
+    except OSError:
+        return False
+
+
+def serve_forked(home: str, control_fd: int, log_fd: int, environment: dict[str, str]) -> NoReturn:
+    """In a child the daemon forked while single-threaded, before its event loop, database or
+    signal handlers: become the zygote `main` would be, without importing what the daemon has.
+    Nothing of the daemon survives but its memory: descriptors closed, atexit handlers dropped,
+    and the supervisor it may become ends with `os._exit` (never with the daemon's finalizers,
+    whose file objects name descriptors the supervisor reuses). Its command line reads as
+    the plain zygote's, with `--forked`."""
+    code = 1
+    try:
+        os.setsid()  # as start_new_session gives the plain zygote
+        _set_cmdline(
+            [sys.executable, "-m", "agent_run.supervisor.zygote", "--home", home, "--forked"]
+        )
+        atexit._clear()
+        for source, target in ((control_fd, 0), (log_fd, 1), (log_fd, 2)):
+            os.dup2(source, target)
+        os.closerange(3, os.sysconf("SC_OPEN_MAX"))
+        os.chdir("/")
+        os.environ.clear()
+        os.environ.update(environment)
+        _set_environ_area(environment)
+        code = _serve_then_become(socket.socket(fileno=0), _dispositions())
+        code = _finish_like_python(code)
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:  # noqa: BLE001 - reported in zygote.log or the supervisor's log
+        traceback.print_exc()
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
+def _finish_like_python(code: int) -> int:
+    """Interpreter shutdown's visible part: join non-daemon threads, then run atexit handlers."""
+    try:
+        threading._shutdown()  # type: ignore[attr-defined]  # what Py_Finalize calls first
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    atexit._run_exitfuncs()
+    return code
 
 
 if __name__ == "__main__":
