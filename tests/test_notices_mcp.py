@@ -8,7 +8,7 @@ import pytest
 from mcp.client.extension import NotificationBinding
 from pydantic import BaseModel, ConfigDict
 
-from tests.harness import db_rows, wait_for, wait_for_async
+from tests.harness import DaemonProcess, db_rows, wait_for, wait_for_async
 from tests.mcp_harness import mcp_session
 
 pytestmark = pytest.mark.anyio
@@ -107,12 +107,25 @@ async def test_notices_of_a_session_that_is_gone_end_expired(daemon, workdir):
     assert status["attempts"] == 0
 
 
-async def test_a_push_never_acknowledged_is_not_pushed_past_max_attempts(daemon, workdir):
+def test_a_push_never_acknowledged_is_not_pushed_past_max_attempts(home, workdir):
     """A session that takes its notices but never acknowledges them (the socket-level side of
-    the subscription, as a buggy `agent-run mcp` would): after UNACKED_SECONDS the push counts
-    as ambiguous, and with `max_attempts` pushes made the notice ends `failed`, not re-pushed."""
+    the subscription, as a buggy `agent-run mcp` would): after `daemon.notice_unacked_seconds`
+    the push counts as ambiguous, and with `max_attempts` pushes made the notice ends `failed`,
+    not re-pushed."""
+    config = (home.root / "config.toml").read_text()
+    config = config.replace("[daemon]\n", "[daemon]\nnotice_unacked_seconds = 2.0\n", 1)
+    (home.root / "config.toml").write_text(config)
+    daemon = DaemonProcess(home).start()
+    try:
+        _never_acknowledged(daemon, workdir)
+    finally:
+        daemon.stop()
+
+
+def _never_acknowledged(daemon, workdir) -> None:
     import time
 
+    pushed_at = None
     session = "ms_" + "7" * 20
     agent = daemon.call(
         "start",
@@ -127,8 +140,11 @@ async def test_a_push_never_acknowledged_is_not_pushed_past_max_attempts(daemon,
     while True:
         batch = daemon.call("notice_channel", {"session": session, "wait_seconds": 2})
         pushed += [notice["id"] for notice in batch["notices"]]
+        if pushed and pushed_at is None:
+            pushed_at = time.monotonic()
         status = daemon.call("delivery_status", {"agent_id": agent["id"]})
         if status["state"] in ("failed", "delivered", "expired"):
+            assert pushed_at is not None and time.monotonic() - pushed_at >= 1.5, status
             break
         assert len(pushed) <= 1, (pushed, status)  # never pushed a second time
         assert time.monotonic() < deadline, status

@@ -1,13 +1,14 @@
 """Live refreshes are cheap: many tabs share one render of a page, and the Session follows the
 transcript by cursor (`/agents/<id>/transcript?after=`), against a real daemon and web process."""
 
+import json
 import re
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx2
 
-from tests.harness import wait_for
+from tests.harness import cli, wait_for
 
 
 def follow_events(web, until):
@@ -166,22 +167,35 @@ def test_a_live_refresh_of_an_agent_page_does_not_read_the_transcript(web, daemo
     assert live.headers["x-live-render"] == "rendered"
 
 
-def test_a_quiet_event_stream_gets_a_keep_alive_comment(web, daemon):
-    """With nothing changing, `/events` sends `: keep-alive` after KEEP_ALIVE_SECONDS (15 s), so
-    proxies and the browser keep a quiet stream open; nothing else is sent meanwhile."""
+def test_a_quiet_event_stream_gets_a_keep_alive_comment(daemon):
+    """With nothing changing, `/events` sends `: keep-alive` after `--keep-alive` seconds (15 by
+    default), so proxies and the browser keep a quiet stream open; nothing else is sent
+    meanwhile."""
     import time
 
-    from agent_run.web.live import KEEP_ALIVE_SECONDS
+    from tests.web_harness import WebProcess
 
+    quiet = 2.0
+    web = WebProcess(daemon.home, args=("--keep-alive", str(quiet))).start()
     lines, hello_at, alive_at = [], None, None
-    with web.client().stream("GET", "/events") as response:
-        for line in response.iter_lines():
-            lines.append(line)
-            if line.startswith("event: hello"):
-                hello_at = time.monotonic()
-            elif line == ": keep-alive":
-                alive_at = time.monotonic()
-                break
+    try:
+        with web.client().stream("GET", "/events") as response:
+            for line in response.iter_lines():
+                lines.append(line)
+                if line.startswith("event: hello"):
+                    hello_at = time.monotonic()
+                elif line == ": keep-alive":
+                    alive_at = time.monotonic()
+                    break
+    finally:
+        web.stop()
     assert hello_at is not None and alive_at is not None, lines
-    assert KEEP_ALIVE_SECONDS - 1 <= alive_at - hello_at <= KEEP_ALIVE_SECONDS * 3, lines
+    assert quiet - 0.5 <= alive_at - hello_at <= quiet * 10, lines
     assert not any(line.startswith("event: change") for line in lines), lines
+
+
+def test_keep_alive_seconds_out_of_range_is_a_usage_error_naming_the_option(home):
+    result = cli(home, "web", "--keep-alive", "0")
+    assert result.returncode == 64, result
+    error = json.loads(result.stdout or result.stderr)["error"]
+    assert error["field"] == "keep_alive" and "--keep-alive" in error["message"]

@@ -129,12 +129,22 @@ def mcp_cmd(ctx: click.Context) -> None:
     help="port on 127.0.0.1 (0: any free port)",
 )
 @click.option("--open", "open_browser", is_flag=True, help="open the URL in your browser")
+@click.option(
+    "--keep-alive",
+    "keep_alive",
+    default=15.0,
+    show_default=True,
+    type=click.FloatRange(0.5, 3600),
+    metavar="SECONDS",
+    help="quiet seconds before a live page's event stream gets a keep-alive comment "
+    "(lower it behind a proxy that drops idle connections sooner)",
+)
 @click.pass_context
-def web_cmd(ctx: click.Context, port: int, open_browser: bool) -> None:
+def web_cmd(ctx: click.Context, port: int, open_browser: bool, keep_alive: float) -> None:
     """Serve the web UI on 127.0.0.1 (a front-end of the daemon); prints its URL with a token."""
     from agent_run.web.app import run
 
-    run(_session(ctx).home, port, open_browser)
+    run(_session(ctx).home, port, open_browser, keep_alive)
 
 
 def _leaves(command: click.Command) -> list[click.Command]:

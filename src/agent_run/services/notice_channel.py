@@ -23,7 +23,6 @@ from agent_run.store.db import write
 GONE_AFTER_SECONDS = 10.0
 # After a daemon (re)start, sessions get this long to poll the new daemon before expiring.
 BOOT_GRACE_SECONDS = 15.0
-UNACKED_SECONDS = 30.0  # pushed, never acknowledged: ambiguous, pushed again
 GONE = "the MCP session that started the agent is gone"
 
 
@@ -114,12 +113,13 @@ def _channel_notice(row: dict[str, object]) -> ChannelNotice:
     return ChannelNotice(id=str(row["id"]), body=body, summary=summary_line(body))
 
 
-def sweep_channels(conn: sqlite3.Connection, channels: Channels) -> None:
-    """The dispatcher's pass over channel notices: unacknowledged pushes retried, and the
-    notices of sessions that are gone expired."""
+def sweep_channels(conn: sqlite3.Connection, channels: Channels, unacked_seconds: float) -> None:
+    """The dispatcher's pass over channel notices: pushes unacknowledged for `unacked_seconds`
+    (`daemon.notice_unacked_seconds`) retried, and the notices of sessions that are gone
+    expired."""
     now = time.time()
     with write(conn, "MCP channel notices"):
-        notices_q.requeue_unacked(conn, "mcp_channel", now - UNACKED_SECONDS, now, MAX_ATTEMPTS)
+        notices_q.requeue_unacked(conn, "mcp_channel", now - unacked_seconds, now, MAX_ATTEMPTS)
         for session in notices_q.channel_sessions_owed(conn):
             if not channels.live(session):
                 notices_q.expire_session(conn, session, GONE)

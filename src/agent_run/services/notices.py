@@ -116,7 +116,7 @@ class NoticeDispatcher:
         channels = channels_of(self.ctx)
         if await self.ctx.db(enqueue_ended):
             channels.wake()  # an MCP session's long-poll takes its notices at once
-        await self.ctx.db(sweep_channels, channels)
+        await self.ctx.db(sweep_channels, channels, self.ctx.config.daemon.notice_unacked_seconds)
         for row in await self.ctx.db(notices_q.claim_due, time.time()):
             task = asyncio.get_running_loop().create_task(self._deliver(row))
             self.sending.add(task)

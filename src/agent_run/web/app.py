@@ -86,7 +86,9 @@ def routes() -> list[Route | Mount]:
     ]
 
 
-def build_app(home: Home, guard: Guard) -> Starlette:
+def build_app(
+    home: Home, guard: Guard, keep_alive_seconds: float = live.KEEP_ALIVE_SECONDS
+) -> Starlette:
     app = Starlette(
         routes=routes(),
         middleware=[Middleware(GuardMiddleware, guard=guard)],
@@ -97,6 +99,7 @@ def build_app(home: Home, guard: Guard) -> Starlette:
     app.state.hub = ChangeHub(app.state.proxy)
     app.state.live_cache = LiveCache()
     app.state.env = make_env()
+    app.state.keep_alive_seconds = keep_alive_seconds  # of quiet before `/events` says so
     return app
 
 
@@ -115,7 +118,12 @@ def bind(port: int) -> socket.socket:
     return sock
 
 
-def run(home: Home, port: int = DEFAULT_PORT, open_browser: bool = False) -> None:
+def run(
+    home: Home,
+    port: int = DEFAULT_PORT,
+    open_browser: bool = False,
+    keep_alive_seconds: float = live.KEEP_ALIVE_SECONDS,
+) -> None:
     connect(home).close()  # the daemon answers (started when none does) before we offer a URL
     sock = bind(port)
     port = sock.getsockname()[1]
@@ -125,7 +133,7 @@ def run(home: Home, port: int = DEFAULT_PORT, open_browser: bool = False) -> Non
     if open_browser:
         webbrowser.open(url)
     config = uvicorn.Config(
-        build_app(home, guard),
+        build_app(home, guard, keep_alive_seconds),
         log_level="warning",
         access_log=False,
         lifespan="off",

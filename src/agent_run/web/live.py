@@ -4,7 +4,8 @@ A reconnect with `Last-Event-ID` (the browser sends it by itself) resumes after 
 so nothing is missed across a restart of this process or of the daemon. Each event's data is a
 small summary (the changed agent and batch ids); the page fetches what it shows. Events are
 coalesced: at most EVENTS_PER_SECOND per client, and everything that happened in between is
-merged into the next one. A keep-alive comment goes out after KEEP_ALIVE_SECONDS of quiet.
+merged into the next one. A keep-alive comment goes out after `agent-run web --keep-alive`
+seconds of quiet (KEEP_ALIVE_SECONDS by default).
 """
 
 import asyncio
@@ -40,13 +41,14 @@ def event(change: Change) -> str:
 
 async def stream(request: Request) -> AsyncIterator[str]:
     hub = request.app.state.hub
+    quiet = request.app.state.keep_alive_seconds
     after = start_revision(request)
     yield f"retry: {RETRY_MILLISECONDS}\n\n"
     while not await request.is_disconnected():
         hub.start()  # (again, if it ever stopped)
         try:
             if after is None:
-                await hub.wait_past(-1, KEEP_ALIVE_SECONDS)
+                await hub.wait_past(-1, quiet)
                 if hub.revision is None:
                     yield ": waiting for the daemon\n\n"
                     continue
@@ -62,7 +64,7 @@ async def stream(request: Request) -> AsyncIterator[str]:
             await asyncio.sleep(RETRY_SECONDS)
             continue
         if change is None:
-            await hub.wait_past(after, KEEP_ALIVE_SECONDS)
+            await hub.wait_past(after, quiet)
             if hub.revision is None or hub.revision <= after:
                 yield ": keep-alive\n\n"
             continue
