@@ -194,6 +194,28 @@ def test_a_quiet_event_stream_gets_a_keep_alive_comment(daemon):
     assert not any(line.startswith("event: change") for line in lines), lines
 
 
+def test_a_new_event_stream_says_hello_without_waiting_for_a_change(daemon):
+    """On a quiet daemon the first `/events` stream says hello as soon as the hub knows the
+    revision, not when its first long-poll (LONG_POLL_SECONDS, 15 s) comes back empty: a new
+    tab shows "live" at once."""
+    import time
+
+    from agent_run.web.hub import LONG_POLL_SECONDS
+    from tests.web_harness import WebProcess
+
+    web = WebProcess(daemon.home, args=("--keep-alive", "600")).start()
+    try:
+        opened = time.monotonic()
+        with web.client().stream("GET", "/events") as response:
+            for line in response.iter_lines():
+                if line.startswith("event: hello"):
+                    break
+        waited = time.monotonic() - opened
+    finally:
+        web.stop()
+    assert waited < LONG_POLL_SECONDS - 5, waited
+
+
 def test_keep_alive_seconds_out_of_range_is_a_usage_error_naming_the_option(home):
     result = cli(home, "web", "--keep-alive", "0")
     assert result.returncode == 64, result

@@ -55,6 +55,9 @@ class ChangeHub:
                     self.revision = (await self.proxy.call("changes", {"after_revision": NOW}))[
                         "revision"
                     ]
+                    self.connected = True
+                    async with self._moved:  # streams waiting for a first revision say hello now
+                        self._moved.notify_all()
                 result = await self.proxy.call(
                     "changes", {"after_revision": self.revision, "wait_seconds": LONG_POLL_SECONDS}
                 )
