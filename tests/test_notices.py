@@ -3,6 +3,7 @@ transport's success, non-zero exit, timeout and missing binary, each with its ev
 of the daemon with notices owed and one mid-send; what a notice may contain."""
 
 import json
+import sqlite3
 import sys
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import pytest
 
 from agent_run.domain.errors import DomainError
 from agent_run.domain.notices import NOTICE_MAX_BYTES, backoff_seconds, build_notice
-from tests.harness import db_rows, wait_for
+from tests.harness import DaemonProcess, db_rows, wait_for
 
 TASK_MARK = "task-text-never-in-a-notice-41c9"
 ANSWER_MARK = "answer-text-never-in-a-notice-77d2"
@@ -396,13 +397,23 @@ def test_an_unexpected_failure_while_sending_is_an_attempt_with_evidence_never_s
 
 
 def test_an_attempt_whose_outcome_cannot_be_written_is_retried_not_left_sending(
-    daemon, home, workdir, receiver
+    home, workdir, receiver
 ):
     """The receiver succeeds while the database is locked by another writer for longer than the
-    daemon's busy timeout, so the outcome cannot be recorded: the notice is not left `sending`
-    but retried once the database is free (ambiguous: the receiver sees it twice)."""
-    import sqlite3
+    daemon's busy timeout (`daemon.busy_timeout_seconds`, 2 s here), so the outcome cannot be
+    recorded: the notice is not left `sending` but retried once the database is free
+    (ambiguous: the receiver sees it twice)."""
+    config = (home.root / "config.toml").read_text()
+    config = config.replace("[daemon]\n", "[daemon]\nbusy_timeout_seconds = 2.0\n", 1)
+    (home.root / "config.toml").write_text(config)
+    daemon = DaemonProcess(home).start()
+    try:
+        _outcome_cannot_be_written(daemon, home, workdir, receiver)
+    finally:
+        daemon.stop()
 
+
+def _outcome_cannot_be_written(daemon, home, workdir, receiver) -> None:
     log = workdir.parent / f"{workdir.name}-locked.log"
     gate = workdir.parent / f"{workdir.name}-locked.gate"
     notify = {"transport": "command", "argv": [sys.executable, str(receiver), str(log), str(gate)]}

@@ -61,6 +61,13 @@ class DaemonConfig(StrictModel):
     log_max_bytes: int = Field(default=10 * 1024 * 1024, ge=4096, le=2**40)
     log_keep: int = Field(default=3, ge=1, le=100, description="rotated copies kept: .1 ... .N")
     log_check_seconds: float = Field(default=60.0, gt=0, le=86400)
+    busy_timeout_seconds: float = Field(
+        default=30.0,
+        ge=0.1,
+        le=3600,
+        description="how long a daemon write waits for another writer's lock on state.db "
+        "before it fails (read when the daemon starts)",
+    )
     notice_unacked_seconds: float = Field(
         default=30.0,
         gt=0,

@@ -170,7 +170,10 @@ class ServiceContext:
     def connection(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
         if conn is None:
-            conn = self._local.conn = connect(self.home.db_path, apply_migrations=False)
+            wait_ms = round(self.config.daemon.busy_timeout_seconds * 1000)
+            conn = self._local.conn = connect(
+                self.home.db_path, apply_migrations=False, busy_timeout_ms=wait_ms
+            )
         return conn
 
     async def db(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:

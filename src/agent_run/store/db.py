@@ -68,15 +68,18 @@ def _split_sql(sql: str) -> list[str]:
     return [part.strip() for part in body.split(";") if part.strip()]
 
 
-def connect(path: Path, *, apply_migrations: bool = True) -> sqlite3.Connection:
-    """Open the state database in WAL mode (file 0600), migrated to the newest schema."""
+def connect(
+    path: Path, *, apply_migrations: bool = True, busy_timeout_ms: int = BUSY_TIMEOUT_MS
+) -> sqlite3.Connection:
+    """Open the state database in WAL mode (file 0600), migrated to the newest schema; a write
+    waits up to `busy_timeout_ms` for another writer's lock."""
     if not path.exists():
         path.touch(mode=0o600)
     conn = sqlite3.connect(
-        path, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False
+        path, isolation_level=None, timeout=busy_timeout_ms / 1000, check_same_thread=False
     )
     conn.row_factory = sqlite3.Row
-    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
     conn.execute("PRAGMA journal_mode = WAL")
     conn.execute("PRAGMA synchronous = NORMAL")
     conn.execute("PRAGMA foreign_keys = ON")
