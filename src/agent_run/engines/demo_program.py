@@ -52,8 +52,6 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
-from dataclasses import dataclass, field
 from typing import Any
 
 from agent_run.engines.demo_worker_client import call_worker_tool
@@ -67,32 +65,44 @@ _FAILURES = {
 }
 
 
-@dataclass
 class Directives:
-    answer: str | None = None
-    writes: list[tuple[str, str]] = field(default_factory=list)
-    steps: int = 0
-    step_seconds: float = 0.2
-    until: str | None = None
-    sleep: float = 0.0
-    fail: str | None = None
-    echo_env: list[str] = field(default_factory=list)
-    spawn: float | None = None
-    finish: str | None = None
-    finish_status: str = "done"
-    recall: bool = False
-    fold_steers: bool = False
-    commit: str | None = None
-    score: str | None = None
-    score_reason: str = "demo review"
-    result: bool = False
-    tasks: str | None = None
-    verdict: bool = False
-    require: str | None = None
-    cost: float | None = 0.0
-    tokens: int | None = None
-    step_tokens: int | None = None
-    shells: list[str] = field(default_factory=list)
+    """What a task's directive lines ask for (a plain class, not a dataclass: the demo engine
+    starts once per turn, and `dataclasses` is a fifth of its imports)."""
+
+    def __init__(self) -> None:
+        self.answer: str | None = None
+        self.writes: list[tuple[str, str]] = []
+        self.steps: int = 0
+        self.step_seconds: float = 0.2
+        self.until: str | None = None
+        self.sleep: float = 0.0
+        self.fail: str | None = None
+        self.echo_env: list[str] = []
+        self.spawn: float | None = None
+        self.finish: str | None = None
+        self.finish_status: str = "done"
+        self.recall: bool = False
+        self.fold_steers: bool = False
+        self.commit: str | None = None
+        self.score: str | None = None
+        self.score_reason: str = "demo review"
+        self.result: bool = False
+        self.tasks: str | None = None
+        self.verdict: bool = False
+        self.require: str | None = None
+        self.cost: float | None = 0.0
+        self.tokens: int | None = None
+        self.step_tokens: int | None = None
+        self.shells: list[str] = []
+
+
+def _uuid4() -> str:
+    """A random (version 4) UUID's text, without importing `uuid` (and `platform` with it)."""
+    raw = bytearray(os.urandom(16))
+    raw[6] = (raw[6] & 0x0F) | 0x40
+    raw[8] = (raw[8] & 0x3F) | 0x80
+    h = raw.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 def parse_directives(task: str) -> Directives:
@@ -224,7 +234,7 @@ class DemoEngine:
         self.model = model
         self.profile = profile
         self.mcp_config = mcp_config
-        self.session_id = resume or session_id or str(uuid.uuid4())
+        self.session_id = resume or session_id or _uuid4()
         self.session_file = os.path.join(
             os.environ.get("HOME", "."), ".demo-sessions", f"{self.session_id}.jsonl"
         )
@@ -274,7 +284,7 @@ class DemoEngine:
         message: dict[str, Any] = {"role": "assistant", "model": self.model, "content": blocks}
         if usage is not None:  # a model call of its own, with its usage
             message.update(
-                id=f"msg_{uuid.uuid4().hex[:12]}",
+                id=f"msg_{os.urandom(6).hex()}",
                 usage={"input_tokens": usage, "output_tokens": usage},
             )
         self.emit({"type": "assistant", "session_id": self.session_id, "message": message})
@@ -395,7 +405,7 @@ class DemoEngine:
 
     def shell_tool(self, command: str) -> None:
         """One Bash tool call: the command runs as the model's shell would run it."""
-        tool_id = f"toolu_{uuid.uuid4().hex[:12]}"
+        tool_id = f"toolu_{os.urandom(6).hex()}"
         self.assistant(
             [{"type": "tool_use", "id": tool_id, "name": "Bash", "input": {"command": command}}]
         )
@@ -415,7 +425,7 @@ class DemoEngine:
 
     def write_tool(self, path: str, content: str) -> str | None:
         """One Write tool call, shown as Claude Code shows it; the refusal text, if refused."""
-        tool_id = f"toolu_{uuid.uuid4().hex[:12]}"
+        tool_id = f"toolu_{os.urandom(6).hex()}"
         self.assistant(
             [
                 {
@@ -471,7 +481,7 @@ class DemoEngine:
 
     def tool(self, name: str, arguments: dict[str, Any]) -> None:
         """Call a worker tool through MCP, shown in the stream as Claude Code shows tool calls."""
-        tool_id = f"toolu_{uuid.uuid4().hex[:12]}"
+        tool_id = f"toolu_{os.urandom(6).hex()}"
         self.assistant(
             [
                 {
