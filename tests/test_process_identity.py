@@ -10,6 +10,7 @@ import subprocess
 import sys
 import uuid
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -32,6 +33,10 @@ def child():
     proc = subprocess.Popen(
         [sys.executable, "-c", "import sys, time; time.sleep(120)", marker], start_new_session=True
     )
+    # Popen returns once exec closed its close-on-exec pipe, which is before the kernel has set
+    # up the new command line: /proc/PID/cmdline reads empty for a moment after that.
+    cmdline = Path(f"/proc/{proc.pid}/cmdline")
+    wait_for(lambda: marker.encode() in cmdline.read_bytes(), what="the child's command line")
     yield proc, marker
     if proc.poll() is None:
         proc.kill()
