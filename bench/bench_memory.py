@@ -89,10 +89,14 @@ def run_agents(
         for _ in range(n_agents):
             view = client.call("start", {"task": TASK, "workdir": str(workdir)})
             agent_id = view["id"]
-            row = db_rows(
-                home, "SELECT supervisor_pid FROM executions WHERE agent_id = ?", (agent_id,)
-            )[0]
-            sup_pid = row["supervisor_pid"]
+            # `start` answers at admission: the supervisor records its pid a moment later.
+            sup_pid = wait_for(
+                lambda a=agent_id: db_rows(
+                    home, "SELECT supervisor_pid FROM executions WHERE agent_id = ?", (a,)
+                )[0]["supervisor_pid"],
+                timeout=30,
+                what="supervisor pid",
+            )
             sup_cpu_ready = cpu_seconds(sup_pid)
             engine_pid = wait_for(
                 lambda a=agent_id: db_rows(
