@@ -79,6 +79,17 @@ def reference_process(code: str, samples: int) -> dict[str, object]:
         proc.wait()
 
 
+def recorded_pid(home, agent_id: str, column: str) -> int:
+    """The execution's `supervisor_pid` or `engine_pid`, once recorded."""
+    return wait_for(
+        lambda: db_rows(home, f"SELECT {column} FROM executions WHERE agent_id = ?", (agent_id,))[
+            0
+        ][column],
+        timeout=30,
+        what=column,
+    )
+
+
 def run_agents(
     home, daemon, workdir, n_agents: int
 ) -> tuple[dict[str, list[float]], dict[str, list[float]], list]:
@@ -90,21 +101,9 @@ def run_agents(
             view = client.call("start", {"task": TASK, "workdir": str(workdir)})
             agent_id = view["id"]
             # `start` answers at admission: the supervisor records its pid a moment later.
-            sup_pid = wait_for(
-                lambda a=agent_id: db_rows(
-                    home, "SELECT supervisor_pid FROM executions WHERE agent_id = ?", (a,)
-                )[0]["supervisor_pid"],
-                timeout=30,
-                what="supervisor pid",
-            )
+            sup_pid = recorded_pid(home, agent_id, "supervisor_pid")
             sup_cpu_ready = cpu_seconds(sup_pid)
-            engine_pid = wait_for(
-                lambda a=agent_id: db_rows(
-                    home, "SELECT engine_pid FROM executions WHERE agent_id = ?", (a,)
-                )[0]["engine_pid"],
-                timeout=30,
-                what="engine pid",
-            )
+            engine_pid = recorded_pid(home, agent_id, "engine_pid")
             wait_for(
                 lambda a=agent_id: (
                     db_rows(home, "SELECT state FROM executions WHERE agent_id = ?", (a,))[0][

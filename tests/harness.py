@@ -192,11 +192,14 @@ class DaemonProcess:
         env: dict[str, str] | None = None,
         nofile_soft: int | None = None,
         fresh: bool = False,
+        command: list[str] | None = None,
     ) -> None:
         self.home = home
         self.env = env or {}
         self.nofile_soft = nofile_soft  # start it with this soft RLIMIT_NOFILE (the hard one kept)
-        self.fresh = fresh  # a fresh interpreter, as a user's `agent-run api serve` is
+        self.fresh = fresh or command is not None  # a fresh interpreter, as a user's is
+        # what a fresh one runs (default `python -m agent_run --home H api serve`)
+        self.command = command
         self.proc: Any = None  # a tests.zygote_client.Forked: pid, poll, wait, kill, terminate
 
     def start(self) -> "DaemonProcess":
@@ -221,7 +224,15 @@ class DaemonProcess:
 
     def _popen(self, env: dict[str, str]) -> subprocess.Popen[bytes]:
         """`python -m agent_run ... api serve` started afresh, in its own session."""
-        argv = [sys.executable, "-m", "agent_run", "--home", str(self.home.root), "api", "serve"]
+        argv = self.command or [
+            sys.executable,
+            "-m",
+            "agent_run",
+            "--home",
+            str(self.home.root),
+            "api",
+            "serve",
+        ]
         limit = None
         if self.nofile_soft is not None:
             soft = self.nofile_soft

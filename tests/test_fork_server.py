@@ -4,7 +4,6 @@ a dead, hung or stale zygote only ever costs a plain spawn."""
 import os
 import re
 import signal
-import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -204,21 +203,9 @@ def test_a_forked_zygote_and_its_supervisors_show_no_secret_of_the_daemons_envir
     )
     # `agent-run api serve` with room in its command line for a supervisor's
     argv = [sys.executable, "-c", serve, str(home.root), "-" * 200]
-    env = {**os.environ, "LEAKY_SECRET": secret}
-    env.pop("AGENT_RUN_HOME", None)
-    with open(home.root / "daemon-test.out", "ab") as out:
-        proc = subprocess.Popen(
-            argv,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=out,
-            start_new_session=True,
-        )
-    daemon = DaemonProcess(home)
-    daemon.proc = proc
+    daemon = DaemonProcess(home, env={"LEAKY_SECRET": secret}, command=argv).start()
+    proc = daemon.proc
     try:
-        wait_for(daemon._answers, timeout=30, what="the daemon to answer ping")
         assert secret.encode() in Path(f"/proc/{proc.pid}/environ").read_bytes()
         zygote = wait_for(lambda: zygote_ready(home), what="the zygote forked at boot")
         assert parent(zygote) == proc.pid, "forked from the daemon"

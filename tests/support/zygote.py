@@ -57,6 +57,8 @@ PRELOAD = (
 
 def _run_child(request: dict) -> None:
     """In the forked child: become `python -m agent_run ARGV`; never returns."""
+    from agent_run.supervisor.zygote import exit_code, finish_like_python  # preloaded
+
     code = 1
     try:
         signal.set_wakeup_fd(-1)
@@ -81,8 +83,8 @@ def _run_child(request: dict) -> None:
             runpy.run_module("agent_run", run_name="__main__", alter_sys=True)
             code = 0
         except SystemExit as exc:
-            code = _exit_code(exc)
-        code = _finish_like_python(code)
+            code = exit_code(exc)
+        code = finish_like_python(code)
     except BaseException:  # noqa: BLE001 - report and exit like an uncaught exception would
         import traceback
 
@@ -112,29 +114,6 @@ def _stdio(stdin: str, stdout: str, stderr: str) -> None:
     )
 
 
-def _exit_code(exc: SystemExit) -> int:
-    """What the interpreter would exit with; a non-int code is printed to stderr first."""
-    if exc.code is None:
-        return 0
-    if isinstance(exc.code, int):
-        return exc.code
-    print(exc.code, file=sys.stderr)
-    return 1
-
-
-def _finish_like_python(code: int) -> int:
-    """Interpreter shutdown's visible part: join non-daemon threads, then run atexit handlers."""
-    import atexit
-    import threading
-
-    try:
-        threading._shutdown()  # type: ignore[attr-defined]  # what Py_Finalize calls first
-    except SystemExit as exc:
-        code = _exit_code(exc)
-    atexit._run_exitfuncs()
-    return code
-
-
 def _reap(out, serials: dict[int, int]) -> None:
     while True:
         try:
@@ -149,15 +128,12 @@ def _reap(out, serials: dict[int, int]) -> None:
 
 
 def serve() -> None:
-    supervisor_stack = ()
     for name in PRELOAD:
         try:
             __import__(name)
         except ImportError:  # moved or renamed: the child imports what it needs as usual
             pass
-    if zygote := sys.modules.get("agent_run.supervisor.zygote"):
-        supervisor_stack = zygote.PRELOAD
-    for name in supervisor_stack:
+    for name in sys.modules["agent_run.supervisor.zygote"].PRELOAD:
         __import__(name)
     wake_read, wake_write = os.pipe()
     os.set_blocking(wake_write, False)

@@ -187,11 +187,17 @@ def supervisor_cmdline_bytes(home: str) -> int:
     return sum(len(arg.encode()) + 1 for arg in [sys.executable, *args, str(READY_FD)])
 
 
-def _cmdline_area() -> tuple[int, int]:
-    """Where this process's command line lives in its memory (arg_start, arg_end)."""
+def _memory_area(first: int) -> tuple[int, int]:
+    """A [start, end) pair of /proc/self/stat fields, counted after the command name: 45 is
+    the command line's (arg_start, arg_end), 47 the exec-time environment's."""
     raw = Path("/proc/self/stat").read_text()
     fields = raw[raw.rindex(")") + 2 :].split()
-    return int(fields[45]), int(fields[46])
+    return int(fields[first]), int(fields[first + 1])
+
+
+def _cmdline_area() -> tuple[int, int]:
+    """Where this process's command line lives in its memory (arg_start, arg_end)."""
+    return _memory_area(45)
 
 
 def _set_environ_area(environment: dict[str, str]) -> None:
@@ -199,9 +205,7 @@ def _set_environ_area(environment: dict[str, str]) -> None:
     shows, blanking the rest: a zygote forked from the daemon must not show the daemon's
     environment there (the plain one shows its allowlist). Safe once os.environ was replaced:
     libc's environ then points at copies, not at this area."""
-    raw = Path("/proc/self/stat").read_text()
-    fields = raw[raw.rindex(")") + 2 :].split()
-    start, end = int(fields[47]), int(fields[48])  # env_start, env_end
+    start, end = _memory_area(47)  # env_start, env_end
     data = b""
     for name, value in environment.items():
         entry = f"{name}={value}".encode() + b"\0"
@@ -252,9 +256,9 @@ def serve_forked(home: str, control_fd: int, log_fd: int, environment: dict[str,
         os.environ.update(environment)
         _set_environ_area(environment)
         code = _serve_then_become(socket.socket(fileno=0), _dispositions())
-        code = _finish_like_python(code)
+        code = finish_like_python(code)
     except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
+        code = exit_code(exc)
     except BaseException:  # noqa: BLE001 - reported in zygote.log or the supervisor's log
         traceback.print_exc()
     finally:
@@ -265,12 +269,23 @@ def serve_forked(home: str, control_fd: int, log_fd: int, environment: dict[str,
             os._exit(code)
 
 
-def _finish_like_python(code: int) -> int:
-    """Interpreter shutdown's visible part: join non-daemon threads, then run atexit handlers."""
+def exit_code(exc: SystemExit) -> int:
+    """What the interpreter would exit with; a non-int code is printed to stderr first."""
+    if exc.code is None:
+        return 0
+    if isinstance(exc.code, int):
+        return exc.code
+    print(exc.code, file=sys.stderr)
+    return 1
+
+
+def finish_like_python(code: int) -> int:
+    """Interpreter shutdown's visible part, for a forked child that must end with `os._exit`:
+    join non-daemon threads, then run atexit handlers."""
     try:
         threading._shutdown()  # type: ignore[attr-defined]  # what Py_Finalize calls first
     except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
+        code = exit_code(exc)
     atexit._run_exitfuncs()
     return code
 
