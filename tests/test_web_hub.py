@@ -4,20 +4,22 @@ second while a busy batch changes the store constantly, and nothing missed."""
 import asyncio
 import time
 
-from agent_run.web.hub import ChangeHub
+from agent_run.web.hub import NOW, ChangeHub
 from agent_run.web.proxy import DaemonProxy
 from tests.harness import wait_for_async
 
 
 class RecordingProxy(DaemonProxy):
-    """The web's own daemon client, keeping the time of each `changes` call it makes."""
+    """The web's own daemon client, keeping the time of each `changes` call it makes to follow
+    the daemon (not the one-off `changes(NOW)` that reads the revision to start from: it comes
+    right before the first long-poll, unpaced, so streams can say hello at once)."""
 
     def __init__(self, home) -> None:
         super().__init__(home)
         self.changes_calls: list[float] = []
 
     async def call(self, method, params=None):
-        if method == "changes":
+        if method == "changes" and params["after_revision"] != NOW:
             self.changes_calls.append(time.monotonic())
         return await super().call(method, params)
 
