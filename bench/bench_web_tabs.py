@@ -427,6 +427,9 @@ def main() -> int:
                     stdout=subprocess.PIPE,
                     text=True,
                     env={**os.environ, "BENCH_WEB_TOKEN": web.token},
+                    # A browser is not in the pinger's session; sharing one would put the tabs
+                    # in the pinger's scheduling group (the kernel's autogroup per session).
+                    start_new_session=True,
                 )
                 assert worker.stdout.readline().strip() == "ready"
                 workers.append(worker)
