@@ -156,3 +156,18 @@ def test_macos_xucred_is_parsed_by_its_layout():
     raw = struct.pack("=IIh2x16I", 0, 501, 2, 20, 12, *([0] * 14))
     assert parse_xucred(raw) == (501, 20)
     assert parse_xucred(struct.pack("=IIh2x16I", 0, 0, 0, *([0] * 16))) == (0, -1)
+
+
+def test_an_ended_group_is_known_empty_without_reading_the_table(table, child, monkeypatch):
+    """The kernel says at once that no process is left in a group (the engine's, after it
+    ended): no scan of every process on the machine for it."""
+    proc, _marker = child
+    proc.kill()
+    proc.wait()
+
+    def no_scan(*args, **kwargs):
+        raise AssertionError("the process table was scanned")
+
+    monkeypatch.setattr(os, "scandir", no_scan)
+    monkeypatch.setattr("psutil.process_iter", no_scan)
+    assert table.group_members(proc.pid) == []

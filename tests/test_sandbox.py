@@ -6,6 +6,7 @@ under `sandbox = "none"` escape, which proves each probe can fail.
 """
 
 import os
+import shutil
 import sys
 import uuid
 from pathlib import Path
@@ -47,7 +48,6 @@ def setting():
     yield home, daemon, paths | {"venv_mark": venv_mark}
     daemon.stop()
     remove_home(home)
-    import shutil
 
     for path in (outside, other):
         shutil.rmtree(path, ignore_errors=True)
@@ -194,7 +194,6 @@ def broken_bwrap():
     fake.write_text("#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n")
     fake.chmod(0o755)
     yield folder
-    import shutil
 
     shutil.rmtree(folder, ignore_errors=True)
 
@@ -217,6 +216,28 @@ def test_a_run_is_refused_when_no_sandbox_can_start_unless_sandbox_is_none(workd
     finally:
         daemon.stop()
         remove_home(home)
+
+
+def test_a_sandboxed_start_runs_bubblewrap_once_the_engines_own(workdir):
+    """No probe per start: bwrap runs once, for the engine; it is only asked whether it can
+    start a sandbox at all when an engine ends without a word (the test above)."""
+    folder = short_tmpdir("arb-")
+    calls = folder / "calls"
+    real = shutil.which("bwrap")
+    (folder / "bwrap").write_text(f'#!/bin/sh\necho run >> {calls}\nexec {real} "$@"\n')
+    (folder / "bwrap").chmod(0o755)
+    home = make_home(TEST_CONFIG)
+    env = {"PATH": f"{folder}:{os.environ['PATH']}", "PYTHONDONTWRITEBYTECODE": "1"}
+    daemon = DaemonProcess(home, env=env).start()
+    try:
+        for n in range(2):
+            agent, _ = run(daemon, workdir, [f"answer: {n}"])
+            assert agent["state"] == "succeeded"
+        assert calls.read_text().splitlines() == ["run", "run"]
+    finally:
+        daemon.stop()
+        remove_home(home)
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def plan(**fields):
@@ -520,7 +541,6 @@ def test_a_timed_out_verify_command_leaves_no_process_behind(setting):
     finally:
         for pid in processes_with(marker):
             os.kill(pid, signal.SIGKILL)
-        import shutil
 
         shutil.rmtree(repo.parent, ignore_errors=True)
 
@@ -557,8 +577,6 @@ def test_a_scripts_interpreter_outside_the_system_dirs_is_bound_with_its_install
     try:
         os.link("/usr/bin/node", prefix / "bin" / "mynode")
     except OSError:
-        import shutil
-
         shutil.copy2("/usr/bin/node", prefix / "bin" / "mynode")
     app.mkdir()
     engine = app / "engine"

@@ -167,3 +167,21 @@ def test_schema_15_counts_settled_batches_once_and_keeps_their_notices():
     assert conn.execute("SELECT subject FROM notices").fetchall()[0][0] == "bt_done:1"
     assert notices_q.ended_without_notice(conn) == []  # nothing owed, nothing made twice
     conn.close()
+
+
+def test_a_store_at_the_newest_schema_connects_while_another_writer_holds_the_lock():
+    """Every supervisor connects through `migrate`: at the newest schema it takes no write lock,
+    so a supervisor starts while the daemon (here a second connection) is mid-write."""
+    from agent_run.store import db as store_db
+
+    path = short_tmpdir("aru-") / "state.db"
+    store_db.connect(path).close()  # migrated to the newest
+    writer = store_db.connect(path)
+    writer.execute("BEGIN IMMEDIATE")
+    try:
+        conn = store_db.connect(path, busy_timeout_ms=50)  # would wait, then raise "locked"
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == store_db.migrations()[-1][0]
+        conn.close()
+    finally:
+        writer.execute("ROLLBACK")
+        writer.close()

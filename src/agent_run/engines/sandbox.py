@@ -256,10 +256,18 @@ def command_argv(command: str, workdir: str, home_root: Path) -> list[str]:
     return bwrap_argv(masked, argv, workdir, bwrap_path(), {"HOME": COMMAND_HOME})
 
 
-def sandbox_refusal() -> str | None:
-    """Why no sandbox can start here (no bwrap, no user namespaces), or None: starts one."""
+def bwrap_missing() -> str | None:
+    """Why no sandbox can start here that a lookup on PATH tells, or None."""
     if shutil.which(BWRAP) is None:
         return "bubblewrap (`bwrap`) is not installed: apt-get install bubblewrap"
+    return None
+
+
+def sandbox_refusal() -> str | None:
+    """Why no sandbox can start here (no bwrap, no user namespaces), or None: starts one."""
+    missing = bwrap_missing()
+    if missing is not None:
+        return missing
     probe = bwrap_argv(system_binds(), ["true"], "/", bwrap_path())
     try:
         done = subprocess.run(
@@ -278,9 +286,11 @@ def sandbox_refusal() -> str | None:
     return None
 
 
+def refusal_message(refusal: str) -> str:
+    return f'{refusal} (or set `sandbox = "none"` on the runtime, giving up the boundary)'
+
+
 def require_sandbox() -> None:
     refusal = sandbox_refusal()
     if refusal is not None:
-        raise SandboxUnavailable(
-            f'{refusal} (or set `sandbox = "none"` on the runtime, giving up the boundary)'
-        )
+        raise SandboxUnavailable(refusal_message(refusal))

@@ -1,10 +1,23 @@
 """What a process table must answer, whatever the platform: the interface and its values."""
 
+import os
 import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
+
+
+def no_such_group(pgid: int) -> bool:
+    """The kernel's word that no process, not even a zombie, is in group `pgid`: no table
+    to scan for the common case of a group that has ended (signal 0 delivers nothing)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # not ours to signal (EPERM), or an invalid pgid: the table must look
+        return False
+    return False
 
 
 @dataclass(frozen=True)
@@ -29,8 +42,6 @@ class ProcessIdentity:
 
     @classmethod
     def current(cls) -> "ProcessIdentity":
-        import os
-
         identity = cls.of(os.getpid())
         assert identity is not None
         return identity

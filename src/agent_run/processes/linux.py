@@ -7,7 +7,7 @@ import struct
 from collections.abc import Iterator
 from pathlib import Path
 
-from agent_run.processes.base import Liveness, PeerCredentials, ProcessIdentity
+from agent_run.processes.base import Liveness, PeerCredentials, ProcessIdentity, no_such_group
 
 _BOOT_ID_PATH = Path("/proc/sys/kernel/random/boot_id")
 _GONE = ("Z", "X")  # zombie, dead
@@ -46,6 +46,8 @@ class LinuxProcesses:
         return Liveness.ALIVE
 
     def group_members(self, pgid: int) -> list[int]:
+        if no_such_group(pgid):
+            return []
         members = []
         for entry in os.scandir("/proc"):
             if not entry.name.isdigit():

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import psutil
 
-from agent_run.processes.base import Liveness, PeerCredentials, ProcessIdentity
+from agent_run.processes.base import Liveness, PeerCredentials, ProcessIdentity, no_such_group
 
 BOOT_PREFIX = "boot-time:"
 # psutil derives a creation time from the boot time, which the kernel may restate by a second
@@ -73,6 +73,8 @@ class PsutilProcesses:
         return Liveness.ALIVE
 
     def group_members(self, pgid: int) -> list[int]:
+        if no_such_group(pgid):
+            return []
         members = []
         for process in psutil.process_iter():
             try:

@@ -1,6 +1,7 @@
 """Connections, numbered SQL migrations (recorded in PRAGMA user_version) and write transactions."""
 
 import errno
+import functools
 import sqlite3
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -37,8 +38,10 @@ def inserted_id(cursor: sqlite3.Cursor) -> int:
     return cursor.lastrowid
 
 
-def migrations() -> list[tuple[int, str, str]]:
-    """(number, name, sql) for every file `NNNN_name.sql`, in order."""
+@functools.cache
+def migrations() -> tuple[tuple[int, str, str], ...]:
+    """(number, name, sql) for every file `NNNN_name.sql`, in order; read once per process (a
+    supervisor's zygote reads them before it forks, so its supervisors read no file for them)."""
     from importlib import resources  # only migrating needs it; the worker tools start without it
 
     found = []
@@ -46,11 +49,16 @@ def migrations() -> list[tuple[int, str, str]]:
         if entry.name.endswith(".sql"):
             number = int(entry.name.split("_", 1)[0])
             found.append((number, entry.name, entry.read_text()))
-    return sorted(found)
+    return tuple(sorted(found))
 
 
 def migrate(conn: sqlite3.Connection) -> int:
-    """Apply every migration newer than user_version, each in its own transaction."""
+    """Apply every migration newer than user_version, each in its own transaction. A store
+    already at the newest takes no write lock (every supervisor connects through here)."""
+    newest = migrations()[-1][0]
+    current: int = scalar(conn, "PRAGMA user_version")
+    if current >= newest:
+        return current
     for number, _name, sql in migrations():
         with write(conn):
             current = conn.execute("PRAGMA user_version").fetchone()[0]

@@ -16,12 +16,18 @@ def main() -> int:
         help="record identity and signal handlers, report, exit (doctor)",
     )
     args = parser.parse_args()
-    os.umask(0o077)
     if args.canary:
+        os.umask(0o077)
         from agent_run.supervisor.canary import run_canary
 
         return run_canary(args.ready_fd)
+    return run_supervisor(args.home, args.execution, args.ready_fd)
 
+
+def run_supervisor(home_root: str, execution_id: str, ready_fd: int | None) -> int:
+    """Run one execution to its end (a forked zygote child calls this directly: no argv to
+    parse)."""
+    os.umask(0o077)
     from agent_run.engines.plan import PlanInvalid
     from agent_run.home import Home
     from agent_run.supervisor.refuse import refuse_plan
@@ -29,12 +35,12 @@ def main() -> int:
     from agent_run.supervisor.secrets import read_payload
 
     payload = read_payload(sys.stdin.buffer)  # the credential, from the spawner, over a pipe
-    home = Home.resolve(args.home)
+    home = Home.resolve(home_root)
     try:
-        supervisor = Supervisor(home, args.execution)
+        supervisor = Supervisor(home, execution_id)
     except PlanInvalid as exc:
         print(exc.message, file=sys.stderr)
-        refuse_plan(home, args.execution, exc.message)
+        refuse_plan(home, execution_id, exc.message)
         return 1
     if payload is None and supervisor.plan.runtime_config.auth:
         print(
@@ -43,7 +49,7 @@ def main() -> int:
         )
         return 1  # the row stays `created`, for a later spawn
     supervisor.payload = payload or {}
-    if not supervisor.record_identity(args.ready_fd):
+    if not supervisor.record_identity(ready_fd):
         return 1
     supervisor.run()
     return 0

@@ -36,7 +36,12 @@ from agent_run.engines.environment import PASSTHROUGH, allowlisted
 from agent_run.engines.plan import load_plan
 from agent_run.engines.quota import QuotaEvent
 from agent_run.engines.registry import engine_spec
-from agent_run.engines.sandbox import SandboxUnavailable, require_sandbox, sandbox_argv
+from agent_run.engines.sandbox import (
+    bwrap_missing,
+    refusal_message,
+    sandbox_argv,
+    sandbox_refusal,
+)
 from agent_run.home import Home
 from agent_run.store import agents as agents_q
 from agent_run.store import commands as commands_q
@@ -228,11 +233,27 @@ class Supervisor:
             failure = FailureKind(self.payload.get("failure") or FailureKind.CONFIG_ERROR)
             return Outcome(ExecutionState.FAILED, failure, self.payload["auth_error"])
         if self.plan.runtime_config.sandbox == "bubblewrap":
-            try:
-                require_sandbox()
-            except SandboxUnavailable as exc:
-                return Outcome(ExecutionState.FAILED, FailureKind.CONFIG_ERROR, exc.message)
+            # Whether bwrap can start a sandbox here is asked only if the engine then ends
+            # without a word (`_sandbox_refusal`): a probe per start cost a bwrap run each.
+            missing = bwrap_missing()
+            if missing is not None:
+                return Outcome(
+                    ExecutionState.FAILED, FailureKind.CONFIG_ERROR, refusal_message(missing)
+                )
         return None
+
+    def _sandbox_refusal(self, outcome: Outcome) -> Outcome:
+        """An engine that ended without completing, and without a line we could not parse, may
+        never have started: when bubblewrap cannot start a sandbox here, that is the cause."""
+        if (
+            outcome.failure is not FailureKind.ENGINE_CRASHED
+            or self.plan.runtime_config.sandbox != "bubblewrap"
+        ):
+            return outcome
+        refusal = sandbox_refusal()
+        if refusal is None:
+            return outcome
+        return Outcome(ExecutionState.FAILED, FailureKind.CONFIG_ERROR, refusal_message(refusal))
 
     def _sandboxed(self, spec: LaunchSpec) -> LaunchSpec:
         """The engine's command inside its bubblewrap sandbox (unless `sandbox = "none"`);
@@ -547,6 +568,7 @@ class Supervisor:
             stderr_tail=stderr_tail,
             finish=finish_payload,
         )
+        outcome = self._sandbox_refusal(outcome)
         if self.credentials is not None:
             outcome = self.credentials.reclassify(outcome)
         # The answer is decoded text (a `finish` summary never passed through a stored line).

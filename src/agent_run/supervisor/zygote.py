@@ -108,7 +108,7 @@ def _become_supervisor(request: dict[str, Any], fds: list[int], signals: dict[in
     _set_cmdline([sys.executable, "-m", "agent_run.supervisor", *args])
     main_module = importlib.import_module("agent_run.supervisor.__main__")
     sys.argv = [main_module.__file__ or "agent_run.supervisor", *args]
-    code: int = main_module.main()
+    code: int = main_module.run_supervisor(request["home"], request["execution"], READY_FD)
     return code
 
 
@@ -169,6 +169,7 @@ def _serve_then_become(control: socket.socket, signals: dict[int, Any]) -> int:
     """Import the stack, say ready, serve; returns only as a forked supervisor (or at the end)."""
     for name in PRELOAD:
         importlib.import_module(name)
+    _warm()
     # What is imported now is shared by every supervisor forked from here: out of the garbage
     # collector's reach, so a supervisor's collections do not copy those pages (copy-on-write).
     gc.freeze()
@@ -179,6 +180,16 @@ def _serve_then_become(control: socket.socket, signals: dict[int, Any]) -> int:
         return 0
     request, fds = served
     return _become_supervisor(request, fds, signals)
+
+
+def _warm() -> None:
+    """Do once here what every supervisor would do first after the fork: read the store's
+    migrations (it checks the schema is the newest) and pick the platform's process table."""
+    from agent_run.processes import current
+    from agent_run.store.db import migrations
+
+    migrations()
+    current()
 
 
 def supervisor_cmdline_bytes(home: str) -> int:
