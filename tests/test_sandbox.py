@@ -14,7 +14,14 @@ from pathlib import Path
 import pytest
 
 from agent_run.engines.plan import load_plan
-from agent_run.engines.sandbox import Bind, bwrap_argv, git_binds, sandbox_argv, sandbox_binds
+from agent_run.engines.sandbox import (
+    Bind,
+    bwrap_argv,
+    git_binds,
+    home_masks,
+    sandbox_argv,
+    sandbox_binds,
+)
 from tests.harness import TEST_CONFIG, DaemonProcess, cli, make_home, remove_home, short_tmpdir
 
 PLANTED = "sk-sandbox-planted-7f3a9c2e51d04b"
@@ -419,6 +426,20 @@ def test_the_home_is_masked_under_a_bind_that_contains_it_and_the_runs_folders_a
     assert targets.index(("/u", False)) < mask
     assert mask < targets.index(("/u/h/homes/demo/ag_1", False))
     assert mask < targets.index(("/u/h/agents/ag_1/ex_1/sandbox", False))
+
+
+def test_a_bind_that_reaches_the_home_through_a_symlink_masks_it(tmp_path):
+    """Masks go by what a bind's source is on disk: a symlink to the home's parent shows the
+    home as surely as the parent itself."""
+    (tmp_path / "u" / "h").mkdir(parents=True)
+    (tmp_path / "link").symlink_to(tmp_path / "u")
+    (tmp_path / "other").mkdir()
+    binds = [Bind(str(tmp_path / "link"), "/w"), Bind(str(tmp_path / "other"), "/o")]
+    masks = home_masks(binds, tmp_path / "u" / "h")
+    assert [(m.target, m.tmpfs) for m in masks] == [("/w/h", True)]
+    assert home_masks([Bind(str(tmp_path / "u" / "h"), "/x")], tmp_path / "link" / "h") == [
+        Bind("", "/x", tmpfs=True)
+    ]
 
 
 def test_a_workdir_or_read_root_inside_the_home_is_refused_naming_the_field(setting, workdir):

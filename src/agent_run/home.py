@@ -114,18 +114,20 @@ def clear_stop_mark(home: Home) -> bool:
     return True
 
 
-def write_private_file(path: Path, data: bytes) -> None:
+def write_private_file(path: Path, data: bytes, durable: bool = True) -> None:
     """Write a file 0600 atomically and durably: temp file, every byte written, fsync, rename,
     fsync the directory (without the last step a crash can leave the old name, or none, after
     the rename). On any error (ENOSPC included) the temp file is removed and `path` is left as
-    it was: never truncated."""
+    it was: never truncated. `durable=False` skips both fsyncs, for a file written again at
+    each use (an engine's config for the launch at hand): still atomic and 0600."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         view = memoryview(data)
         while view:  # os.write may write less than asked (a disk filling up mid-write)
             view = view[os.write(fd, view) :]
-        os.fsync(fd)
+        if durable:
+            os.fsync(fd)
         os.close(fd)
         fd = -1
         os.replace(tmp, path)
@@ -134,7 +136,8 @@ def write_private_file(path: Path, data: bytes) -> None:
             os.close(fd)
         tmp.unlink(missing_ok=True)
         raise
-    fsync_dir(path.parent)
+    if durable:
+        fsync_dir(path.parent)
 
 
 def fsync_dir(path: Path) -> None:

@@ -128,7 +128,9 @@ class ClaudeEngine(StreamJsonProtocol):
             "args": worker.args,
             "env": worker.env,
         }
-        write_private_file(mcp_config, json.dumps({"mcpServers": {worker.name: server}}).encode())
+        write_private_file(
+            mcp_config, json.dumps({"mcpServers": {worker.name: server}}).encode(), durable=False
+        )
         argv = _argv(plan, rc, mcp_config, [f"mcp__{worker.name}__{tool}" for tool in worker.tools])
         return LaunchSpec(
             argv=argv, env=env, cwd=plan.workdir, stdin_pipe=True, token_files=[mcp_config]

@@ -181,7 +181,7 @@ class CodexEngine:
             config["model_provider"] = "openai"
             del config["model_providers"]
         config_path = codex_home / "config.toml"
-        write_private_file(config_path, tomli_w.dumps(config).encode())
+        write_private_file(config_path, tomli_w.dumps(config).encode(), durable=False)
 
         env = base_environment(plan)
         env.update(rc.env)

@@ -35,7 +35,7 @@ class DemoEngine(StreamJsonProtocol):
         # The same file shape as Claude Code's --mcp-config.
         mcp_config = scratch / "mcp.json"
         servers = {worker.name: {"command": worker.command, "args": worker.args, "env": worker.env}}
-        write_private_file(mcp_config, json.dumps({"mcpServers": servers}).encode())
+        write_private_file(mcp_config, json.dumps({"mcpServers": servers}).encode(), durable=False)
         argv = [
             sys.executable,
             "-m",

@@ -179,7 +179,9 @@ class QwenEngine(StreamJsonProtocol):
         qwen_home.mkdir(mode=0o700, parents=True, exist_ok=True)
         settings_path = qwen_home / "settings.json"
         write_private_file(
-            settings_path, json.dumps(_settings(plan, rc, worker), indent=2).encode()
+            settings_path,
+            json.dumps(_settings(plan, rc, worker), indent=2).encode(),
+            durable=False,  # written again at each launch
         )
         env = _environment(plan, rc, secrets, qwen_home)
         # yolo: every tool runs without a prompt. `default` in headless mode denies tools that

@@ -174,14 +174,41 @@ def home_masks(binds: list[Bind], home_root: Path) -> list[Bind]:
     accounts and other agents' folders are not there. The run's own folders in the home are
     deeper binds, mounted again on top (`ordered`)."""
     home = Path(os.path.realpath(home_root))
+    # The home and its parents by what they are on disk (device, inode): a bind whose source is
+    # one of them, through any symlink, shows the home. A stat per bind, not a realpath.
+    folders = {}
+    for folder in (home, *home.parents):
+        try:
+            found = os.stat(folder)
+        except OSError:
+            continue
+        folders[(found.st_dev, found.st_ino)] = folder
+    complete = len(folders) == len(home.parents) + 1
     masks = []
     for bind in binds:
         if bind.tmpfs:
             continue
-        source = Path(os.path.realpath(bind.source))
-        if source == home or source in home.parents:
-            masks.append(Bind("", str(Path(bind.target) / home.relative_to(source)), tmpfs=True))
+        shown = _shown_folder(bind.source, folders, complete, home)
+        if shown is not None:
+            masks.append(Bind("", str(Path(bind.target) / home.relative_to(shown)), tmpfs=True))
     return masks
+
+
+def _shown_folder(
+    source: str, folders: dict[tuple[int, int], Path], complete: bool, home: Path
+) -> Path | None:
+    """The home, or the parent of it, that `source` is; None when it is neither. By (device,
+    inode) when both sides can be stat'ed, else by the resolved path."""
+    try:
+        found = os.stat(source)
+    except OSError:
+        found = None
+    if found is not None:
+        shown = folders.get((found.st_dev, found.st_ino))
+        if shown is not None or complete:
+            return shown
+    real = Path(os.path.realpath(source))
+    return real if real == home or real in home.parents else None
 
 
 def sandbox_binds(

@@ -15,11 +15,19 @@ _GONE = ("Z", "X")  # zombie, dead
 
 def stat_fields(pid: int) -> list[str] | None:
     """Fields of /proc/PID/stat after the `(comm)` field, or None if there is no such process."""
+    # os.open/os.read rather than Path.read_text: a scan of the table reads every process's
+    # stat, and the text layer made that 4x slower.
     try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
+        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
     except (FileNotFoundError, ProcessLookupError):
         return None
-    return raw[raw.rindex(")") + 2 :].split()
+    try:
+        raw = os.read(fd, 4096)  # one line of a few hundred bytes
+    except ProcessLookupError:  # ended between the open and the read
+        return None
+    finally:
+        os.close(fd)
+    return raw[raw.rindex(b")") + 2 :].decode("ascii").split()
 
 
 class LinuxProcesses:
