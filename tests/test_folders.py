@@ -57,6 +57,25 @@ def test_list_dir_and_inspect_refuse_anything_outside_the_roots(rooted, where):
         assert err.value.field == "path"
 
 
+@pytest.mark.parametrize("hostile", ["nul", "loop", "too_long"])
+def test_a_path_that_cannot_be_resolved_is_refused_naming_the_field(rooted, hostile):
+    """A NUL byte, a symlink loop, a name longer than the system allows: each is the caller's
+    bad input (InvalidRequest on `path`), never the daemon's internal error."""
+    daemon, root, _outside = rooted
+    os.symlink(root / "loop", root / "loop")
+    path = {
+        "nul": f"{root}/pl\0ain",
+        "loop": str(root / "loop"),
+        "too_long": f"{root}/{'x' * 300}",
+    }[hostile]
+    for tool in ("list_dir", "project_inspect"):
+        with pytest.raises(InvalidRequest) as err:
+            daemon.call(tool, {"path": path})
+        assert err.value.field == "path"
+    listing = daemon.call("list_dir", {"path": str(root)})  # the loop inside is left out
+    assert {e["name"] for e in listing["entries"]} == {"alias", "plain", "proj"}
+
+
 def test_project_inspect_names_root_subdir_branch_and_head(rooted):
     daemon, root, _outside = rooted
     info = daemon.call("project_inspect", {"path": str(root / "proj" / "pkg")})

@@ -134,3 +134,30 @@ def test_agent_made_task_and_answer_are_escaped(web, daemon, workdir):
         )
         assert "&lt;script&gt;alert(" in html or "&lt;script&gt;alert(&#39;task&#39;)" in html, path
     assert "&lt;img src=x onerror=" in client.get(f"/agents/{agent['id']}").text
+
+
+def test_a_bad_api_body_gets_a_typed_error_and_changes_nothing(web, daemon, workdir):
+    """Not JSON, not UTF-8, not an object, a field too big for one request line, a body past
+    the cap: each a typed error with its status, and no agent started by any of them."""
+    client = web.client(headers={"authorization": f"Bearer {web.token}"})
+    before = daemon.call("list_agents", {})["items"]
+    start = "/api/tools/start"
+    cases = [
+        (b"{not json", 422, "InvalidParams"),
+        (b"\xff\xfe{}", 422, "InvalidParams"),
+        (b'["answer: x"]', 422, "InvalidParams"),
+        (b'"answer: x"', 422, "InvalidParams"),
+        (
+            ('{"task": "' + "x" * (1024 * 1024 + 10) + f'", "workdir": "{workdir}"}}').encode(),
+            413,
+            "LineTooLong",
+        ),
+        (b"{" + b" " * (2 * 1024 * 1024 + 1) + b"}", 413, "LineTooLong"),
+    ]
+    for body, status, code in cases:
+        answer = client.post(start, content=body, headers={"content-type": "application/json"})
+        assert answer.status_code == status, (body[:20], answer.text[:200])
+        assert answer.json()["error"]["code"] == code, answer.text[:200]
+    big = client.post(start, content=cases[4][0], headers={"content-type": "application/json"})
+    assert big.json()["error"]["field"] == "task"
+    assert daemon.call("list_agents", {})["items"] == before

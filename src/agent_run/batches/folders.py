@@ -28,17 +28,42 @@ def _under(path: Path, roots: list[Path]) -> bool:
 
 def confined(ctx: ServiceContext, raw: str) -> Path:
     """The resolved folder, if it is an absolute path to a directory under a root."""
+    if "\0" in raw:
+        raise InvalidRequest("the path contains a NUL byte", field="path")
     path = Path(raw)
     if not path.is_absolute():
         raise InvalidRequest(f"{raw} is not an absolute path", field="path")
-    resolved = path.resolve()
+    try:
+        resolved = path.resolve()
+    except (OSError, RuntimeError) as exc:  # a symlink loop, a name too long
+        raise InvalidRequest(f"{raw} cannot be resolved: {_reason(exc)}", field="path") from None
     if not _under(resolved, allowed_roots(ctx)):
         raise InvalidRequest(
             f"{raw} is outside the allowed roots ([web] roots in config.toml)", field="path"
         )
-    if not resolved.is_dir():
+    try:
+        is_dir = resolved.is_dir()
+    except OSError as exc:
+        raise InvalidRequest(f"{raw} cannot be read: {_reason(exc)}", field="path") from None
+    if not is_dir:
         raise InvalidRequest(f"{raw} is not a directory", field="path")
     return resolved
+
+
+def _reason(exc: BaseException) -> str:
+    return exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+
+
+def _folder_entry(item: os.DirEntry[str], roots: list[Path]) -> DirEntry | None:
+    """A listed folder (symlinks followed) under the roots; None for anything else, or for an
+    entry that cannot be resolved (a symlink loop, a folder we may not read)."""
+    try:
+        target = Path(item.path).resolve()
+        if not target.is_dir() or not _under(target, roots):
+            return None
+        return DirEntry(name=item.name, path=str(target), is_repository=(target / ".git").exists())
+    except (OSError, RuntimeError):
+        return None
 
 
 def _listing(ctx: ServiceContext, raw: str | None) -> DirListing:
@@ -53,19 +78,21 @@ def _listing(ctx: ServiceContext, raw: str | None) -> DirListing:
     folder = confined(ctx, raw)
     entries: list[DirEntry] = []
     truncated = False
-    with os.scandir(folder) as it:
-        for item in sorted(it, key=lambda e: e.name.lower()):
-            if item.name.startswith("."):
-                continue
-            target = Path(item.path).resolve()
-            if not target.is_dir() or not _under(target, roots):
-                continue
-            if len(entries) >= MAX_ENTRIES:
-                truncated = True
-                break
-            entries.append(
-                DirEntry(name=item.name, path=str(target), is_repository=(target / ".git").exists())
-            )
+    try:
+        with os.scandir(folder) as it:
+            items = sorted(it, key=lambda e: e.name.lower())
+    except OSError as exc:
+        raise InvalidRequest(f"{raw} cannot be listed: {_reason(exc)}", field="path") from None
+    for item in items:
+        if item.name.startswith("."):
+            continue
+        entry = _folder_entry(item, roots)
+        if entry is None:
+            continue
+        if len(entries) >= MAX_ENTRIES:
+            truncated = True
+            break
+        entries.append(entry)
     parent = folder.parent if folder != folder.parent and _under(folder.parent, roots) else None
     return DirListing(
         path=str(folder),

@@ -10,6 +10,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from agent_run.domain.errors import DomainError
+from agent_run.rpc.protocol import MAX_LINE_BYTES
 from agent_run.tools import TOOLS, tool_schemas
 from agent_run.web.security import require_csrf
 
@@ -22,7 +23,10 @@ STATUS = {
     "Conflict": 409,
     "RunLocked": 409,
     "DaemonUnavailable": 503,
+    "LineTooLong": 413,
 }
+# A body can only become one request line to the daemon; past twice its limit it is not read on.
+MAX_BODY_BYTES = 2 * MAX_LINE_BYTES
 
 
 def error_response(data: dict) -> JSONResponse:
@@ -45,8 +49,17 @@ async def call_tool(request: Request) -> JSONResponse:
                 "message": f"no tool {name!r}; tools: {', '.join(TOOLS)}",
             }
         )
+    body = await _body(request)
+    if body is None:
+        return error_response(
+            {
+                "code": "LineTooLong",
+                "message": f"the body is over {MAX_BODY_BYTES} bytes; a request line to the "
+                f"daemon may be at most {MAX_LINE_BYTES}",
+            }
+        )
     try:
-        params = json.loads(await request.body() or b"{}")
+        params = json.loads(body or b"{}")
     except ValueError as exc:
         return error_response({"code": "InvalidParams", "message": f"the body is not JSON: {exc}"})
     if not isinstance(params, dict):
@@ -58,3 +71,18 @@ async def call_tool(request: Request) -> JSONResponse:
     except DomainError as exc:
         return error_response(exc.to_data())
     return JSONResponse(result)
+
+
+async def _body(request: Request) -> bytes | None:
+    """The request's body, or None once it grows past MAX_BODY_BYTES (the rest left unread)."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        return None
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
