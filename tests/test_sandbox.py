@@ -366,6 +366,23 @@ def home_probes(home, other_agent: str) -> list[str]:
     ]
 
 
+def test_a_workdir_or_read_root_the_system_cannot_look_up_is_refused_naming_it(setting, workdir):
+    """A name longer than the system allows (ENAMETOOLONG, which `Path.is_dir` raises for): the
+    caller's bad input on its field, not the daemon's internal error; nothing admitted."""
+    from agent_run.domain.errors import InvalidRequest
+
+    _home, daemon, _paths = setting
+    too_long = str(workdir / ("x" * 300))
+    for params, field in (
+        ({"workdir": too_long}, "workdir"),
+        ({"workdir": str(workdir), "read_roots": [too_long]}, "read_roots.0"),
+    ):
+        with pytest.raises(InvalidRequest) as refused:
+            daemon.call("start", {"task": "answer: x", **params})
+        assert refused.value.field == field
+    assert daemon.call("list_agents", {})["items"] == []
+
+
 def test_a_workdir_or_read_root_that_contains_the_home_shows_nothing_of_it(setting, workdir):
     """`--workdir ~` with the home at `~/.agent-run`: the home is masked inside (an empty tmpfs),
     the run's own engine home and sandbox folder bound again on top, so the run still works

@@ -83,11 +83,20 @@ def _outside_home(home_root: Path, folder: Path, field: str) -> None:
         )
 
 
+def _is_folder(path: Path) -> bool:
+    """Whether `path` is a directory; False for a path the system cannot even look up (a name
+    too long, a folder we may not search), which `Path.is_dir` raises for."""
+    try:
+        return path.is_dir()
+    except OSError:
+        return False
+
+
 def _read_roots(home_root: Path, roots: list[str]) -> list[str]:
     resolved = []
     for index, root in enumerate(roots):
         path = Path(root).expanduser()
-        if not path.is_absolute() or not path.is_dir():
+        if not path.is_absolute() or not _is_folder(path):
             raise errors.InvalidRequest(
                 f"read root {root} is not an absolute path to a directory",
                 field=f"read_roots.{index}",
@@ -100,7 +109,7 @@ def _read_roots(home_root: Path, roots: list[str]) -> list[str]:
 def _require_read_roots(roots: list[str]) -> None:
     """A stored plan's read roots must still be folders (the sandbox mounts each)."""
     for index, root in enumerate(roots):
-        if not Path(root).is_dir():
+        if not _is_folder(Path(root)):
             raise errors.InvalidRequest(
                 f"read root {root} is no longer a directory", field=f"read_roots.{index}"
             )
@@ -220,7 +229,7 @@ def _checked_workdir(workdir: str) -> Path:
     path = Path(workdir).expanduser()
     if not path.is_absolute():
         raise errors.InvalidRequest("workdir must be an absolute path", field="workdir")
-    if not path.is_dir():
+    if not _is_folder(path):
         raise errors.InvalidRequest(f"workdir {path} is not an existing directory", field="workdir")
     return path.resolve()
 
