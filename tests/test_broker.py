@@ -116,6 +116,27 @@ def test_rate_limit_headers_are_queued_as_signals(provider):
         broker.close()
 
 
+@pytest.mark.parametrize(
+    ("status", "kind"), [(429, "rate_limited"), (503, "retry"), (529, "retry")]
+)
+def test_each_signal_says_what_the_response_was_evidence_of(provider, status, kind):
+    """A 429 is a rate limit, a 503 with Retry-After or a 529 says "later" (not usage, as a
+    503's headers were counted before), a success's rate-limit headers are usage."""
+    from agent_run.supervisor.credentials import signal_kind
+    from tests.support.mock_provider import Fault
+
+    broker = CredentialBroker(provider.url, KEY).start()
+    try:
+        provider.add(Fault.http(status, retry_after=3))
+        _, response = post(broker, {"x-api-key": broker.token}, messages_body(False))
+        response.read()
+        seen, retry_after, _detail = broker.signals.get(timeout=5)
+        assert (seen, retry_after, signal_kind(seen)) == (status, 3.0, kind)
+        assert signal_kind(200) == "usage"  # a success's rate-limit headers
+    finally:
+        broker.close()
+
+
 class _Proxy(ThreadingHTTPServer):
     """A real forward proxy on loopback: CONNECT tunnels and absolute-form requests. Every host
     it is asked for is the mock provider's port on 127.0.0.1 (so the names need no DNS)."""

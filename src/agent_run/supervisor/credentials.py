@@ -30,6 +30,15 @@ _UNREACHABLE_AS = {
 }
 
 
+def signal_kind(status: int) -> str:
+    """What a provider response with rate-limit headers (or a 429) is evidence of: a 429 is a
+    rate limit; a server error (503 with Retry-After, 529) says "later", as an engine's own
+    retry events do; any other response's headers are usage."""
+    if status == 429:
+        return "rate_limited"
+    return "retry" if status >= 500 else "usage"
+
+
 @dataclass
 class EngineCredentials:
     plan: ExecutionPlan  # the plan the engine is launched with
@@ -42,8 +51,7 @@ class EngineCredentials:
             return
         while not self.broker.signals.empty():
             status, retry_after, detail = self.broker.signals.get_nowait()
-            # A 429 is rate-limit evidence; other responses' rate-limit headers are usage.
-            log.signal("rate_limited" if status == 429 else "usage", status, retry_after, detail)
+            log.signal(signal_kind(status), status, retry_after, detail)
             windows = header_windows(json.loads(detail))  # capacity samples (docs/capacity.md)
             if windows:
                 log.quota(windows)
