@@ -20,11 +20,15 @@ from agent_run.home import Home
 from agent_run.rpc.client import RawClient
 from agent_run.supervisor.identity import Liveness, ProcessIdentity, kill_group, liveness
 
+# The suite's agents run at `nice = 0`: on a test machine busy with other tests, agents that
+# yield the CPU (the default, 10) made `--fast` ~20 s slower; tests/test_priority.py checks the
+# default.
 TEST_CONFIG = """schema_version = 1
 default_runtime = "demo"
 [supervisor]
 stall_seconds = 60.0
 cancel_grace_seconds = 1.0
+nice = 0
 [daemon]
 reconcile_interval_seconds = 0.2
 [runtimes.demo]

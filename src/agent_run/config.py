@@ -48,6 +48,14 @@ class SupervisorConfig(StrictModel):
     storage_wait_seconds: float = Field(
         default=600.0, ge=0, description="how long a finished run waits for disk space"
     )
+    nice: int = Field(
+        default=10,
+        ge=0,
+        le=19,
+        description="the niceness of an agent's supervisor and engine, and of their sessions' "
+        "scheduling groups on Linux: agents yield the CPU to the daemon and your own work "
+        "(0: the default priority)",
+    )
 
 
 class DaemonConfig(StrictModel):

@@ -71,6 +71,7 @@ class ExecutionPlan(BaseModel):
         default=4 * 1024 * 1024, ge=0
     )  # events held while the disk is full
     storage_wait_seconds: float = Field(default=600.0, ge=0)  # how long the end waits for space
+    nice: int = Field(default=0, ge=0, le=19)  # supervisor.priority (0 in plans made before it)
 
     @model_validator(mode="after")
     def _one_engine(self) -> "ExecutionPlan":

@@ -40,7 +40,8 @@ schema_version = 1            required
 default_runtime = "demo"      a key of [runtimes]
 [supervisor] stall_seconds, wall_seconds, cancel_grace_seconds,
              storage_buffer_bytes (events held in memory while the disk is full; 4 MiB),
-             storage_wait_seconds (how long a finished run waits for space; 600)
+             storage_wait_seconds (how long a finished run waits for space; 600),
+             nice (agents' niceness, and their sessions' scheduling groups'; 10)
 [daemon]     reconcile_interval_seconds, answer_scrub_seconds (each sealed answer is re-hashed
              once per this period; 3600)
 [retention]  agent_days (a terminal agent's rows, events, messages and logs go; 30),

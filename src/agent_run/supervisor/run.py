@@ -55,6 +55,7 @@ from agent_run.supervisor.engine_process import EngineProcess, Escalation
 from agent_run.supervisor.eventlog import ExecutionLog
 from agent_run.supervisor.identity import ProcessIdentity, kill_group
 from agent_run.supervisor.outcome import Outcome, StopRequest, decide_outcome
+from agent_run.supervisor.priority import lower_priority
 from agent_run.supervisor.redact import Redactor
 from agent_run.supervisor.retries import RetryWatch
 from agent_run.supervisor.seal import keep_reply
@@ -88,6 +89,8 @@ class Supervisor:
             raise SystemExit(f"no execution {execution_id}")
         self.execution_id = execution_id
         self.plan = load_plan(row["plan_json"])
+        # From here on this agent yields the CPU (its engine inherits the niceness).
+        lower_priority(os.getpid(), self.plan.nice)
         self.prompt: str = row["prompt"]  # the task, or a resume's prompt: stored once, on the row
         # spend caps, checked as the engine reports usage (supervisor/budget.py)
         self.budget = Budget.of_execution(
@@ -214,6 +217,7 @@ class Supervisor:
                 )
             )
             return
+        lower_priority(self.child.pgid, self.plan.nice)  # its own session's group
         self.stderr = StderrLog(self.child.stderr_fd(), self.dir / "engine.log", redact).start()
         identity = self.child.identity
         self.log.update(
