@@ -6,6 +6,7 @@ import threading
 import time
 
 import httpx2
+import pytest
 
 from tests.batch_harness import make_repo, wait_batch
 from tests.harness import wait_for
@@ -192,7 +193,19 @@ def test_killing_the_web_process_harms_no_agent(web, daemon, workdir):
         pass
 
 
-def test_events_are_coalesced_to_ten_a_second_and_together_miss_nothing(web, daemon, workdir):
+@pytest.fixture
+def quick_web(daemon):
+    """A web process whose quiet streams send a keep-alive every 0.5 s: a reader that got the
+    last event before it knew it was the last one sees the next line soon, not after 15 s."""
+    from tests.web_harness import WebProcess
+
+    w = WebProcess(daemon.home, args=("--keep-alive", "0.5")).start()
+    yield w
+    w.stop()
+
+
+def test_events_are_coalesced_to_ten_a_second_and_together_miss_nothing(quick_web, daemon, workdir):
+    web = quick_web
     revision = daemon.call("changes", {"after_revision": 0})["revision"]
     final = {}
 
@@ -214,7 +227,7 @@ def test_events_are_coalesced_to_ten_a_second_and_together_miss_nothing(web, dae
     ) as response:
         worker = threading.Thread(target=work)
         worker.start()
-        for line in response.iter_lines():  # a keep-alive comes at least every 15 s
+        for line in response.iter_lines():  # a keep-alive comes at least every 0.5 s
             if line.startswith(("id:", "data:")):
                 current[line.split(":", 1)[0]] = line.split(":", 1)[1].strip()
             elif line == "" and "id" in current:
@@ -229,11 +242,12 @@ def test_events_are_coalesced_to_ten_a_second_and_together_miss_nothing(web, dae
         set(ids)
     )  # several events, strictly increasing revisions
     assert seen_agents == set(final["agents"])  # nothing missed
-    # Never more than 10 in a second, as sent (0.1 s apart at least). These are receive times,
-    # which scheduling on a loaded machine can bunch: a quarter second of slack for that, still
-    # far from an uncoalesced stream (an event per change, milliseconds apart).
-    for n in range(len(stamps) - 10):
-        assert stamps[n + 10] - stamps[n] >= 0.75, stamps
+    # At most 10 a second, as sent (0.1 s apart at least). These are receive times: a client
+    # stalled on a loaded machine reads the events sent meanwhile at once (four within 0.1 ms
+    # after a 0.3 s stall, in CI), so no window of them proves the pace; their count over the
+    # stream does, with five events of slack for such a stall, and it is still far from an
+    # uncoalesced stream (an event per change: ~100 for these 12 agents, milliseconds apart).
+    assert len(ids) <= 10 * (stamps[-1] - stamps[0]) + 5, (len(ids), stamps)
 
 
 def test_home_puts_agents_that_say_they_are_blocked_under_needs_you(web, daemon, workdir):
