@@ -56,7 +56,7 @@ def migrate(conn: sqlite3.Connection) -> int:
     """Apply every migration newer than user_version, each in its own transaction. A store
     already at the newest takes no write lock (every supervisor connects through here)."""
     newest = migrations()[-1][0]
-    current: int = scalar(conn, "PRAGMA user_version")
+    current = scalar(conn, "PRAGMA user_version")
     if current >= newest:
         return current
     for number, _name, sql in migrations():

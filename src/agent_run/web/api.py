@@ -9,7 +9,7 @@ import json
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from agent_run.domain.errors import DomainError
+from agent_run.domain.errors import DomainError, LineTooLong
 from agent_run.rpc.protocol import MAX_LINE_BYTES
 from agent_run.tools import TOOLS, tool_schemas
 from agent_run.web.security import require_csrf
@@ -51,13 +51,12 @@ async def call_tool(request: Request) -> JSONResponse:
         )
     body = await _body(request)
     if body is None:
-        return error_response(
-            {
-                "code": "LineTooLong",
-                "message": f"the body is over {MAX_BODY_BYTES} bytes; a request line to the "
-                f"daemon may be at most {MAX_LINE_BYTES}",
-            }
+        too_long = LineTooLong(
+            f"the body is over {MAX_BODY_BYTES} bytes; a request line to the daemon may be at "
+            f"most {MAX_LINE_BYTES}",
+            limit=MAX_LINE_BYTES,
         )
+        return error_response(too_long.to_data())
     try:
         params = json.loads(body or b"{}")
     except ValueError as exc:
