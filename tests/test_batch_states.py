@@ -12,6 +12,7 @@ from typing import get_args
 
 import pytest
 
+from agent_run.batches.scheduler import settled_state
 from agent_run.batches.workflows import WORKFLOWS, RunSpec, check_stage, workflow_named
 from agent_run.domain import batch_models as bm
 from agent_run.domain.batch_states import (
@@ -264,6 +265,58 @@ def test_the_retry_policy_is_the_workflows():
         for name in ("repeated", "ranked", "validated")
         for stage in WORKFLOWS[name].stages
     )
+
+
+def _succeed(conn, run_id: str, **fields) -> None:
+    with write(conn):
+        run = batches_q.get_run(conn, run_id)
+        attempt = batches_q.begin_attempt(conn, run)
+        batches_q.update_run_if(
+            conn,
+            batches_q.get_run(conn, run_id),
+            expect_state=R.RUNNING,
+            expect_attempt=attempt,
+            state=R.SUCCEEDED,
+            **fields,
+        )
+
+
+@pytest.mark.parametrize(
+    "workflow, first_stage, result",
+    [
+        ("generated", "generator", [{"title": "a", "prompt": "p"}]),
+        ("ranked", "candidate", None),
+        ("validated", "worker", None),
+    ],
+)
+def test_a_batch_whose_next_stage_is_due_is_running_not_completed(
+    tmp_path, workflow, first_stage, result
+):
+    """A verdict that lands between a decision's look at the next stage and its settling left
+    a validated batch completed without its validator (CI, stop 24): a batch is complete only
+    when its workflow adds no more runs."""
+    cfg = {"prompt": "p", "runs": 1, "reviewers": 1, "profile": "write"}
+    conn = connect(tmp_path / "state.db")
+    with write(conn):
+        batches_q.insert_batch(
+            conn, {**_batch_row("bt_s", workflow), "config_json": json.dumps(cfg)}
+        )
+        batches_q.insert_run(conn, _run_row("rn_s", "bt_s", stage=first_stage))
+    _succeed(conn, "rn_s", result_json=json.dumps(result) if result is not None else None)
+    runs = batches_q.runs(conn, "bt_s")
+    assert workflow_named(workflow).follow_on_runs(cfg, runs)  # the next stage is due
+    assert settled_state(workflow_named(workflow), cfg, runs) == (B.RUNNING, None)
+    with write(conn):
+        for spec in workflow_named(workflow).follow_on_runs(cfg, runs):
+            row = _run_row(f"rn_{spec.stage}", "bt_s", stage=spec.stage, idx=spec.idx)
+            batches_q.insert_run(conn, {**row, "parent_run_id": spec.parent_run_id})
+    for run in batches_q.runs(conn, "bt_s"):
+        if run["state"] == R.QUEUED:
+            _succeed(conn, run["id"])
+    runs = batches_q.runs(conn, "bt_s")
+    assert not workflow_named(workflow).follow_on_runs(cfg, runs)
+    assert settled_state(workflow_named(workflow), cfg, runs) == (B.COMPLETED, None)
+    conn.close()
 
 
 # -- the migration ----------------------------------------------------------------------------------

@@ -73,7 +73,8 @@ def test_with_javascript_off_every_page_reads_and_the_new_batch_form_posts(web, 
         page.click(f"table a:text('{batch['id']}')")
         assert page.url == f"{web.base}/batches/{batch['id']}"
         assert "repeated" in page.inner_text("main") and "completed" in page.inner_text("h1")
-        page.click(f"a[href='/batches/{batch['id']}/runs/{run['id']}']")
+        with page.expect_navigation():  # loaded, not just committed: count() does not wait
+            page.click(f"a[href='/batches/{batch['id']}/runs/{run['id']}']")
         assert page.locator("h3.turn").count() >= 1  # Session: the transcript, server-rendered
         assert page.locator(".answer .badge.ok:text('verified')").count() == 1
         assert "added GREETING.md" in page.inner_text(".answer")

@@ -37,9 +37,12 @@ TICK_SECONDS = 0.5
 IDLE_SECONDS = 5.0
 
 
-def settled_state(workflow: Workflow, runs: list[sqlite3.Row]) -> tuple[BatchState, str | None]:
+def settled_state(
+    workflow: Workflow, cfg: dict[str, Any], runs: list[sqlite3.Row]
+) -> tuple[BatchState, str | None]:
     """The batch's state (and reason) that its runs make: blocked when a staged workflow's run
-    failed, live while a run waits or runs, then failed or completed."""
+    failed, live while a run waits or runs or a next stage is still to be added (a validator,
+    reviewers, generated workers), then failed or completed."""
     failed = [r for r in runs if r["state"] == RunState.FAILED]
     if workflow.staged and failed:
         first = failed[0]
@@ -50,6 +53,8 @@ def settled_state(workflow: Workflow, runs: list[sqlite3.Row]) -> tuple[BatchSta
     if any(RunState(r["state"]) in RUN_ACTIVE for r in runs):
         started = any(r["state"] == RunState.RUNNING or r["attempt"] for r in runs)
         return (BatchState.RUNNING if started else BatchState.QUEUED), None
+    if workflow.follow_on_runs(cfg, runs):  # its next stage is due: the next decision adds it
+        return BatchState.RUNNING, None
     if failed:
         return BatchState.FAILED, f"{len(failed)} run(s) failed"
     return BatchState.COMPLETED, None
@@ -314,7 +319,8 @@ class BatchScheduler:
                 run_verify, check.command, run["workdir"], check.timeout, self.ctx.home, sandbox
             )
             fields.update(verify_passed=int(passed), verify_output=output)
-        await self.ctx.db(write_run_if, run["id"], RunState.RUNNING, action.attempt, **fields)
+        async with self.lock:  # a verdict lands between decisions, never in the middle of one
+            await self.ctx.db(write_run_if, run["id"], RunState.RUNNING, action.attempt, **fields)
         return []
 
     # -- the batch -------------------------------------------------------------------------
@@ -326,10 +332,9 @@ class BatchScheduler:
                 if BatchState(current["state"]).ended:  # cancelled meanwhile
                     return
                 runs = batches_q.runs(conn, batch["id"])
-                state, reason = settled_state(workflow, runs)
-                at_cap, _ = batch_caps(
-                    json.loads(current["config_json"]), *batch_spend(conn, batch["id"])
-                )
+                cfg = json.loads(current["config_json"])
+                state, reason = settled_state(workflow, cfg, runs)
+                at_cap, _ = batch_caps(cfg, *batch_spend(conn, batch["id"]))
                 if at_cap is not None and state is not BatchState.COMPLETED:
                     reason = f"{at_cap}; {reason}" if reason else f"{at_cap}: no new run starts"
                 if state is BatchState.COMPLETED:
