@@ -243,3 +243,224 @@ def test_write_private_file_fsyncs_the_directory_after_the_rename(workdir: Path)
         re.search(rf"fsync\({fd}\) += 0", line) for fd in dir_fds for line in lines[renamed:]
     )
     assert (workdir / "reply.md").read_bytes() == b"x" * 100000
+
+
+def test_a_cancelled_batchs_runs_are_not_redone(batch_project: BatchProject) -> None:
+    """Cancelled is final: the scheduler no longer looks at the batch, so a rerun, resume or
+    follow-up of one of its runs would run an agent nobody judges or stops."""
+    daemon = batch_project.daemon
+    batch = batch_project.start(
+        "repeated", runs=2, concurrency=1, prompt="steps: 400\nstep_seconds: 0.05\nanswer: x"
+    )
+    wait_for(
+        lambda: any(
+            r["agent_id"]
+            for r in runs_of(daemon.call("batch", {"batch_id": batch["id"]}), "worker")
+        ),
+        timeout=60,
+        what="the first worker's agent",
+    )
+    daemon.call("batch_cancel", {"batch_id": batch["id"]})
+    done = wait_batch(daemon, batch["id"], ("cancelled",), timeout=60)
+    agents_before = daemon.call("list_agents", {})["total"]
+    for tool, params in (
+        ("run_rerun", {}),
+        ("run_resume", {"prompt": "answer: again"}),
+        ("run_followup", {"text": "answer: again", "reopen": True}),
+    ):
+        for run in runs_of(done, "worker"):
+            with daemon.client() as client:
+                try:
+                    client.call(tool, {"run_id": run["id"], **params})
+                except DomainError as exc:
+                    assert exc.code == "Conflict" and exc.field == "run_id", (tool, exc)
+                    assert "cancelled" in exc.message, exc.message
+                else:
+                    raise AssertionError(f"{tool} of a cancelled batch's run was accepted")
+    after = daemon.call("batch", {"batch_id": batch["id"]})
+    assert after["state"] == "cancelled"
+    assert [r["state"] for r in runs_of(after, "worker")] == [
+        r["state"] for r in runs_of(done, "worker")
+    ]
+    assert daemon.call("list_agents", {})["total"] == agents_before  # no agent was started
+
+
+def test_a_rerun_never_drops_reviewers_whose_agents_still_run(batch_project: BatchProject) -> None:
+    """Rerunning a ranked candidate drops its reviews; while a reviewer runs that is refused, or
+    its agent would run on, unowned, spending the batch's budget."""
+    daemon = batch_project.daemon
+    batch = batch_project.start_ranked_pair("steps: 400\nstep_seconds: 0.05\nscore: 50")
+
+    def reviewer_running() -> dict[str, Any] | None:
+        view = daemon.call("batch", {"batch_id": batch["id"]})
+        reviewers = runs_of(view, "reviewer")
+        return view if reviewers and reviewers[0]["agent_id"] else None
+
+    view = wait_for(reviewer_running, timeout=90, what="the reviewer's agent")
+    candidate, reviewer = runs_of(view, "candidate")[0], runs_of(view, "reviewer")[0]
+    with daemon.client() as client:
+        try:
+            client.call("run_rerun", {"run_id": candidate["id"]})
+        except DomainError as exc:
+            assert exc.code == "Conflict" and exc.field == "run_id", exc
+            assert "review 1 of candidate 1" in exc.message, exc.message
+        else:
+            raise AssertionError("the rerun dropped a running reviewer")
+    after = daemon.call("batch", {"batch_id": batch["id"]})
+    assert [r["id"] for r in runs_of(after, "reviewer")] == [reviewer["id"]]
+    assert runs_of(after, "candidate")[0]["attempts"] == candidate["attempts"]
+    daemon.call("run_stop", {"run_id": reviewer["id"]})
+    wait_for(
+        lambda: (
+            runs_of(daemon.call("batch", {"batch_id": batch["id"]}), "reviewer")[0]["state"]
+            == "cancelled"
+        ),
+        timeout=60,
+        what="the reviewer stopped",
+    )
+    blocked = wait_batch(daemon, batch["id"], ("blocked",), timeout=60)  # no ranking without it
+    assert (
+        blocked["state_reason"]
+        == "review 1 of candidate 1 was stopped; rerun or resume it to continue"
+    )
+    result = daemon.call("run_rerun", {"run_id": candidate["id"]})  # now it may
+    assert result["run"]["state"] == "running"
+
+
+def test_a_batch_that_cannot_advance_says_why_and_stalls_no_other(
+    batch_project: BatchProject,
+) -> None:
+    """A generated batch whose workers' worktrees git cannot add (its worktree root became a
+    file) fails every decision about it: the batch says why and is retried, and the batches
+    after it are still scheduled; once the fault is gone it goes on to the end."""
+    daemon = batch_project.daemon
+    root = Path(short_tmpdir()) / "worktrees"
+    root.mkdir()
+    try:
+        stuck = batch_project.start(
+            "generated",
+            runs=1,
+            prompt="steps: 20\nstep_seconds: 0.05\ntasks: auto",
+            worktree_root=str(root),
+        )
+        root.rmdir()
+        root.write_text("not a folder\n")  # git cannot add a worktree under it
+
+        def says_why() -> dict[str, Any] | None:
+            view = daemon.call("batch", {"batch_id": stuck["id"]})
+            return view if "cannot advance, retrying" in (view["state_reason"] or "") else None
+
+        view = wait_for(says_why, timeout=90, what="the stuck batch to say why")
+        assert view["state"] == "running" and runs_of(view, "worker") == []
+        other = batch_project.finish("repeated", runs=1, prompt="answer: after", timeout=90)
+        assert other["state"] == "completed", other  # scheduled though the first one stalls
+        root.unlink()
+        root.mkdir()  # the fault is gone
+        done = wait_batch(daemon, stuck["id"], timeout=90)
+        assert done["state"] == "completed" and done["state_reason"] is None, done
+        assert [r["state"] for r in runs_of(done, "worker")] == ["succeeded"]
+    finally:
+        if root.is_file():
+            root.unlink()
+        shutil.rmtree(root.parent, ignore_errors=True)
+
+
+def test_a_worktree_add_that_failed_after_making_its_branch_is_retried_and_a_moved_one_refused(
+    tmp_path: Path,
+) -> None:
+    from agent_run import git as git_ops
+    from tests.batch_harness import git
+
+    repo = make_repo()
+    base = git(repo, "rev-parse", "HEAD").strip()
+    blocker = tmp_path / "root"
+    blocker.write_text("not a folder\n")
+    with_branch = "agent-run/bt_x/worker-1"
+    try:
+        git_ops.add_worktree(repo, blocker / "w1", with_branch, base)
+    except DomainError:
+        pass
+    else:
+        raise AssertionError("git added a worktree under a file")
+    assert with_branch in git(repo, "branch", "--list")  # what git leaves behind
+    folder = tmp_path / "w1"
+    git_ops.add_worktree(repo, folder, with_branch, base)
+    assert git(folder, "symbolic-ref", "HEAD").strip() == f"refs/heads/{with_branch}"
+    git(folder, "commit", "-q", "--allow-empty", "-m", "moved on")
+    shutil.rmtree(folder)
+    try:
+        git_ops.add_worktree(repo, tmp_path / "w2", with_branch, base)
+    except DomainError as exc:
+        assert "already exists" in exc.message and "refusing" in exc.message, exc.message
+    else:
+        raise AssertionError("a branch that moved on was reused")
+    shutil.rmtree(repo.parent, ignore_errors=True)
+
+
+def test_a_batch_admitted_without_its_runs_gets_them_after_a_restart(
+    batch_project: BatchProject,
+) -> None:
+    """batch_start commits the batch, then makes its runs (git work): a daemon killed between
+    the two left a live batch with no runs, which settled `completed` (repeated) or got a
+    validator over no workers (validated). The restarted daemon makes its first runs instead."""
+    from agent_run.store import batches as batches_q
+    from agent_run.store.db import connect, write
+
+    daemon = batch_project.daemon
+    model = batch_project.finish(
+        "validated",
+        runs=2,
+        prompt="write: answer.txt = 42\nresult: auto",
+        validator_prompt="verdict: auto",
+    )
+    assert model["state"] == "completed", model
+    daemon.kill9()
+    conn = connect(daemon.home.db_path)
+    row = dict(batches_q.get_batch(conn, model["id"]))
+    orphan = "bt_admittedwithoutruns"
+    with write(conn):  # exactly what `admit` commits, and nothing after it
+        batches_q.insert_batch(
+            conn,
+            {
+                key: row[key]
+                for key in (
+                    "workflow",
+                    "config_json",
+                    "project_root",
+                    "project_subdir",
+                    "base_ref",
+                    "base_sha",
+                    "base_branch",
+                    "worktree_root",
+                )
+            }
+            | {"id": orphan, "request_id": None, "request_hash": "h"},
+        )
+    conn.close()
+    daemon.start()
+    done = wait_batch(daemon, orphan, timeout=120)
+    assert done["state"] == "completed", done
+    assert [r["state"] for r in runs_of(done, "worker")] == ["succeeded", "succeeded"]
+    assert [r["state"] for r in runs_of(done, "validator")] == ["succeeded"]
+
+
+def test_clean_keeps_a_worktree_a_running_reviewer_works_in(batch_project: BatchProject) -> None:
+    """A succeeded candidate's worktree is where its reviewers run: a forced clean while they
+    run keeps it (kept_running), or the reviewers fail and the batch blocks for good."""
+    daemon = batch_project.daemon
+    batch = batch_project.start_ranked_pair("steps: 400\nstep_seconds: 0.05\nscore: 50")
+
+    def reviewer_running() -> dict[str, Any] | None:
+        view = daemon.call("batch", {"batch_id": batch["id"]})
+        reviewers = runs_of(view, "reviewer")
+        return view if reviewers and reviewers[0]["agent_id"] else None
+
+    view = wait_for(reviewer_running, timeout=90, what="the reviewer's agent")
+    candidate = runs_of(view, "candidate")[0]
+    cleaned = daemon.call("batch_clean", {"batch_id": batch["id"], "confirm": True, "force": True})
+    assert [(i["run_id"], i["action"]) for i in cleaned["items"]] == [
+        (candidate["id"], "kept_running")
+    ]
+    assert Path(candidate["worktree"]).is_dir()
+    done = wait_batch(daemon, batch["id"], timeout=120)
+    assert done["state"] == "completed", done

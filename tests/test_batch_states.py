@@ -316,6 +316,35 @@ def test_a_batch_whose_next_stage_is_due_is_running_not_completed(
     runs = batches_q.runs(conn, "bt_s")
     assert not workflow_named(workflow).follow_on_runs(cfg, runs)
     assert settled_state(workflow_named(workflow), cfg, runs) == (B.COMPLETED, None)
+    assert settled_state(workflow_named(workflow), cfg, []) == (B.QUEUED, None)  # none made yet
+    conn.close()
+
+
+@pytest.mark.parametrize("workflow, stage", [("ranked", "candidate"), ("validated", "worker")])
+def test_a_staged_batch_with_a_stopped_run_is_blocked_not_completed(tmp_path, workflow, stage):
+    """A stopped validated worker or ranked candidate left the batch `completed` with no verdict
+    (or a ranking over a score of 0): its next stage needs every run."""
+    cfg = {"prompt": "p", "runs": 1, "reviewers": 1, "profile": "write"}
+    conn = connect(tmp_path / "state.db")
+    with write(conn):
+        batches_q.insert_batch(
+            conn, {**_batch_row("bt_c", workflow), "config_json": json.dumps(cfg)}
+        )
+        batches_q.insert_run(conn, {**_run_row("rn_c", "bt_c", stage=stage), "title": "worker 1"})
+        run = batches_q.get_run(conn, "rn_c")
+        attempt = batches_q.begin_attempt(conn, run)
+        batches_q.update_run_if(
+            conn,
+            batches_q.get_run(conn, "rn_c"),
+            expect_state=R.RUNNING,
+            expect_attempt=attempt,
+            state=R.CANCELLED,
+            failure="stopped",
+        )
+    assert settled_state(workflow_named(workflow), cfg, batches_q.runs(conn, "bt_c")) == (
+        B.BLOCKED,
+        "worker 1 was stopped; rerun or resume it to continue",
+    )
     conn.close()
 
 

@@ -146,10 +146,25 @@ def worktree_path(root_dir: Path, project: Project, label: str, batch_id: str, n
 
 
 def add_worktree(root: Path, path: Path, branch: str, base_sha: str) -> None:
-    """Create the worktree on a new branch at the pinned base; a no-op if it is already there."""
+    """Create the worktree on a new branch at the pinned base; a no-op if it is already there.
+    git makes the branch before the folder, so an add that failed there (a worktree root that is
+    not a folder, a full disk, a kill) left the branch alone at the base: the next add reuses it.
+    A branch of that name anywhere else is refused, never moved."""
     if (path / ".git").exists():
         return
-    git(root, "worktree", "add", "-b", branch, str(path), base_sha)
+    tip = git(
+        root, "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}^{{commit}}", check=False
+    ).strip()
+    if not tip:
+        git(root, "worktree", "add", "-b", branch, str(path), base_sha)
+    elif tip == base_sha:
+        git(root, "worktree", "prune")  # a registration whose folder is gone holds the branch
+        git(root, "worktree", "add", str(path), branch)
+    else:
+        raise GitError(
+            f"branch {branch} already exists at {tip[:12]}, not at the batch's base "
+            f"{base_sha[:12]}; refusing to reuse it"
+        )
 
 
 def commit_files(worktree: Path, message: str, files: list[str], branch: str) -> str:

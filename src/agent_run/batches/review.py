@@ -8,6 +8,7 @@ from pathlib import Path
 
 from agent_run import git
 from agent_run.batches.service import scheduler
+from agent_run.batches.workflows import workflow_named
 from agent_run.domain import batch_models as bm
 from agent_run.domain.batch_states import RUN_ACTIVE, RunState
 from agent_run.domain.errors import BatchNotFound, GitError
@@ -79,12 +80,10 @@ async def batch_clean(ctx: ServiceContext, p: bm.BatchCleanParams) -> bm.BatchCl
         batch_row = await ctx.db(batches_q.get_batch, p.batch_id)
         if batch_row is None:
             raise BatchNotFound(f"no batch {p.batch_id}", field="batch_id")
-        runs = [
-            r
-            for r in await ctx.db(batches_q.runs, p.batch_id)
-            if r["worktree"] and (not p.run_ids or r["id"] in p.run_ids)
-        ]
-        items = await asyncio.to_thread(_clean_plan, batch_row, runs, sched.busy, p.force)
+        every = await ctx.db(batches_q.runs, p.batch_id)
+        runs = [r for r in every if r["worktree"] and (not p.run_ids or r["id"] in p.run_ids)]
+        in_use = _folders_in_use(batch_row, every, sched.busy)
+        items = await asyncio.to_thread(_clean_plan, batch_row, runs, sched.busy | in_use, p.force)
         removing = {i.run_id for i in items if i.action == "remove"} if p.confirm else set()
         sched.busy.update(removing)
     try:
@@ -116,6 +115,24 @@ async def batch_clean(ctx: ServiceContext, p: bm.BatchCleanParams) -> bm.BatchCl
 def _into(batch_row: sqlite3.Row) -> str:
     """ "Ahead" is measured against where the base ref points now, not the pinned sha."""
     return batch_row["base_ref"] if batch_row["base_ref"] != "HEAD" else batch_row["base_sha"]
+
+
+def _folders_in_use(batch_row: sqlite3.Row, runs: list[sqlite3.Row], busy: set[str]) -> set[str]:
+    """The runs whose worktree a live run works or reads in (a candidate's under review, the
+    workers' while the validator reads them): their worktrees are kept as if they ran."""
+    workflow = workflow_named(batch_row["workflow"])
+    used = [
+        Path(folder)
+        for r in runs
+        if RunState(r["state"]) in RUN_ACTIVE or r["id"] in busy
+        for folder in [r["workdir"], *workflow.read_roots(r, runs)]
+    ]
+    return {
+        r["id"]
+        for r in runs
+        if r["worktree"]
+        and any(p == Path(r["worktree"]) or Path(r["worktree"]) in p.parents for p in used)
+    }
 
 
 def _clean_plan(

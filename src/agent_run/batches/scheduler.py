@@ -7,6 +7,7 @@ run's (state, attempt), so a stop, rerun or cancel that came first wins and noth
 behind a slow verify."""
 
 import asyncio
+import contextlib
 import json
 import sqlite3
 import time
@@ -41,14 +42,22 @@ def settled_state(
     workflow: Workflow, cfg: dict[str, Any], runs: list[sqlite3.Row]
 ) -> tuple[BatchState, str | None]:
     """The batch's state (and reason) that its runs make: blocked when a staged workflow's run
-    failed, live while a run waits or runs or a next stage is still to be added (a validator,
+    failed or was stopped, live while a run waits or runs or a next stage is still to be added (a validator,
     reviewers, generated workers), then failed or completed."""
+    if not runs:  # its first runs are not made yet
+        return BatchState.QUEUED, None
     failed = [r for r in runs if r["state"] == RunState.FAILED]
     if workflow.staged and failed:
         first = failed[0]
         return (
             BatchState.BLOCKED,
             f"{first['title']} failed ({first['failure']}); rerun or resume it to continue",
+        )
+    stopped = [r for r in runs if r["state"] == RunState.CANCELLED]
+    if workflow.staged and stopped:  # its next stage needs every run: no verdict without it
+        return (
+            BatchState.BLOCKED,
+            f"{stopped[0]['title']} was stopped; rerun or resume it to continue",
         )
     if any(RunState(r["state"]) in RUN_ACTIVE for r in runs):
         started = any(r["state"] == RunState.RUNNING or r["attempt"] for r in runs)
@@ -101,13 +110,24 @@ class BatchScheduler:
         """Advance every live batch once; return how many there were."""
         batches = await self.ctx.db(batches_q.live_batches)
         for batch in batches:
-            await self.advance(batch["id"])
+            try:
+                await self.advance(batch["id"])
+            except Exception as exc:  # one batch's fault (git cannot add a worktree) stalls it only
+                if self.log is not None:
+                    self.log.exception("batch.advance_error", batch_id=batch["id"], error=repr(exc))
+                with contextlib.suppress(Exception):  # best effort: the log has it already
+                    await self.ctx.db(_say_stalled, batch["id"], exc)
         return len(batches)
 
     async def advance(self, batch_id: str) -> None:
         """Decide under the lock, then start agents (awaited) and judge runs (in the background)."""
         async with self.lock:
-            actions = await self._decide(batch_id)
+            marked = set(self.busy)
+            try:
+                actions = await self._decide(batch_id)
+            except BaseException:  # its actions are lost: their runs must not stay marked busy
+                self.busy.intersection_update(marked)
+                raise
         for action in actions:
             if action.kind == "start":
                 await self.act(action)
@@ -130,7 +150,8 @@ class BatchScheduler:
         if batch["cancel_requested"]:
             await self._cancel(batch, runs)
             return actions
-        specs = workflow.follow_on_runs(cfg, runs)
+        # No runs at all: the daemon died between admitting the batch and making its first runs.
+        specs = workflow.follow_on_runs(cfg, runs) if runs else workflow.initial_runs(cfg)
         if specs:
             await self.ctx.db(insert_runs, batch, specs, runs)
             runs = await self.ctx.db(batches_q.runs, batch_id)
@@ -422,11 +443,23 @@ def _start_params(
     )
 
 
+def _say_stalled(conn: sqlite3.Connection, batch_id: str, exc: Exception) -> None:
+    """Show why a batch does not advance; the next tick tries again, and its settling clears
+    this once it does."""
+    message = exc.message if isinstance(exc, DomainError) else f"{type(exc).__name__}: {exc}"
+    with write(conn):
+        batches_q.update_batch(
+            conn, batch_id, state_reason=f"cannot advance, retrying: {message}"[:500]
+        )
+
+
 def _attach_agent(conn: sqlite3.Connection, run_id: str, action: Action, agent_id: str) -> bool:
     """Record the started agent as the run's attempt, unless the run moved on meanwhile (stopped,
     cancelled, another attempt): False then, and the caller stops the agent."""
     with write(conn):
         fresh = batches_q.get_run(conn, run_id)
+        if fresh is None:  # dropped meanwhile (a rerun of the run it judged)
+            return False
         if fresh["agent_id"] == agent_id:
             return True
         if fresh["agent_id"] is not None or not batches_q.update_run_if(

@@ -255,6 +255,18 @@ async def run_stop(ctx: ServiceContext, p: bm.RunParams) -> bm.RunActionResult:
     return await _result(ctx, p.run_id, message)
 
 
+def _batch_open(batch_row: sqlite3.Row, verb: str) -> None:
+    """A cancelled batch (or one being cancelled) is final: none of its runs is redone, or the
+    scheduler, which no longer looks at it, would never judge or stop the new attempt."""
+    if batch_row["state"] == BatchState.CANCELLED or batch_row["cancel_requested"]:
+        raise Conflict(
+            f"batch {batch_row['id']} is cancelled; its runs cannot {verb} "
+            "(start a new batch from it: batch_start with the same fields)",
+            field="run_id",
+            state=batch_row["state"],
+        )
+
+
 def _settled(sched: BatchScheduler, run: sqlite3.Row, verb: str) -> None:
     if RunState(run["state"]) in RUN_ACTIVE:
         raise Conflict(
@@ -280,8 +292,22 @@ async def run_rerun(ctx: ServiceContext, p: bm.RunParams) -> bm.RunActionResult:
     sched = scheduler(ctx)
     async with sched.lock:  # decide and commit the new attempt; its agent starts outside the lock
         batch_row, run = await _run_context(ctx, p.run_id)
+        _batch_open(batch_row, "rerun")
         _settled(sched, run, "rerun")
         workflow = workflow_named(batch_row["workflow"])
+        runs = await ctx.db(batches_q.runs, batch_row["id"])
+        dropped, _ = workflow.reset_on_rerun(run, runs)
+        if live := [
+            r["title"]
+            for r in runs
+            if r["id"] in dropped and (RunState(r["state"]) in RUN_ACTIVE or r["id"] in sched.busy)
+        ]:  # a rerun drops the runs that judged this one: never while their agents run
+            raise Conflict(
+                f"run {run['id']}'s {', '.join(live)} still run; stop them or wait before you "
+                "rerun it",
+                field="run_id",
+                state=run["state"],
+            )
 
         def reset(conn: sqlite3.Connection) -> None:
             with write(conn):
@@ -327,6 +353,9 @@ async def _continue_agent(ctx: ServiceContext, run: sqlite3.Row, prompt: str, ki
 
     def record(conn: sqlite3.Connection) -> bool:
         with write(conn):
+            batch_row = batches_q.get_batch(conn, run["batch_id"])
+            if batch_row["state"] == BatchState.CANCELLED or batch_row["cancel_requested"]:
+                return False  # cancelled while the agent resumed
             attempt = batches_q.begin_attempt(conn, run)  # the same agent: agent_id stays
             if attempt is None:
                 return False
@@ -351,6 +380,7 @@ async def _continue_run(
     sched = scheduler(ctx)
     async with sched.lock:
         batch_row, run = await _run_context(ctx, run_id)
+        _batch_open(batch_row, kind.replace("followup", "follow up"))
         await check(batch_row, run)
         spent = await ctx.db(batch_spend, batch_row["id"])
         at_cap, _ = batch_caps(json.loads(batch_row["config_json"]), *spent)

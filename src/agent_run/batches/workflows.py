@@ -164,8 +164,12 @@ class Generated(Workflow):
         return [RunSpec("generator", 1, "generator", prompt, "read_only", worktree=False)]
 
     def follow_on_runs(self, cfg: dict[str, Any], runs: list[sqlite3.Row]) -> list[RunSpec]:
-        generator = next(r for r in runs if r["stage"] == "generator")
-        if generator["state"] != RunState.SUCCEEDED or any(r["stage"] == "worker" for r in runs):
+        generator = next((r for r in runs if r["stage"] == "generator"), None)
+        if (
+            generator is None
+            or generator["state"] != RunState.SUCCEEDED
+            or any(r["stage"] == "worker" for r in runs)
+        ):
             return []
         tasks = json.loads(generator["result_json"])
         return [
@@ -310,8 +314,10 @@ class Validated(Workflow):
 
     def follow_on_runs(self, cfg: dict[str, Any], runs: list[sqlite3.Row]) -> list[RunSpec]:
         workers = [r for r in runs if r["stage"] == "worker"]
-        if any(r["stage"] == "validator" for r in runs) or not all(
-            w["state"] == RunState.SUCCEEDED for w in workers
+        if (
+            not workers
+            or any(r["stage"] == "validator" for r in runs)
+            or not all(w["state"] == RunState.SUCCEEDED for w in workers)
         ):
             return []
         listing = "\n".join(f"- worker {w['idx']}: {w['workdir']}" for w in workers)
