@@ -464,3 +464,24 @@ def test_clean_keeps_a_worktree_a_running_reviewer_works_in(batch_project: Batch
     assert Path(candidate["worktree"]).is_dir()
     done = wait_batch(daemon, batch["id"], timeout=120)
     assert done["state"] == "completed", done
+
+
+def test_a_generator_whose_workers_exist_is_not_redone(batch_project: BatchProject) -> None:
+    """Its workers were made from its task list: a rerun or follow-up of the generator would
+    make a new list that nothing uses, while the batch looked regenerated."""
+    daemon = batch_project.daemon
+    done = batch_project.finish("generated", runs=2, prompt="tasks: auto")
+    assert done["state"] == "completed", done
+    generator = runs_of(done, "generator")[0]
+    for tool, params in (("run_rerun", {}), ("run_followup", {"text": "tasks: auto"})):
+        with daemon.client() as client:
+            try:
+                client.call(tool, {"run_id": generator["id"], **params})
+            except DomainError as exc:
+                assert exc.code == "Conflict" and exc.field == "run_id", (tool, exc)
+                assert "were made from its task list" in exc.message, exc.message
+            else:
+                raise AssertionError(f"{tool} of a generator with workers was accepted")
+    after = daemon.call("batch", {"batch_id": done["id"]})
+    assert after["state"] == "completed"
+    assert runs_of(after, "generator")[0]["attempts"] == generator["attempts"]

@@ -189,3 +189,28 @@ def test_runs_running_together_are_stopped_once_the_batch_total_passes_its_cap(d
     assert third["state"] == "failed" and third["failure"].startswith(
         "budget: the batch reached its max_tokens"
     )
+
+
+def test_a_refused_follow_up_at_the_cap_leaves_a_locked_run_locked(daemon):
+    """`reopen` unlocks a validated worker for its follow-up; at the batch's cap the follow-up
+    is refused, and the run stays locked (its result still feeds the verdict)."""
+    repo = make_repo()
+    batch = daemon.call(
+        "batch_start",
+        {
+            "workflow": "validated",
+            "project": str(repo),
+            "prompt": STEPPED,
+            "runs": 1,
+            "max_tokens": 100,
+        },
+    )
+    batch = wait_batch(daemon, batch["id"])
+    worker = next(r for r in batch["runs"] if r["stage"] == "worker")
+    assert worker["state"] == "failed" and worker["locked"] is True, worker
+    with pytest.raises(Conflict) as refused:
+        with daemon.client() as client:
+            client.call("run_followup", {"run_id": worker["id"], "text": "more", "reopen": True})
+    assert "budget: the batch reached its max_tokens" in refused.value.message
+    after = daemon.call("batch", {"batch_id": batch["id"]})
+    assert next(r for r in after["runs"] if r["id"] == worker["id"])["locked"] is True

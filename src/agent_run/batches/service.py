@@ -13,7 +13,7 @@ from agent_run.batches.budget import batch_caps
 from agent_run.batches.run_rows import insert_runs, write_run, write_run_if
 from agent_run.batches.scheduler import SETTINGS_KEY, BatchScheduler
 from agent_run.batches.views import batch_summary, batch_view, get_run_or_raise, run_view
-from agent_run.batches.workflows import workflow_named
+from agent_run.batches.workflows import Workflow, workflow_named
 from agent_run.domain import batch_models as bm
 from agent_run.domain.batch_states import RUN_ACTIVE, BatchState, RunState
 from agent_run.domain.errors import (
@@ -267,6 +267,13 @@ def _batch_open(batch_row: sqlite3.Row, verb: str) -> None:
         )
 
 
+def _redo_allowed(workflow: Workflow, run: sqlite3.Row, runs: list[sqlite3.Row], verb: str) -> None:
+    if reason := workflow.redo_refusal(run, runs):
+        raise Conflict(
+            f"run {run['id']} cannot {verb}: {reason}", field="run_id", state=run["state"]
+        )
+
+
 def _settled(sched: BatchScheduler, run: sqlite3.Row, verb: str) -> None:
     if RunState(run["state"]) in RUN_ACTIVE:
         raise Conflict(
@@ -296,6 +303,7 @@ async def run_rerun(ctx: ServiceContext, p: bm.RunParams) -> bm.RunActionResult:
         _settled(sched, run, "rerun")
         workflow = workflow_named(batch_row["workflow"])
         runs = await ctx.db(batches_q.runs, batch_row["id"])
+        _redo_allowed(workflow, run, runs, "rerun")
         dropped, _ = workflow.reset_on_rerun(run, runs)
         if live := [
             r["title"]
@@ -381,11 +389,14 @@ async def _continue_run(
     async with sched.lock:
         batch_row, run = await _run_context(ctx, run_id)
         _batch_open(batch_row, kind.replace("followup", "follow up"))
-        await check(batch_row, run)
         spent = await ctx.db(batch_spend, batch_row["id"])
         at_cap, _ = batch_caps(json.loads(batch_row["config_json"]), *spent)
         if at_cap is not None:  # a batch at its cap starts no new turn either
             raise Conflict(f"{at_cap}: no run of it resumes or follows up", field="run_id")
+        workflow = workflow_named(batch_row["workflow"])
+        runs = await ctx.db(batches_q.runs, batch_row["id"])
+        _redo_allowed(workflow, run, runs, kind.replace("followup", "follow up"))
+        await check(batch_row, run)  # last: a follow-up's check unlocks the run it reopens
         sched.busy.add(run_id)
     try:
         await _continue_agent(ctx, await ctx.db(batches_q.get_run, run_id), prompt, kind)

@@ -147,6 +147,10 @@ class Workflow:
         """Updates per run id once every run succeeded (scores, ranks)."""
         return {}
 
+    def redo_refusal(self, run: sqlite3.Row, runs: list[sqlite3.Row]) -> str | None:
+        """Why `run` may not be rerun or followed up now (None: it may)."""
+        return None
+
 
 class Repeated(Workflow):
     name = "repeated"
@@ -192,6 +196,15 @@ class Generated(Workflow):
 
     def retries(self, stage: str) -> int:
         return 1 if stage == "generator" else 0  # a generator's malformed reply gets one more try
+
+    def redo_refusal(self, run: sqlite3.Row, runs: list[sqlite3.Row]) -> str | None:
+        workers = [r for r in runs if r["stage"] == "worker"]
+        if run["stage"] == "generator" and workers:  # a new task list would change nothing
+            return (
+                f"its {len(workers)} worker run(s) were made from its task list; start a new "
+                "batch for new tasks"
+            )
+        return None
 
 
 class Ranked(Workflow):
