@@ -101,10 +101,13 @@ def user_message(text: str) -> bytes:
     ).encode()
 
 
-def run_direct(n_agents: int, base: int, workdir: str, engine_home: str) -> dict:
-    """Spawn n demo engines at once, feed each its task, wait for all, verify the answers."""
+def run_direct(
+    n_agents: int, base: int, workdir: str, engine_home: str, argv: list[str] | None = None
+) -> dict:
+    """Spawn n demo engines at once (`argv`: the engine's, or a wrapper's around it), feed each
+    its task, wait for all, verify the answers."""
     env = engine_env(engine_home)
-    argv = [sys.executable, "-m", "agent_run.engines.demo_program", "--model", "demo-1"]
+    argv = argv or [sys.executable, "-m", "agent_run.engines.demo_program", "--model", "demo-1"]
     cpu0 = own_children_cpu()
     t0 = time.perf_counter()
     procs = []

@@ -4,9 +4,11 @@ Two daemons in two fresh homes, one of each kind, measured interleaved:
 - `start` -> supervisor ready (identity recorded, `starting`: the row's `started_at`, written by
   the supervisor in that transaction) vs a bare `python -c pass` spawn;
 - an instant demo agent (`answer: x`), `start` -> terminal (`ended_at`) vs spawning the demo
-  engine directly with the same input;
+  engine directly with the same input, bare and in the bubblewrap sandbox the supervisor runs
+  it in (`bench_sandbox.sandboxed_demo_argv`: agent-run's own cost apart from the sandbox's);
 - 100 demo agents started at once from 8 connections until all are terminal and every answer is
-  verified, vs the same 100 engines spawned directly (bench_fanout's `run_direct`);
+  verified, vs the same 100 engines spawned directly (bench_fanout's `run_direct`), bare and
+  sandboxed;
 - supervisor PSS and RSS while 5 agents run.
 
     uv run python bench/bench_fork_server.py [--rounds 20] [--fanout-rounds 2]
@@ -35,6 +37,7 @@ from _common import (
     zygote_ready,
 )
 from bench_fanout import engine_env, run_direct, user_message
+from bench_sandbox import sandboxed_demo_argv
 
 from agent_run.rpc.client import RawClient
 
@@ -47,9 +50,10 @@ def bare_spawn() -> float:
     return time.perf_counter() - t
 
 
-def direct_engine(workdir: str, engine_home: str) -> float:
-    """Spawn the demo engine with `answer: x`, read until it exits."""
-    argv = [sys.executable, "-m", "agent_run.engines.demo_program", "--model", "demo-1"]
+def direct_engine(workdir: str, engine_home: str, argv: list[str] | None = None) -> float:
+    """Spawn the demo engine (or `argv`, its sandboxed form) with `answer: x`, read until it
+    exits."""
+    argv = argv or [sys.executable, "-m", "agent_run.engines.demo_program", "--model", "demo-1"]
     t = time.perf_counter()
     proc = subprocess.run(
         argv,
@@ -137,9 +141,9 @@ def main() -> None:
     args = parser.parse_args()
     load = os.getloadavg()
     m: dict[str, list[float]] = {
-        k: [] for k in ("bare", "direct", "ready_off", "ready_on", "term_off", "term_on")
+        k: [] for k in ("bare", "direct", "boxed", "ready_off", "ready_on", "term_off", "term_on")
     }
-    fan: dict[str, list[dict]] = {"direct": [], "off": [], "on": []}
+    fan: dict[str, list[dict]] = {"direct": [], "boxed": [], "off": [], "on": []}
     memory: dict[str, tuple[list[float], list[float]]] = {}
     with (
         daemon_env(env={"AGENT_RUN_FORK_SERVER": "0"}) as (home_off, _d_off, workdir),
@@ -148,6 +152,11 @@ def main() -> None:
         homes = {"off": home_off, "on": home_on}
         engine_home = str(Path(workdir) / "engine-home")
         os.makedirs(engine_home, exist_ok=True)
+        box = Path(workdir) / "sandbox-scratch"
+        box.mkdir(exist_ok=True)
+        # The agents' engines run in bubblewrap: the same engine in the same sandbox, spawned
+        # directly, separates agent-run's own cost from the sandbox's.
+        boxed = sandboxed_demo_argv(Path(workdir), Path(engine_home), engine_env(engine_home), box)
         clients = {mode: RawClient(homes[mode].socket_path, timeout=120) for mode in MODES}
         for mode in MODES:  # warm up: the first agent of a home opens files nobody had yet,
             instant_agent(homes[mode], clients[mode], str(workdir))  # and starts the zygote
@@ -155,6 +164,7 @@ def main() -> None:
         for _ in range(args.rounds):
             m["bare"].append(bare_spawn())
             m["direct"].append(direct_engine(str(workdir), engine_home))
+            m["boxed"].append(direct_engine(str(workdir), engine_home, boxed))
             for mode in MODES:
                 ready, terminal = instant_agent(homes[mode], clients[mode], str(workdir))
                 m[f"ready_{mode}"].append(ready)
@@ -164,6 +174,7 @@ def main() -> None:
         for r in range(args.fanout_rounds):
             base = 10_000 * (r + 1)
             fan["direct"].append(run_direct(args.agents, base, str(workdir), engine_home))
+            fan["boxed"].append(run_direct(args.agents, base, str(workdir), engine_home, boxed))
             for mode in MODES:
                 fan[mode].append(fanout(homes[mode], str(workdir), args.agents, base))
         for client in clients.values():
@@ -174,6 +185,7 @@ def main() -> None:
     rows = [
         ["bare `python -c pass`", s["bare"]["p50"] * 1e3, "", ""],
         ["direct demo engine, answer: x", s["direct"]["p50"] * 1e3, "", ""],
+        ["direct demo engine in its sandbox", s["boxed"]["p50"] * 1e3, "", ""],
     ]
     for mode in MODES:
         rows.append(
@@ -190,17 +202,17 @@ def main() -> None:
                 f"start->terminal ({mode})",
                 s[f"term_{mode}"]["p50"] * 1e3,
                 ratio(s[f"term_{mode}"]["p50"], s["direct"]["p50"]),
-                "x direct",
+                f"x direct ({ratio(s[f'term_{mode}']['p50'], s['boxed']['p50']):.2f}x sandboxed)",
             ]
         )
-    for mode in ("direct", *MODES):
+    for mode in ("direct", "boxed", *MODES):
         verified = [x["verified"] for x in fan[mode]]
         rows.append(
             [
                 f"{args.agents} agents ({mode}), verified {verified}",
                 fan_p50[mode] * 1e3,
                 ratio(fan_p50[mode], fan_p50["direct"]),
-                "x direct",
+                f"x direct ({ratio(fan_p50[mode], fan_p50['boxed']):.2f}x sandboxed)",
             ]
         )
     for mode in MODES:

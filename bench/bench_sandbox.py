@@ -1,9 +1,10 @@
 """Start-up cost of the engine sandbox: the demo engine spawned, fed one user message and read
-to its `result` line, bare (what `sandbox = "none"` runs) vs what the supervisor does per start
-under `sandbox = "bubblewrap"`: the probe that bwrap can start (`require_sandbox`, one bwrap of
-its own) and then the engine in the bubblewrap argv it builds (`engines.sandbox.sandbox_argv`);
-interleaved, first pass discarded. Also the sandboxed engine without the probe, and
-`bwrap ... true` vs `true` for the sandbox's own floor.
+to its `result` line, bare (what `sandbox = "none"` runs) vs the engine in the bubblewrap argv
+the supervisor builds under `sandbox = "bubblewrap"` (`engines.sandbox.sandbox_argv`), which is
+what a start costs now; also with the probe that bwrap can start (`require_sandbox`, one bwrap
+of its own) before it, what every start cost until the probe ran only after an engine died
+without a word; interleaved, first pass discarded. And `bwrap ... true` vs `true` for the
+sandbox's own floor.
 
 Run:  uv run python bench/bench_sandbox.py [--samples 30]
 """
@@ -23,6 +24,33 @@ from agent_run.engines.plan import load_plan
 from agent_run.engines.sandbox import require_sandbox, sandbox_argv
 
 MESSAGE = json.dumps({"type": "user", "message": {"role": "user", "content": "answer: x"}})
+
+
+def demo_plan(workdir: Path, engine_home: Path):
+    """The execution plan of a demo agent with the `write` profile in `workdir`."""
+    return load_plan(
+        json.dumps(
+            {
+                "agent_id": "ag_bench",
+                "execution_id": "ex_bench",
+                "runtime": "demo",
+                "engine": "demo",
+                "model": "demo-1",
+                "workdir": str(workdir),
+                "profile": "write",
+                "runtime_config": {"engine": "demo"},
+                "stall_seconds": 60.0,
+                "cancel_grace_seconds": 1.0,
+                "engine_home": str(engine_home),
+            }
+        )
+    )
+
+
+def sandboxed_demo_argv(workdir: Path, engine_home: Path, env: dict[str, str], box: Path):
+    """The demo engine's argv in the bubblewrap sandbox the supervisor builds for it."""
+    bare = [sys.executable, "-m", "agent_run.engines.demo_program", "--model", "demo-1"]
+    return sandbox_argv(demo_plan(workdir, engine_home), bare, env, box, box / "agent-run-home")
 
 
 def demo_sample(argv: list[str], env: dict[str, str], cwd: str) -> float:
@@ -70,25 +98,9 @@ def main() -> None:
     agent_run_home = root / "agent-run-home"  # masked if a bind showed it; none does here
     for folder in (workdir, home, box):
         folder.mkdir()
-    plan = load_plan(
-        json.dumps(
-            {
-                "agent_id": "ag_bench",
-                "execution_id": "ex_bench",
-                "runtime": "demo",
-                "engine": "demo",
-                "model": "demo-1",
-                "workdir": str(workdir),
-                "profile": "write",
-                "runtime_config": {"engine": "demo"},
-                "stall_seconds": 60.0,
-                "cancel_grace_seconds": 1.0,
-                "engine_home": str(home),
-            }
-        )
-    )
     bare = [sys.executable, "-m", "agent_run.engines.demo_program", "--model", "demo-1"]
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(home), "PYTHONUNBUFFERED": "1"}
+    plan = demo_plan(workdir, home)
     boxed = sandbox_argv(plan, bare, env, box, agent_run_home)
     true_boxed = sandbox_argv(plan, ["/bin/true"], env, box, agent_run_home)
     names = ("bare", "supervised", "sandboxed", "true", "bwrap_true")

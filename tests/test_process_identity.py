@@ -171,3 +171,90 @@ def test_an_ended_group_is_known_empty_without_reading_the_table(table, child, m
     monkeypatch.setattr(os, "scandir", no_scan)
     monkeypatch.setattr("psutil.process_iter", no_scan)
     assert table.group_members(proc.pid) == []
+
+
+ADOPTER = r"""
+import os, subprocess, sys, time
+from agent_run.processes import current, reap_group_zombies
+from agent_run.processes.base import no_such_group
+
+adopted = current().adopt_orphans() if sys.argv[1] == "adopt" else False
+# A group whose leader leaves a child behind, as bubblewrap leaves its own init or a tool a
+# background process: the leader exits at once, its child a moment later.
+leader = subprocess.Popen(
+    ["sh", "-c", "sleep 0.5 & echo $!"], start_new_session=True, stdout=subprocess.PIPE
+)
+orphan = int(leader.stdout.readline())
+leader.wait()
+time.sleep(0.1)  # the orphan is reparented as its parent exits
+with open(f"/proc/{orphan}/stat") as fh:
+    parent = int(fh.read().rsplit(")", 1)[1].split()[1])
+deadline = time.monotonic() + 30
+while os.path.exists(f"/proc/{orphan}/stat"):  # until it has ended (a zombie, or reaped)
+    with open(f"/proc/{orphan}/stat") as fh:
+        if fh.read().rsplit(")", 1)[1].split()[0] == "Z":
+            break
+    assert time.monotonic() < deadline
+    time.sleep(0.02)
+reap_group_zombies(leader.pid)
+print(adopted, parent == os.getpid(), no_such_group(leader.pid))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a Linux child subreaper")
+def test_a_subreaper_adopts_its_engines_orphans_so_their_ended_group_needs_no_table_scan():
+    """A supervisor is its engine's orphans' subreaper: their zombies are its own to reap as the
+    engine ends, so the kernel says the group has ended (no /proc scan), where init here reaps
+    orphans only every few seconds."""
+    adopting = subprocess.run(
+        [sys.executable, "-c", ADOPTER, "adopt"], capture_output=True, text=True, timeout=60
+    )
+    assert adopting.returncode == 0, adopting.stderr
+    assert adopting.stdout.split() == ["True", "True", "True"]
+    plain = subprocess.run(
+        [sys.executable, "-c", ADOPTER, "plain"], capture_output=True, text=True, timeout=60
+    )
+    assert plain.returncode == 0, plain.stderr
+    assert plain.stdout.split()[:2] == ["False", "False"]  # init's child, not ours to reap
+
+
+def test_the_portable_table_has_no_subreaper():
+    assert PsutilProcesses().adopt_orphans() is False
+
+
+REAPER = r"""
+import subprocess, sys
+from agent_run.engines.base import LaunchSpec
+from agent_run.supervisor.engine_process import EngineProcess
+from agent_run.supervisor.identity import adopt_orphans
+
+assert adopt_orphans()
+# An engine that ends while a child of its group still runs for `linger` seconds: bubblewrap's
+# own init tearing its namespaces down as the bwrap that reported the exit is gone, or a leak.
+linger, settle = sys.argv[1], float(sys.argv[2])
+engine = EngineProcess.start(
+    LaunchSpec(argv=["sh", "-c", f"sleep {linger} & exit 0"], env={"PATH": "/usr/bin:/bin"},
+               cwd="/", stdin_pipe=False)
+)
+engine.wait(5)
+gone, survivors = engine.reap_group(settle=settle)
+print(gone, len(survivors))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a Linux child subreaper")
+@pytest.mark.parametrize(
+    "linger, settle, said",
+    [
+        ("0.1", "20", ["True", "0"]),  # it ended by itself: no survivor, nothing killed
+        ("300", "0.2", ["True", "1"]),  # a leftover: killed once the settle time is up
+    ],
+)
+def test_an_engines_group_that_ends_by_itself_is_not_reported_as_killed(linger, settle, said):
+    """What is left of an engine's group is killed and reported as `group_killed`; a member that
+    was already ending (bubblewrap's own init, a few ms behind) is waited for, not reported."""
+    result = subprocess.run(
+        [sys.executable, "-c", REAPER, linger, settle], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == said

@@ -8,9 +8,22 @@ psutil elsewhere (`portable.py`, macOS included)."""
 import sys
 from functools import cache
 
-from agent_run.processes.base import Liveness, PeerCredentials, ProcessIdentity, ProcessTable
+from agent_run.processes.base import (
+    Liveness,
+    PeerCredentials,
+    ProcessIdentity,
+    ProcessTable,
+    reap_group_zombies,
+)
 
-__all__ = ["Liveness", "PeerCredentials", "ProcessIdentity", "ProcessTable", "current"]
+__all__ = [
+    "Liveness",
+    "PeerCredentials",
+    "ProcessIdentity",
+    "ProcessTable",
+    "current",
+    "reap_group_zombies",
+]
 
 
 @cache

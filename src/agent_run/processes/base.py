@@ -20,6 +20,20 @@ def no_such_group(pgid: int) -> bool:
     return False
 
 
+def reap_group_zombies(pgid: int) -> None:
+    """Reap the ended processes of group `pgid` that are this process's children (its own or,
+    as a subreaper, adopted): zombies keep a group in the kernel's table after all its
+    processes ended. Only once the group's leader has been waited for, or its status would be
+    taken from whoever waits for it."""
+    while True:
+        try:
+            pid, _status = os.waitpid(-pgid, os.WNOHANG)
+        except (ChildProcessError, OSError):
+            return
+        if pid == 0:
+            return
+
+
 @dataclass(frozen=True)
 class ProcessIdentity:
     """A process for life: pid reuse and a reboot give another identity. `start_ticks` is the
@@ -77,6 +91,12 @@ class ProcessTable(Protocol):
 
     def group_members(self, pgid: int) -> list[int]:
         """Pids of live (non-zombie) processes whose process group is `pgid`."""
+        ...
+
+    def adopt_orphans(self) -> bool:
+        """Make this process the parent of its descendants that lose theirs (a child
+        subreaper), so their zombies are its to reap at once rather than init's, whenever
+        init gets to them; False where the platform has no such thing."""
         ...
 
     def command_lines(self) -> Iterator[tuple[int, list[str]]]:

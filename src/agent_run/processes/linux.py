@@ -11,6 +11,7 @@ from agent_run.processes.base import Liveness, PeerCredentials, ProcessIdentity,
 
 _BOOT_ID_PATH = Path("/proc/sys/kernel/random/boot_id")
 _GONE = ("Z", "X")  # zombie, dead
+_PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
 
 
 def stat_fields(pid: int) -> list[str] | None:
@@ -64,6 +65,15 @@ class LinuxProcesses:
             if fields and int(fields[2]) == pgid and fields[0] not in _GONE:
                 members.append(int(entry.name))
         return members
+
+    def adopt_orphans(self) -> bool:
+        import ctypes  # only a supervisor asks, once
+
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            return bool(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
+        except (OSError, AttributeError):
+            return False
 
     def command_lines(self) -> Iterator[tuple[int, list[str]]]:
         for entry in os.scandir("/proc"):

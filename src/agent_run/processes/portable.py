@@ -84,6 +84,9 @@ class PsutilProcesses:
                 continue
         return members
 
+    def adopt_orphans(self) -> bool:
+        return False  # no portable child subreaper: init reaps, and the table is scanned
+
     def command_lines(self) -> Iterator[tuple[int, list[str]]]:
         for process in psutil.process_iter():
             try:

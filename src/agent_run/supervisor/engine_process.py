@@ -7,14 +7,19 @@ import time
 from dataclasses import dataclass
 
 from agent_run.engines.base import LaunchSpec
+from agent_run.processes.base import no_such_group
 from agent_run.supervisor.identity import (
     ProcessIdentity,
     engine_group_alive,
     group_members,
     kill_group,
+    reap_group_zombies,
 )
 
 KILL_WAIT_SECONDS = 5.0
+# How long an ended engine's group may take to end by itself before what is left is killed and
+# reported: bubblewrap's init ends a few ms after the bwrap that reported its exit.
+SETTLE_SECONDS = 0.2
 
 
 @dataclass
@@ -95,13 +100,31 @@ class EngineProcess:
             kill_group(self.pgid, signal.SIGKILL)
             return self.proc.wait()
 
-    def reap_group(self) -> tuple[bool, list[int]]:
-        """Kill whatever is left of the group: (proven gone, the pids that had survived)."""
-        if not engine_group_alive(self.pgid, self.identity):
+    def reap_group(self, settle: float = SETTLE_SECONDS) -> tuple[bool, list[int]]:
+        """Kill whatever is left of the group: (proven gone, the pids that had survived). Called
+        once the leader was waited for. A group that ends by itself within `settle` seconds
+        (bubblewrap's own init still tearing its namespaces down as its parent exits) had no
+        survivors; its members that are ours (the supervisor is their subreaper) are reaped as
+        they end, so that is known by the kernel's word, without a scan of the process table."""
+        if self._ends_within(settle) or not self._alive():
             return True, []
         survivors = group_members(self.pgid)
         kill_group(self.pgid, signal.SIGKILL)
         deadline = time.monotonic() + KILL_WAIT_SECONDS
-        while engine_group_alive(self.pgid, self.identity) and time.monotonic() < deadline:
+        while self._alive() and time.monotonic() < deadline:
             time.sleep(0.02)
-        return not engine_group_alive(self.pgid, self.identity), survivors
+        return not self._alive(), survivors
+
+    def _ends_within(self, seconds: float) -> bool:
+        deadline = time.monotonic() + seconds
+        while True:
+            reap_group_zombies(self.pgid)
+            if no_such_group(self.pgid):
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.005)
+
+    def _alive(self) -> bool:
+        reap_group_zombies(self.pgid)
+        return engine_group_alive(self.pgid, self.identity)

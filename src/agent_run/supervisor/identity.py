@@ -4,18 +4,25 @@ process table (`agent_run.processes`); pid reuse is not life, and unknown is nev
 import os
 import signal
 
-from agent_run.processes import Liveness, ProcessIdentity, current
+from agent_run.processes import Liveness, ProcessIdentity, current, reap_group_zombies
 
 __all__ = [
     "Liveness",
     "ProcessIdentity",
+    "adopt_orphans",
     "boot_id",
     "engine_group_alive",
     "group_members",
     "kill_group",
     "liveness",
+    "reap_group_zombies",
     "start_ticks",
 ]
+
+
+def adopt_orphans() -> bool:
+    """Become the subreaper of this process's descendants (see ProcessTable.adopt_orphans)."""
+    return current().adopt_orphans()
 
 
 def boot_id() -> str:

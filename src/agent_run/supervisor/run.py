@@ -53,7 +53,7 @@ from agent_run.supervisor.credentials import EngineCredentials, engine_credentia
 from agent_run.supervisor.ending import Ending, EndWriter
 from agent_run.supervisor.engine_process import EngineProcess, Escalation
 from agent_run.supervisor.eventlog import ExecutionLog
-from agent_run.supervisor.identity import ProcessIdentity, kill_group
+from agent_run.supervisor.identity import ProcessIdentity, adopt_orphans, kill_group
 from agent_run.supervisor.outcome import Outcome, StopRequest, decide_outcome
 from agent_run.supervisor.priority import lower_priority
 from agent_run.supervisor.redact import Redactor
@@ -91,6 +91,9 @@ class Supervisor:
         self.plan = load_plan(row["plan_json"])
         # From here on this agent yields the CPU (its engine inherits the niceness).
         lower_priority(os.getpid(), self.plan.nice)
+        # The engine's orphans (bubblewrap's own init, a tool's leftovers) become ours, not
+        # init's: their zombies are reaped as the engine ends (engine_process.reap_group).
+        adopt_orphans()
         self.prompt: str = row["prompt"]  # the task, or a resume's prompt: stored once, on the row
         # spend caps, checked as the engine reports usage (supervisor/budget.py)
         self.budget = Budget.of_execution(
