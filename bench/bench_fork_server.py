@@ -3,7 +3,8 @@
 Two daemons in two fresh homes, one of each kind, measured interleaved:
 - `start` -> supervisor ready (identity recorded, `starting`: the row's `started_at`, written by
   the supervisor in that transaction) vs a bare `python -c pass` spawn;
-- an instant demo agent (`answer: x`), `start` -> terminal (`ended_at`) vs spawning the demo
+- an instant demo agent (`answer: x`), `start` -> terminal (`ended_at`), and -> its `wait`
+  returned (the client's view; the lag between the two is the daemon noticing), vs spawning the demo
   engine directly with the same input, bare and in the bubblewrap sandbox the supervisor runs
   it in (`bench_sandbox.sandboxed_demo_argv`: agent-run's own cost apart from the sandbox's);
 - 100 demo agents started at once from 8 connections until all are terminal and every answer is
@@ -67,16 +68,18 @@ def direct_engine(workdir: str, engine_home: str, argv: list[str] | None = None)
     return time.perf_counter() - t
 
 
-def instant_agent(home, client: RawClient, workdir: str) -> tuple[float, float]:
-    """(start -> ready, start -> terminal) of one `answer: x` agent, in seconds."""
+def instant_agent(home, client: RawClient, workdir: str) -> tuple[float, float, float]:
+    """(start -> ready, start -> terminal, start -> `wait` returned) of one `answer: x` agent,
+    in seconds."""
     t0 = time.time()
     agent = client.call("start", {"task": "answer: x", "workdir": workdir})
     result = client.call("wait", {"agent_id": agent["id"], "timeout_seconds": 60})
+    returned = time.time() - t0
     assert result["agent"]["state"] == "succeeded", result
     row = db_rows(
         home, "SELECT started_at, ended_at FROM executions WHERE agent_id = ?", (agent["id"],)
     )[0]
-    return row["started_at"] - t0, row["ended_at"] - t0
+    return row["started_at"] - t0, row["ended_at"] - t0, returned
 
 
 def fanout(home, workdir: str, n: int, base: int, clients: int = 8) -> dict:
@@ -141,7 +144,11 @@ def main() -> None:
     args = parser.parse_args()
     load = os.getloadavg()
     m: dict[str, list[float]] = {
-        k: [] for k in ("bare", "direct", "boxed", "ready_off", "ready_on", "term_off", "term_on")
+        k: []
+        for k in (
+            *("bare", "direct", "boxed", "ready_off", "ready_on", "term_off", "term_on"),
+            *("returned_off", "returned_on", "lag_off", "lag_on"),
+        )
     }
     fan: dict[str, list[dict]] = {"direct": [], "boxed": [], "off": [], "on": []}
     memory: dict[str, tuple[list[float], list[float]]] = {}
@@ -166,9 +173,11 @@ def main() -> None:
             m["direct"].append(direct_engine(str(workdir), engine_home))
             m["boxed"].append(direct_engine(str(workdir), engine_home, boxed))
             for mode in MODES:
-                ready, terminal = instant_agent(homes[mode], clients[mode], str(workdir))
+                ready, terminal, returned = instant_agent(homes[mode], clients[mode], str(workdir))
                 m[f"ready_{mode}"].append(ready)
                 m[f"term_{mode}"].append(terminal)
+                m[f"returned_{mode}"].append(returned)
+                m[f"lag_{mode}"].append(returned - terminal)  # the end to the client knowing it
         for mode in MODES:
             memory[mode] = supervisor_memory(homes[mode], clients[mode], str(workdir))
         for r in range(args.fanout_rounds):
@@ -203,6 +212,15 @@ def main() -> None:
                 s[f"term_{mode}"]["p50"] * 1e3,
                 ratio(s[f"term_{mode}"]["p50"], s["direct"]["p50"]),
                 f"x direct ({ratio(s[f'term_{mode}']['p50'], s['boxed']['p50']):.2f}x sandboxed)",
+            ]
+        )
+    for mode in MODES:
+        rows.append(
+            [
+                f"start->wait returned ({mode}), lag p50 {s[f'lag_{mode}']['p50'] * 1e3:.1f} ms",
+                s[f"returned_{mode}"]["p50"] * 1e3,
+                ratio(s[f"returned_{mode}"]["p50"], s["direct"]["p50"]),
+                "x direct",
             ]
         )
     for mode in ("direct", "boxed", *MODES):

@@ -8,6 +8,7 @@ import fcntl
 import os
 import resource
 import signal
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from agent_run.services.context import ServiceContext, as_storage_full
 from agent_run.services.integrity import scrub_once
 from agent_run.services.live_config import LiveConfig
 from agent_run.services.reconcile import reconcile_once
+from agent_run.store import wake
 from agent_run.tools import ALL_TOOLS, Tool
 
 SCRUB_TICK_SECONDS = 10.0
@@ -144,6 +146,9 @@ class Daemon:
         from agent_run.services.hosts import mirror_forever
         from agent_run.services.notices import NoticeDispatcher
 
+        nudges = wake.listen(self.home.wake_path)
+        if nudges is not None:  # else the revision is only polled (a path too long to bind)
+            loop.add_reader(nudges.fileno(), self._nudged, nudges)
         background = [
             asyncio.create_task(self.ctx.watcher.run()),
             asyncio.create_task(self._reconcile_loop()),
@@ -170,8 +175,16 @@ class Daemon:
         if self.ctx.hosts is not None:  # end the ssh links (their bridges end with them)
             await self.ctx.hosts.close_all()
         self.home.socket_path.unlink(missing_ok=True)
+        if nudges is not None:
+            loop.remove_reader(nudges.fileno())
+            nudges.close()
+            self.home.wake_path.unlink(missing_ok=True)
         self.ctx.shutdown()
         os.close(lock_fd)
+
+    def _nudged(self, sock: socket.socket) -> None:
+        if wake.drain(sock):
+            self.ctx.watcher.nudge()
 
     def _honour_stop_mark(self, lock_fd: int) -> None:
         """With the lock held: an autostarted daemon does not serve a home the user stopped

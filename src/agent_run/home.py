@@ -35,6 +35,11 @@ class Home:
         return self.root / "api.sock"
 
     @property
+    def wake_path(self) -> Path:
+        """The daemon's datagram socket a supervisor nudges after its commits (store/wake.py)."""
+        return self.root / "wake.sock"
+
+    @property
     def lock_path(self) -> Path:
         return self.root / "daemon.lock"
 

@@ -18,6 +18,7 @@ from agent_run.store.events import current_revision
 
 T = TypeVar("T")
 REVISION_POLL_SECONDS = 0.02
+NUDGE_GAP_SECONDS = 0.002
 IDLE_POLL_SECONDS = 1.0
 # Threads that fork/exec supervisors: a spawn holds one for milliseconds, never the database's.
 SPAWN_THREADS = 2
@@ -31,31 +32,49 @@ class RevisionWatcher:
     """Polls the global event revision and wakes every waiter when it moves.
 
     Supervisors write from other processes, so the database is the only bus; one cheap poll
-    here replaces one poll per waiting client.
+    here replaces one poll per waiting client. A supervisor's nudge after a commit
+    (store/wake.py) cuts the poll's wait short, but never to less than NUDGE_GAP_SECONDS, so a
+    storm of commits costs at most that many reads a second.
     """
 
-    def __init__(self, read_revision: Callable[[], Any]) -> None:
+    def __init__(
+        self, read_revision: Callable[[], Any], poll_seconds: float = REVISION_POLL_SECONDS
+    ) -> None:
         self._read = read_revision
+        self.poll_seconds = poll_seconds
         self.revision = 0
         self._changed = asyncio.Condition()
         self._waiters = 0
         self._someone_waits = asyncio.Event()
+        self._nudged = asyncio.Event()
+
+    def nudge(self) -> None:
+        """A writer says the revision moved: read it now rather than at the next poll."""
+        self._nudged.set()
 
     async def run(self) -> None:
         while True:
+            self._nudged.clear()  # before the read: a nudge during it is not lost
             revision = await self._read()
             if revision != self.revision:
                 self.revision = revision
                 async with self._changed:
                     self._changed.notify_all()
             if self._waiters:
-                await asyncio.sleep(REVISION_POLL_SECONDS)
+                await self._pause()
             else:  # nobody waits: stay idle instead of polling 50 times a second
                 self._someone_waits.clear()
                 try:
                     await asyncio.wait_for(self._someone_waits.wait(), IDLE_POLL_SECONDS)
                 except TimeoutError:
                     pass
+
+    async def _pause(self) -> None:
+        try:
+            await asyncio.wait_for(self._nudged.wait(), self.poll_seconds)
+        except TimeoutError:
+            return
+        await asyncio.sleep(NUDGE_GAP_SECONDS)  # what else was committed meanwhile, in one read
 
     @property
     def parked(self) -> int:

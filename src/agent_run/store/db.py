@@ -3,7 +3,7 @@
 import errno
 import functools
 import sqlite3
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -76,6 +76,19 @@ def _split_sql(sql: str) -> list[str]:
     return [part.strip() for part in body.split(";") if part.strip()]
 
 
+class StoreConnection(sqlite3.Connection):
+    """A connection that may run a callback after each of its `write` transactions commits
+    (`on_commit`: a supervisor nudges the daemon, store/wake.py)."""
+
+    after_commit: Callable[[], None] | None = None
+
+
+def on_commit(conn: sqlite3.Connection, callback: Callable[[], None] | None) -> None:
+    """Run `callback` after each `write` on `conn` commits (a connection `connect` made)."""
+    if isinstance(conn, StoreConnection):
+        conn.after_commit = callback
+
+
 def connect(
     path: Path, *, apply_migrations: bool = True, busy_timeout_ms: int = BUSY_TIMEOUT_MS
 ) -> sqlite3.Connection:
@@ -84,7 +97,11 @@ def connect(
     if not path.exists():
         path.touch(mode=0o600)
     conn = sqlite3.connect(
-        path, isolation_level=None, timeout=busy_timeout_ms / 1000, check_same_thread=False
+        path,
+        isolation_level=None,
+        timeout=busy_timeout_ms / 1000,
+        check_same_thread=False,
+        factory=StoreConnection,
     )
     conn.row_factory = sqlite3.Row
     conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
@@ -134,3 +151,6 @@ def write(
         if is_storage_full(exc):
             raise storage_full(writing, exc) from None
         raise
+    callback = getattr(conn, "after_commit", None)
+    if callback is not None:
+        callback()

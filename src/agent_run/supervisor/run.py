@@ -46,8 +46,9 @@ from agent_run.home import Home
 from agent_run.store import agents as agents_q
 from agent_run.store import commands as commands_q
 from agent_run.store import reports as reports_q
-from agent_run.store.db import connect, is_storage_full, write
+from agent_run.store.db import connect, is_storage_full, on_commit, write
 from agent_run.store.usage import Spend, agent_spend, group_spend
+from agent_run.store.wake import Waker
 from agent_run.supervisor.budget import Budget, Prices, SpendMeter
 from agent_run.supervisor.credentials import EngineCredentials, engine_credentials
 from agent_run.supervisor.ending import Ending, EndWriter
@@ -84,6 +85,8 @@ class Supervisor:
     def __init__(self, home: Home, execution_id: str) -> None:
         self.home = home
         self.conn = connect(home.db_path)
+        self.waker = Waker(home.wake_path)
+        on_commit(self.conn, self.waker.wake)  # the daemon reads the revision at once
         row = agents_q.get_execution(self.conn, execution_id)
         if row is None:
             raise SystemExit(f"no execution {execution_id}")

@@ -1,0 +1,63 @@
+"""Nudges that the store's revision moved: a writer in another process (a supervisor) sends an
+empty datagram to the daemon's wake socket after each commit, so the daemon reads the revision
+at once instead of at its next poll. Only a hint, never the bus: a nudge lost (no daemon, a
+full buffer, a path too long) costs one poll interval, and the datagram carries nothing."""
+
+import os
+import socket
+from pathlib import Path
+
+
+class Waker:
+    """The sending end, made once per writer; `wake` never raises and never blocks."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = os.fsencode(path)
+        self.sock: socket.socket | None = None
+        try:
+            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            self.sock.setblocking(False)
+        except OSError:
+            self.sock = None
+
+    def wake(self) -> None:
+        if self.sock is None:
+            return
+        try:
+            self.sock.sendto(b"!", self.path)
+        except OSError:  # no daemon listening, its buffer full, a path too long: it polls
+            pass
+
+    def close(self) -> None:
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+
+
+def listen(path: Path) -> socket.socket | None:
+    """The receiving end, for the daemon (which holds the home's lock: a file left at `path`
+    is stale): a non-blocking datagram socket bound at `path` (0600); the caller registers it
+    with its event loop and calls `drain` when it is readable. None if it cannot be bound."""
+    path.unlink(missing_ok=True)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    try:
+        sock.bind(os.fsencode(path))
+        os.chmod(path, 0o600)
+        sock.setblocking(False)
+    except OSError:
+        sock.close()
+        return None
+    return sock
+
+
+def drain(sock: socket.socket) -> int:
+    """Read every pending nudge; how many there were (their content is ignored)."""
+    count = 0
+    while True:
+        try:
+            sock.recv(16)
+        except (BlockingIOError, InterruptedError):
+            return count
+        except OSError:
+            return count
+        count += 1
