@@ -462,8 +462,11 @@ def test_clean_keeps_a_worktree_a_running_reviewer_works_in(batch_project: Batch
         (candidate["id"], "kept_running")
     ]
     assert Path(candidate["worktree"]).is_dir()
-    done = wait_batch(daemon, batch["id"], timeout=120)
-    assert done["state"] == "completed", done
+    reviewer = runs_of(view, "reviewer")[0]
+    after = daemon.call("batch", {"batch_id": batch["id"]})
+    assert runs_of(after, "reviewer")[0]["state"] == "running"  # still at work in the folder
+    daemon.call("run_stop", {"run_id": reviewer["id"]})  # not 20 s of steps: it ran on, untouched
+    wait_batch(daemon, batch["id"], ("blocked",), timeout=60)
 
 
 def test_a_generator_whose_workers_exist_is_not_redone(batch_project: BatchProject) -> None:
