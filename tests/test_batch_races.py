@@ -8,9 +8,14 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from agent_run import git as git_ops
 from agent_run.domain.errors import DomainError
 from agent_run.home import Home
-from tests.batch_harness import BatchProject, make_repo, runs_of, wait_batch
+from agent_run.store import batches as batches_q
+from agent_run.store.db import connect, write
+from tests.batch_harness import BatchProject, git, make_repo, runs_of, wait_batch
 from tests.harness import DaemonProcess, make_home, remove_home, short_tmpdir, wait_for
 
 
@@ -56,6 +61,26 @@ def test_a_slow_verify_command_does_not_freeze_starting_and_cancelling_other_bat
     assert done["state"] == "completed", done
     candidate = runs_of(done, "candidate")[0]
     assert candidate["verify_passed"] is True and finished.exists()
+
+
+def _refused(daemon: DaemonProcess, tool: str, params: dict[str, Any], says: str) -> None:
+    """`tool` answers `Conflict` on `run_id`, its message saying `says`."""
+    with pytest.raises(DomainError) as refused:
+        with daemon.client() as client:
+            client.call(tool, params)
+    assert refused.value.code == "Conflict" and refused.value.field == "run_id", (tool, refused)
+    assert says in refused.value.message, refused.value.message
+
+
+def _reviewer_running(daemon: DaemonProcess, batch_id: str) -> dict[str, Any]:
+    """The batch once its first reviewer has an agent."""
+
+    def running() -> dict[str, Any] | None:
+        view = daemon.call("batch", {"batch_id": batch_id})
+        reviewers = runs_of(view, "reviewer")
+        return view if reviewers and reviewers[0]["agent_id"] else None
+
+    return wait_for(running, timeout=90, what="the reviewer's agent")
 
 
 def _race(calls: list[Any]) -> list[Any]:
@@ -269,14 +294,7 @@ def test_a_cancelled_batchs_runs_are_not_redone(batch_project: BatchProject) -> 
         ("run_followup", {"text": "answer: again", "reopen": True}),
     ):
         for run in runs_of(done, "worker"):
-            with daemon.client() as client:
-                try:
-                    client.call(tool, {"run_id": run["id"], **params})
-                except DomainError as exc:
-                    assert exc.code == "Conflict" and exc.field == "run_id", (tool, exc)
-                    assert "cancelled" in exc.message, exc.message
-                else:
-                    raise AssertionError(f"{tool} of a cancelled batch's run was accepted")
+            _refused(daemon, tool, {"run_id": run["id"], **params}, "cancelled")
     after = daemon.call("batch", {"batch_id": batch["id"]})
     assert after["state"] == "cancelled"
     assert [r["state"] for r in runs_of(after, "worker")] == [
@@ -291,21 +309,9 @@ def test_a_rerun_never_drops_reviewers_whose_agents_still_run(batch_project: Bat
     daemon = batch_project.daemon
     batch = batch_project.start_ranked_pair("steps: 400\nstep_seconds: 0.05\nscore: 50")
 
-    def reviewer_running() -> dict[str, Any] | None:
-        view = daemon.call("batch", {"batch_id": batch["id"]})
-        reviewers = runs_of(view, "reviewer")
-        return view if reviewers and reviewers[0]["agent_id"] else None
-
-    view = wait_for(reviewer_running, timeout=90, what="the reviewer's agent")
+    view = _reviewer_running(daemon, batch["id"])
     candidate, reviewer = runs_of(view, "candidate")[0], runs_of(view, "reviewer")[0]
-    with daemon.client() as client:
-        try:
-            client.call("run_rerun", {"run_id": candidate["id"]})
-        except DomainError as exc:
-            assert exc.code == "Conflict" and exc.field == "run_id", exc
-            assert "review 1 of candidate 1" in exc.message, exc.message
-        else:
-            raise AssertionError("the rerun dropped a running reviewer")
+    _refused(daemon, "run_rerun", {"run_id": candidate["id"]}, "review 1 of candidate 1")
     after = daemon.call("batch", {"batch_id": batch["id"]})
     assert [r["id"] for r in runs_of(after, "reviewer")] == [reviewer["id"]]
     assert runs_of(after, "candidate")[0]["attempts"] == candidate["attempts"]
@@ -368,32 +374,22 @@ def test_a_batch_that_cannot_advance_says_why_and_stalls_no_other(
 def test_a_worktree_add_that_failed_after_making_its_branch_is_retried_and_a_moved_one_refused(
     tmp_path: Path,
 ) -> None:
-    from agent_run import git as git_ops
-    from tests.batch_harness import git
-
     repo = make_repo()
     base = git(repo, "rev-parse", "HEAD").strip()
     blocker = tmp_path / "root"
     blocker.write_text("not a folder\n")
     with_branch = "agent-run/bt_x/worker-1"
-    try:
+    with pytest.raises(DomainError):  # git cannot add a worktree under a file
         git_ops.add_worktree(repo, blocker / "w1", with_branch, base)
-    except DomainError:
-        pass
-    else:
-        raise AssertionError("git added a worktree under a file")
     assert with_branch in git(repo, "branch", "--list")  # what git leaves behind
     folder = tmp_path / "w1"
     git_ops.add_worktree(repo, folder, with_branch, base)
     assert git(folder, "symbolic-ref", "HEAD").strip() == f"refs/heads/{with_branch}"
     git(folder, "commit", "-q", "--allow-empty", "-m", "moved on")
     shutil.rmtree(folder)
-    try:
+    with pytest.raises(DomainError) as moved:  # a branch that moved on is never reused
         git_ops.add_worktree(repo, tmp_path / "w2", with_branch, base)
-    except DomainError as exc:
-        assert "already exists" in exc.message and "refusing" in exc.message, exc.message
-    else:
-        raise AssertionError("a branch that moved on was reused")
+    assert "already exists" in moved.value.message and "refusing" in moved.value.message
     shutil.rmtree(repo.parent, ignore_errors=True)
 
 
@@ -403,9 +399,6 @@ def test_a_batch_admitted_without_its_runs_gets_them_after_a_restart(
     """batch_start commits the batch, then makes its runs (git work): a daemon killed between
     the two left a live batch with no runs, which settled `completed` (repeated) or got a
     validator over no workers (validated). The restarted daemon makes its first runs instead."""
-    from agent_run.store import batches as batches_q
-    from agent_run.store.db import connect, write
-
     daemon = batch_project.daemon
     model = batch_project.finish(
         "validated",
@@ -450,12 +443,7 @@ def test_clean_keeps_a_worktree_a_running_reviewer_works_in(batch_project: Batch
     daemon = batch_project.daemon
     batch = batch_project.start_ranked_pair("steps: 400\nstep_seconds: 0.05\nscore: 50")
 
-    def reviewer_running() -> dict[str, Any] | None:
-        view = daemon.call("batch", {"batch_id": batch["id"]})
-        reviewers = runs_of(view, "reviewer")
-        return view if reviewers and reviewers[0]["agent_id"] else None
-
-    view = wait_for(reviewer_running, timeout=90, what="the reviewer's agent")
+    view = _reviewer_running(daemon, batch["id"])
     candidate = runs_of(view, "candidate")[0]
     cleaned = daemon.call("batch_clean", {"batch_id": batch["id"], "confirm": True, "force": True})
     assert [(i["run_id"], i["action"]) for i in cleaned["items"]] == [
@@ -477,14 +465,9 @@ def test_a_generator_whose_workers_exist_is_not_redone(batch_project: BatchProje
     assert done["state"] == "completed", done
     generator = runs_of(done, "generator")[0]
     for tool, params in (("run_rerun", {}), ("run_followup", {"text": "tasks: auto"})):
-        with daemon.client() as client:
-            try:
-                client.call(tool, {"run_id": generator["id"], **params})
-            except DomainError as exc:
-                assert exc.code == "Conflict" and exc.field == "run_id", (tool, exc)
-                assert "were made from its task list" in exc.message, exc.message
-            else:
-                raise AssertionError(f"{tool} of a generator with workers was accepted")
+        _refused(
+            daemon, tool, {"run_id": generator["id"], **params}, "were made from its task list"
+        )
     after = daemon.call("batch", {"batch_id": done["id"]})
     assert after["state"] == "completed"
     assert runs_of(after, "generator")[0]["attempts"] == generator["attempts"]

@@ -255,10 +255,15 @@ async def run_stop(ctx: ServiceContext, p: bm.RunParams) -> bm.RunActionResult:
     return await _result(ctx, p.run_id, message)
 
 
+def _cancelled(batch_row: sqlite3.Row) -> bool:
+    """Cancelled, or being cancelled: final either way."""
+    return batch_row["state"] == BatchState.CANCELLED or bool(batch_row["cancel_requested"])
+
+
 def _batch_open(batch_row: sqlite3.Row, verb: str) -> None:
     """A cancelled batch (or one being cancelled) is final: none of its runs is redone, or the
     scheduler, which no longer looks at it, would never judge or stop the new attempt."""
-    if batch_row["state"] == BatchState.CANCELLED or batch_row["cancel_requested"]:
+    if _cancelled(batch_row):
         raise Conflict(
             f"batch {batch_row['id']} is cancelled; its runs cannot {verb} "
             "(start a new batch from it: batch_start with the same fields)",
@@ -361,8 +366,7 @@ async def _continue_agent(ctx: ServiceContext, run: sqlite3.Row, prompt: str, ki
 
     def record(conn: sqlite3.Connection) -> bool:
         with write(conn):
-            batch_row = batches_q.get_batch(conn, run["batch_id"])
-            if batch_row["state"] == BatchState.CANCELLED or batch_row["cancel_requested"]:
+            if _cancelled(batches_q.get_batch(conn, run["batch_id"])):
                 return False  # cancelled while the agent resumed
             attempt = batches_q.begin_attempt(conn, run)  # the same agent: agent_id stays
             if attempt is None:
@@ -388,14 +392,15 @@ async def _continue_run(
     sched = scheduler(ctx)
     async with sched.lock:
         batch_row, run = await _run_context(ctx, run_id)
-        _batch_open(batch_row, kind.replace("followup", "follow up"))
+        verb = kind.replace("followup", "follow up")
+        _batch_open(batch_row, verb)
         spent = await ctx.db(batch_spend, batch_row["id"])
         at_cap, _ = batch_caps(json.loads(batch_row["config_json"]), *spent)
         if at_cap is not None:  # a batch at its cap starts no new turn either
             raise Conflict(f"{at_cap}: no run of it resumes or follows up", field="run_id")
         workflow = workflow_named(batch_row["workflow"])
         runs = await ctx.db(batches_q.runs, batch_row["id"])
-        _redo_allowed(workflow, run, runs, kind.replace("followup", "follow up"))
+        _redo_allowed(workflow, run, runs, verb)
         await check(batch_row, run)  # last: a follow-up's check unlocks the run it reopens
         sched.busy.add(run_id)
     try:

@@ -28,7 +28,7 @@ def reap_group_zombies(pgid: int) -> None:
     while True:
         try:
             pid, _status = os.waitpid(-pgid, os.WNOHANG)
-        except (ChildProcessError, OSError):
+        except OSError:  # ChildProcessError: no child of ours left in the group
             return
         if pid == 0:
             return
