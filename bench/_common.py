@@ -156,8 +156,11 @@ def _raise_terminated(signum: int, _frame: object) -> None:
 def daemon_env(
     config: str = BENCH_CONFIG,
     env: dict[str, str] | None = None,
+    fresh: bool = False,
 ) -> Iterator[tuple[Any, DaemonProcess, Path]]:
     """(home, daemon, workdir): a real daemon in a fresh temp home; everything torn down after.
+    `fresh`: the daemon is a fresh `python -m agent_run api serve`, as a user's is, not a fork of
+    the tests' pre-imported process (whose padded command line lets it fork its zygote at boot).
 
     Cleanup runs on normal exit, on exceptions, on Ctrl-C and on SIGTERM: every supervisor and
     engine group the home recorded is killed, the daemon stopped, the temp dirs removed.
@@ -165,7 +168,7 @@ def daemon_env(
     old_term = signal.signal(signal.SIGTERM, _raise_terminated)
     home = make_home(config)
     workdir = short_tmpdir("arb-")
-    daemon = DaemonProcess(home, env=env)
+    daemon = DaemonProcess(home, env=env, fresh=fresh)
     try:
         daemon.start()
         yield home, daemon, workdir

@@ -1,6 +1,9 @@
 """The supervisors' fork server: before (AGENT_RUN_FORK_SERVER=0) and after (on), same run.
 
-Two daemons in two fresh homes, one of each kind, measured interleaved:
+Daemons in fresh homes, measured interleaved: off, on (a user's daemon: a fresh `api serve`,
+its zygote a fresh interpreter), with `--forked` also the tests' kind (a daemon forked from a
+pre-imported process, which forks its zygote from itself at boot), with `--ref COMMIT` also a
+user's daemon running that commit's src/ (a before/after of a change):
 - `start` -> supervisor ready (identity recorded, `starting`: the row's `started_at`, written by
   the supervisor in that transaction) vs a bare `python -c pass` spawn;
 - an instant demo agent (`answer: x`), `start` -> terminal (`ended_at`), and -> its `wait`
@@ -9,13 +12,16 @@ Two daemons in two fresh homes, one of each kind, measured interleaved:
   it in (`bench_sandbox.sandboxed_demo_argv`: agent-run's own cost apart from the sandbox's);
 - 100 demo agents started at once from 8 connections until all are terminal and every answer is
   verified, vs the same 100 engines spawned directly (bench_fanout's `run_direct`), bare and
-  sandboxed;
+  sandboxed; with the whole machine's CPU seconds over each (/proc/stat: the kernel's fork,
+  exit and copy-on-write work included, which no process is charged for);
 - supervisor PSS and RSS while 5 agents run.
 
-    uv run python bench/bench_fork_server.py [--rounds 20] [--fanout-rounds 2]
+    uv run python bench/bench_fork_server.py [--rounds 20] [--fanout-rounds 2] [--forked]
+        [--ref COMMIT]
 """
 
 import argparse
+import contextlib
 import os
 import subprocess
 import sys
@@ -24,12 +30,14 @@ import time
 from pathlib import Path
 
 from _common import (
+    BENCH_CONFIG,
     daemon_env,
     db_rows,
     machine_info,
     memory_mib,
     print_table,
     ratio,
+    ref_tree,
     source_state,
     summary,
     wait_all_terminal,
@@ -42,7 +50,30 @@ from bench_sandbox import sandboxed_demo_argv
 
 from agent_run.rpc.client import RawClient
 
-MODES = ("off", "on")
+# off: every supervisor spawned as a fresh interpreter (AGENT_RUN_FORK_SERVER=0). on: a user's
+# daemon (a fresh `api serve`), whose zygote is a fresh interpreter started with its first
+# spawn. forked (--forked): the tests' daemons, forks of a pre-imported padded process, which
+# fork their zygote from themselves at boot: it holds the whole daemon's memory.
+MODE_DAEMONS = {
+    "off": {"env": {"AGENT_RUN_FORK_SERVER": "0"}, "fresh": True},
+    "on": {"env": {"AGENT_RUN_FORK_SERVER": "1"}, "fresh": True},
+    "forked": {"env": {"AGENT_RUN_FORK_SERVER": "1"}, "fresh": False},
+}  # ref (--ref COMMIT): as on, running that commit's src/
+
+
+def machine_cpu_seconds() -> float:
+    """CPU seconds the whole machine has spent busy since boot (user, nice, system, irq)."""
+    with open("/proc/stat") as fh:
+        fields = [int(x) for x in fh.readline().split()[1:]]
+    busy = fields[0] + fields[1] + fields[2] + fields[5] + fields[6]
+    return busy / os.sysconf("SC_CLK_TCK")
+
+
+def with_cpu(run, *args) -> dict:
+    """`run(*args)` (a fanout: {"wall", "verified"}) with the machine's CPU seconds over it."""
+    before = machine_cpu_seconds()
+    result = run(*args)
+    return {**result, "cpu": machine_cpu_seconds() - before}
 
 
 def bare_spawn() -> float:
@@ -141,22 +172,36 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--fanout-rounds", type=int, default=2)
     parser.add_argument("--agents", type=int, default=100)
+    parser.add_argument(
+        "--forked", action="store_true", help="also a daemon that forks its zygote at boot"
+    )
+    parser.add_argument(
+        "--ref",
+        help="also COMMIT's src/ as a user's daemon runs it (mode ref); implies --no-sandbox",
+    )
+    parser.add_argument(
+        "--no-sandbox",
+        action="store_true",
+        help='sandbox = "none" for every daemon (a sandboxed engine could not import a ref tree)',
+    )
     args = parser.parse_args()
+    config = BENCH_CONFIG + ('sandbox = "none"\n' if args.no_sandbox or args.ref else "")
+    modes = ("off", "on", *(("forked",) if args.forked else ()), *(("ref",) if args.ref else ()))
     load = os.getloadavg()
-    m: dict[str, list[float]] = {
-        k: []
-        for k in (
-            *("bare", "direct", "boxed", "ready_off", "ready_on", "term_off", "term_on"),
-            *("returned_off", "returned_on", "lag_off", "lag_on"),
-        )
-    }
-    fan: dict[str, list[dict]] = {"direct": [], "boxed": [], "off": [], "on": []}
+    m: dict[str, list[float]] = {k: [] for k in ("bare", "direct", "boxed")}
+    for mode in modes:
+        for measure in ("ready", "term", "returned", "lag"):
+            m[f"{measure}_{mode}"] = []
+    fan: dict[str, list[dict]] = {mode: [] for mode in ("direct", "boxed", *modes)}
     memory: dict[str, tuple[list[float], list[float]]] = {}
-    with (
-        daemon_env(env={"AGENT_RUN_FORK_SERVER": "0"}) as (home_off, _d_off, workdir),
-        daemon_env(env={"AGENT_RUN_FORK_SERVER": "1"}) as (home_on, _d_on, _w),
-    ):
-        homes = {"off": home_off, "on": home_on}
+    with contextlib.ExitStack() as stack:
+        daemons = dict(MODE_DAEMONS)
+        if args.ref:  # the daemon, its zygote and its supervisors all run COMMIT's code
+            ref_env = stack.enter_context(ref_tree(args.ref))
+            daemons["ref"] = {"env": {**daemons["on"]["env"], **ref_env}, "fresh": True}
+        homes = {}
+        for mode in modes:
+            homes[mode], _daemon, workdir = stack.enter_context(daemon_env(config, **daemons[mode]))
         engine_home = str(Path(workdir) / "engine-home")
         os.makedirs(engine_home, exist_ok=True)
         box = Path(workdir) / "sandbox-scratch"
@@ -164,28 +209,32 @@ def main() -> None:
         # The agents' engines run in bubblewrap: the same engine in the same sandbox, spawned
         # directly, separates agent-run's own cost from the sandbox's.
         boxed = sandboxed_demo_argv(Path(workdir), Path(engine_home), engine_env(engine_home), box)
-        clients = {mode: RawClient(homes[mode].socket_path, timeout=120) for mode in MODES}
-        for mode in MODES:  # warm up: the first agent of a home opens files nobody had yet,
+        clients = {mode: RawClient(homes[mode].socket_path, timeout=120) for mode in modes}
+        for mode in modes:  # warm up: the first agent of a home opens files nobody had yet,
             instant_agent(homes[mode], clients[mode], str(workdir))  # and starts the zygote
-        wait_for(lambda: zygote_ready(home_on), timeout=60, what="the zygote")
+        for mode in modes[1:]:
+            home = homes[mode]
+            wait_for(lambda home=home: zygote_ready(home), timeout=60, what="the zygote")
         for _ in range(args.rounds):
             m["bare"].append(bare_spawn())
             m["direct"].append(direct_engine(str(workdir), engine_home))
             m["boxed"].append(direct_engine(str(workdir), engine_home, boxed))
-            for mode in MODES:
+            for mode in modes:
                 ready, terminal, returned = instant_agent(homes[mode], clients[mode], str(workdir))
                 m[f"ready_{mode}"].append(ready)
                 m[f"term_{mode}"].append(terminal)
                 m[f"returned_{mode}"].append(returned)
                 m[f"lag_{mode}"].append(returned - terminal)  # the end to the client knowing it
-        for mode in MODES:
+        for mode in modes:
             memory[mode] = supervisor_memory(homes[mode], clients[mode], str(workdir))
         for r in range(args.fanout_rounds):
             base = 10_000 * (r + 1)
-            fan["direct"].append(run_direct(args.agents, base, str(workdir), engine_home))
-            fan["boxed"].append(run_direct(args.agents, base, str(workdir), engine_home, boxed))
-            for mode in MODES:
-                fan[mode].append(fanout(homes[mode], str(workdir), args.agents, base))
+            fan["direct"].append(with_cpu(run_direct, args.agents, base, str(workdir), engine_home))
+            fan["boxed"].append(
+                with_cpu(run_direct, args.agents, base, str(workdir), engine_home, boxed)
+            )
+            for mode in modes:
+                fan[mode].append(with_cpu(fanout, homes[mode], str(workdir), args.agents, base))
         for client in clients.values():
             client.close()
     s = {k: summary(v) for k, v in m.items()}
@@ -196,7 +245,7 @@ def main() -> None:
         ["direct demo engine, answer: x", s["direct"]["p50"] * 1e3, "", ""],
         ["direct demo engine in its sandbox", s["boxed"]["p50"] * 1e3, "", ""],
     ]
-    for mode in MODES:
+    for mode in modes:
         rows.append(
             [
                 f"start->ready ({mode})",
@@ -205,7 +254,7 @@ def main() -> None:
                 "x bare",
             ]
         )
-    for mode in MODES:
+    for mode in modes:
         rows.append(
             [
                 f"start->terminal ({mode})",
@@ -214,7 +263,7 @@ def main() -> None:
                 f"x direct ({ratio(s[f'term_{mode}']['p50'], s['boxed']['p50']):.2f}x sandboxed)",
             ]
         )
-    for mode in MODES:
+    for mode in modes:
         rows.append(
             [
                 f"start->wait returned ({mode}), lag p50 {s[f'lag_{mode}']['p50'] * 1e3:.1f} ms",
@@ -223,17 +272,18 @@ def main() -> None:
                 "x direct",
             ]
         )
-    for mode in ("direct", "boxed", *MODES):
+    for mode in ("direct", "boxed", *modes):
         verified = [x["verified"] for x in fan[mode]]
+        cpu_ms = summary([x["cpu"] / args.agents for x in fan[mode]])["p50"] * 1e3
         rows.append(
             [
-                f"{args.agents} agents ({mode}), verified {verified}",
+                f"{args.agents} agents ({mode}), verified {verified}, {cpu_ms:.0f} CPU-ms each",
                 fan_p50[mode] * 1e3,
                 ratio(fan_p50[mode], fan_p50["direct"]),
                 f"x direct ({ratio(fan_p50[mode], fan_p50['boxed']):.2f}x sandboxed)",
             ]
         )
-    for mode in MODES:
+    for mode in modes:
         rows.append(
             [
                 f"supervisor PSS MiB ({mode}), RSS {mem[mode]['rss']['p50']:.1f}",

@@ -57,7 +57,7 @@ PRELOAD = (
 
 def _run_child(request: dict) -> None:
     """In the forked child: become `python -m agent_run ARGV`; never returns."""
-    from agent_run.supervisor.zygote import exit_code, finish_like_python  # preloaded
+    from agent_run.supervisor.quick_exit import exit_code, finish_like_python  # preloaded
 
     code = 1
     try:

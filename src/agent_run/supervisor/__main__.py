@@ -56,4 +56,6 @@ def run_supervisor(home_root: str, execution_id: str, ready_fd: int | None) -> i
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from agent_run.supervisor.quick_exit import run_then_exit
+
+    run_then_exit(main)  # no interpreter teardown: ~15 ms of CPU per agent, after its seal

@@ -28,10 +28,10 @@ import random
 import signal
 import socket
 import sys
-import threading
-import traceback
 from pathlib import Path
 from typing import Any, NoReturn
+
+from agent_run.supervisor.quick_exit import run_then_exit
 
 # The supervisor's imports (measured with -X importtime), each engine's module included: the
 # supervisor imports only its own engine's, so the zygote takes all of the built-in ones.
@@ -179,7 +179,8 @@ def _serve_then_become(control: socket.socket, signals: dict[int, Any]) -> int:
     if served is None:
         return 0
     request, fds = served
-    return _become_supervisor(request, fds, signals)
+    # A supervisor now: it ends without the interpreter's teardown (quick_exit), as a plain one.
+    run_then_exit(lambda: _become_supervisor(request, fds, signals))
 
 
 def _warm() -> None:
@@ -249,11 +250,11 @@ def serve_forked(home: str, control_fd: int, log_fd: int, environment: dict[str,
     """In a child the daemon forked while single-threaded, before its event loop, database or
     signal handlers: become the zygote `main` would be, without importing what the daemon has.
     Nothing of the daemon survives but its memory: descriptors closed, atexit handlers dropped,
-    and the supervisor it may become ends with `os._exit` (never with the daemon's finalizers,
-    whose file objects name descriptors the supervisor reuses). Its command line reads as
-    the plain zygote's, with `--forked`."""
-    code = 1
-    try:
+    and the supervisor it may become ends with `os._exit` (`quick_exit`: never with the daemon's
+    finalizers, whose file objects name descriptors the supervisor reuses). Its command line
+    reads as the plain zygote's, with `--forked`."""
+
+    def become() -> int:
         os.setsid()  # as start_new_session gives the plain zygote
         _set_cmdline(
             [sys.executable, "-m", "agent_run.supervisor.zygote", "--home", home, "--forked"]
@@ -266,39 +267,9 @@ def serve_forked(home: str, control_fd: int, log_fd: int, environment: dict[str,
         os.environ.clear()
         os.environ.update(environment)
         _set_environ_area(environment)
-        code = _serve_then_become(socket.socket(fileno=0), _dispositions())
-        code = finish_like_python(code)
-    except SystemExit as exc:
-        code = exit_code(exc)
-    except BaseException:  # noqa: BLE001 - reported in zygote.log or the supervisor's log
-        traceback.print_exc()
-    finally:
-        try:
-            sys.stdout.flush()
-            sys.stderr.flush()
-        finally:
-            os._exit(code)
+        return _serve_then_become(socket.socket(fileno=0), _dispositions())
 
-
-def exit_code(exc: SystemExit) -> int:
-    """What the interpreter would exit with; a non-int code is printed to stderr first."""
-    if exc.code is None:
-        return 0
-    if isinstance(exc.code, int):
-        return exc.code
-    print(exc.code, file=sys.stderr)
-    return 1
-
-
-def finish_like_python(code: int) -> int:
-    """Interpreter shutdown's visible part, for a forked child that must end with `os._exit`:
-    join non-daemon threads, then run atexit handlers."""
-    try:
-        threading._shutdown()  # type: ignore[attr-defined]  # what Py_Finalize calls first
-    except SystemExit as exc:
-        code = exit_code(exc)
-    atexit._run_exitfuncs()
-    return code
+    run_then_exit(become)
 
 
 if __name__ == "__main__":
