@@ -83,7 +83,7 @@ def _set_cmdline(args: list[str]) -> bool:
 
 def _become_supervisor(request: dict[str, Any], fds: list[int], signals: dict[int, Any]) -> int:
     """In the grandchild: reset what a fresh `python -m agent_run.supervisor` would not have,
-    then run its `main` (the interpreter then exits as that command does)."""
+    then run its `main` (the caller ends the process as that command does: `quick_exit`)."""
     os.setsid()  # its own session and process group, as start_new_session gives
     signal.pthread_sigmask(signal.SIG_SETMASK, set())
     for sig, handler in signals.items():
