@@ -67,7 +67,12 @@ def test_read_only_profile_offers_no_write_tools_but_finish_works(provider, rig,
         )
     finally:
         shutil.rmtree(extra, ignore_errors=True)
-    assert view["state"] == "succeeded", view
+    execution = view["execution"]
+    assert view["state"] == "succeeded", (
+        execution["failure_kind"],
+        execution["failure_message"],
+        [r.tool_names() for r in provider.main_requests()],
+    )
     assert daemon.call("answer", {"agent_id": view["id"]})["text"] == "Read it all."
     request = provider.main_requests()[0]
     assert "read_file" in request.tool_names()
