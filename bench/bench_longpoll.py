@@ -1,8 +1,12 @@
 """How soon a `list_agents` long-poll (`after_revision` + `wait_seconds`) wakes after a change.
 
 A client parks a long-poll on the daemon; the benchmark then commits one event straight into
-the state database (as a supervisor would) and stamps the commit. Wake latency = the poll's
-return minus that stamp. Baseline: a `ping` round trip on a fresh connection, in the same loop.
+the state database and nudges the daemon's wake socket after the commit, as a supervisor does
+(`--no-nudge`: it does not, as a lost nudge, so the daemon's backstop poll finds it), and stamps
+the commit. Wake latency = the poll's return minus that stamp. Baseline: a `ping` round trip on
+a fresh connection, in the same loop.
+
+Run:  uv run python bench/bench_longpoll.py [--no-nudge]
 """
 
 import sys
@@ -12,16 +16,20 @@ import time
 from _common import daemon_env, print_table, ratio, summary, write_results
 
 from agent_run.rpc.client import RawClient
-from agent_run.store.db import connect, write
+from agent_run.store.db import connect, on_commit, write
 from agent_run.store.events import append_event
+from agent_run.store.wake import Waker
 
 ROUNDS = 60
 
 
 def main() -> int:
+    nudge = "--no-nudge" not in sys.argv[1:]
     wakes, pings = [], []
     with daemon_env() as (home, daemon, _workdir):
         conn = connect(home.db_path)
+        if nudge:
+            on_commit(conn, Waker(home.wake_path).wake)
         with daemon.client() as client:
             revision = client.call("list_agents", {})["revision"]
         for _ in range(ROUNDS):
@@ -54,7 +62,7 @@ def main() -> int:
         ["measure", "p50 ms", "p95 ms", "max ms"],
         [
             [
-                "long-poll wake after commit",
+                "long-poll wake after commit" + ("" if nudge else " (no nudge)"),
                 f"{wake['p50']:.1f}",
                 f"{wake['p95']:.1f}",
                 f"{wake['max']:.1f}",
@@ -72,6 +80,7 @@ def main() -> int:
         "bench_longpoll",
         {
             "rounds": ROUNDS,
+            "nudge": nudge,
             "wake_ms": wake,
             "ping_ms": ping,
             "wake_over_ping_p50": ratio(wake["p50"], ping["p50"]),

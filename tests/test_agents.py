@@ -181,6 +181,33 @@ def test_wait_returns_timed_out_with_current_view(daemon, workdir):
     assert result["agent"]["state"] in ("created", "starting", "running")
 
 
+def test_waits_on_quiet_agents_return_their_ends_while_another_streams(daemon, workdir):
+    """A parked `wait` is woken only by its own agent's state changes (not by another agent's
+    stream of messages): each still returns its agent's end, and the streaming one's wait
+    returns timed out with that agent's current view."""
+    chatty = start(daemon, workdir, "steps: 1000\nstep_seconds: 0.02")
+    wait_for(
+        lambda: daemon.call("agent", {"agent_id": chatty["id"]})["event_count"] >= 5,
+        timeout=60,
+        what="the chatty agent streaming",
+    )
+    quiet = [start(daemon, workdir, f"steps: 2\nstep_seconds: 0.5\nanswer: q{i}") for i in range(3)]
+    ends = [wait_terminal(daemon, agent["id"]) for agent in quiet]
+    assert [(v["state"], v["answer_verified"]) for v in ends] == [("succeeded", True)] * 3
+    assert [daemon.call("answer", {"agent_id": a["id"]})["text"] for a in quiet] == [
+        "q0",
+        "q1",
+        "q2",
+    ]
+    before = daemon.call("agent", {"agent_id": chatty["id"]})["event_count"]
+    streaming = daemon.call("wait", {"agent_id": chatty["id"], "timeout_seconds": 1.0})
+    assert streaming["timed_out"] is True and streaming["agent"]["state"] == "running"
+    # the view is read at the deadline, not kept from when the wait parked
+    assert streaming["agent"]["event_count"] > before
+    daemon.call("cancel", {"agent_id": chatty["id"]})
+    assert wait_terminal(daemon, chatty["id"])["state"] == "cancelled"
+
+
 def test_transcript_pages_with_a_cursor_until_finished(daemon, workdir):
     agent = start(daemon, workdir, "steps: 7\nstep_seconds: 0\nanswer: end")
     wait_terminal(daemon, agent["id"])

@@ -6,10 +6,14 @@ import socket
 
 import pytest
 
-from agent_run.services.context import RevisionWatcher
+from agent_run.config import load_config
+from agent_run.services.context import RevisionWatcher, ServiceContext
 from agent_run.store import wake
 from agent_run.store.db import connect, on_commit, write
-from tests.harness import short_tmpdir, wait_for
+from agent_run.store.events import append_event, revision_and_state_changes
+from agent_run.supervisor.refuse import refuse_plan
+from tests.harness import db_rows, short_tmpdir, wait_for
+from tests.test_admission import admit_without_spawning
 
 
 def test_a_nudge_wakes_a_waiter_the_poll_would_not_have():
@@ -37,6 +41,120 @@ def test_a_nudge_wakes_a_waiter_the_poll_would_not_have():
         return unnudged, nudged
 
     assert asyncio.run(scenario()) == (False, True)
+
+
+def test_a_wait_on_one_agents_state_sleeps_through_other_moves_and_wakes_on_its_own():
+    """`wait_past(state_of=A)` is woken by a move that changed A's state, or by one too large to
+    list (None), and by nothing else: not by B's state, not by a move it has already seen."""
+    script = [(5, ["B"]), (6, []), (8, ["A", "B"]), (9, None), (12, ["A"])]
+    reads = 0
+
+    async def revision() -> int:
+        raise AssertionError("a state waiter parks: every read lists the state changes")
+
+    async def state_changes(after: int) -> tuple[int, list[str] | None]:
+        nonlocal reads
+        reads += 1
+        return script[min(reads, len(script)) - 1]
+
+    async def read_once(watcher: RevisionWatcher) -> None:
+        before = reads
+        watcher.nudge()
+        for _ in range(10_000):
+            if reads > before:
+                return
+            await asyncio.sleep(0.001)
+        raise AssertionError("the watcher did not read")
+
+    async def scenario() -> list[tuple[int, bool, bool, bool]]:
+        watcher = RevisionWatcher(revision, poll_seconds=3600, read_state_changes=state_changes)
+        first = asyncio.create_task(watcher.wait_past(0, timeout=30, state_of="A"))
+        await asyncio.sleep(0.01)  # parked before the watcher's first read
+        task = asyncio.create_task(watcher.run())
+        seen = []
+        ahead = None
+        for step in range(len(script)):
+            if step == 0:
+                for _ in range(10_000):  # the first read happens as it starts
+                    if reads:
+                        break
+                    await asyncio.sleep(0.001)
+            else:
+                await read_once(watcher)
+            await asyncio.sleep(0.01)  # let a woken waiter return
+            if step == 3:  # parked at revision 10 (read from the store): the move to 9 is old
+                ahead = asyncio.create_task(watcher.wait_past(10, timeout=30, state_of="A"))
+                await asyncio.sleep(0.01)
+            seen.append((watcher.revision, first.done(), ahead is not None and ahead.done()))
+            if first.done() and step == 2:  # woken by A: park again from revision 8
+                first = asyncio.create_task(watcher.wait_past(8, timeout=30, state_of="A"))
+                await asyncio.sleep(0.01)
+        task.cancel()
+        return seen
+
+    assert asyncio.run(scenario()) == [
+        (5, False, False),  # B's state
+        (6, False, False),  # messages only
+        (8, True, False),  # A's state: woken (and parked again from 8)
+        (9, True, False),  # too many to list: woken; `ahead` parks from 10 after it
+        (12, True, True),  # A's state past 10
+    ]
+
+
+def test_the_state_changes_of_a_range_name_only_agents_with_a_state_event(tmp_path):
+    conn = connect(tmp_path / "state.db")
+    with write(conn):
+        append_event(conn, agent_id="a", execution_id="ea", kind="message", data={})
+        append_event(conn, agent_id="b", execution_id="eb", kind="state", data={})
+        append_event(conn, agent_id="c", execution_id="ec", kind="state", data={})
+        append_event(conn, agent_id="b", execution_id="eb", kind="state", data={})
+    revision, changed = revision_and_state_changes(conn, 0, limit=10)
+    assert revision == 4 and sorted(changed or []) == ["b", "c"]
+    assert sorted(revision_and_state_changes(conn, 2, limit=10)[1] or []) == ["b", "c"]
+    assert revision_and_state_changes(conn, 3, limit=10) == (4, ["b"])
+    assert revision_and_state_changes(conn, 4, limit=10) == (4, [])
+    assert revision_and_state_changes(conn, 0, limit=1) == (4, None)  # too many to list
+    conn.close()
+
+
+def test_a_commit_on_a_daemon_database_thread_wakes_the_watcher_without_its_poll(home):
+    """The daemon's own writes (a cancel's command, a reconcile's `lost`, a batch decision)
+    nudge its watcher from the database thread that committed them."""
+    connect(home.db_path).close()
+    ctx = ServiceContext(home, load_config(home), threads=1)
+
+    def commit(conn) -> None:
+        with write(conn):
+            append_event(conn, agent_id="a", execution_id="e", kind="message", data={})
+
+    async def scenario() -> bool:
+        ctx.watcher.poll_seconds = 3600  # only a nudge reads again
+        task = asyncio.create_task(ctx.watcher.run())
+        while ctx.watcher._loop is None:
+            await asyncio.sleep(0.001)
+        parked = asyncio.create_task(ctx.watcher.wait_past(0, timeout=60))
+        await asyncio.sleep(0.05)  # parked, and the watcher's reads for it done
+        await ctx.db(commit)
+        woken = await parked
+        task.cancel()
+        return woken
+
+    try:
+        assert asyncio.run(scenario()) is True
+    finally:
+        ctx.shutdown()
+
+
+def test_a_refused_plan_nudges_the_daemon(home, workdir):
+    """A supervisor that refuses its plan ends the execution `failed` and says so at once."""
+    _agent_id, execution_id = admit_without_spawning(home, "answer: x", workdir)
+    listener = wake.listen(home.wake_path)
+    assert listener is not None
+    refuse_plan(home, execution_id, "the plan names no engine")
+    rows = db_rows(home, "SELECT state FROM executions WHERE id = ?", (execution_id,))
+    assert rows[0]["state"] == "failed"
+    wait_for(lambda: _pending(listener), timeout=10, what="the refusal's nudge")
+    listener.close()
 
 
 def test_a_store_connection_nudges_after_each_commit_and_not_after_a_rollback(tmp_path):

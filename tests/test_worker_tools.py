@@ -9,8 +9,11 @@ import pytest
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
+from agent_run.store import wake
+from agent_run.store.db import connect, write
 from agent_run.worker_tools.binding import token_hash
 from tests.harness import db_rows, wait_for
+from tests.test_admission import admit_without_spawning
 
 
 def test_demo_finish_through_mcp_becomes_answer_and_verdict(daemon, home, workdir):
@@ -98,6 +101,27 @@ def test_wrong_token_or_ended_execution_is_refused_and_records_nothing(daemon, h
     daemon.call("cancel", {"agent_id": agent["id"]})
     daemon.call("wait", {"agent_id": agent["id"], "timeout_seconds": 30})
     assert db_rows(home, "SELECT count(*) AS n FROM tool_reports")[0]["n"] == 0
+
+
+def test_a_recorded_report_nudges_the_daemon_and_a_refused_one_does_not(home, workdir):
+    """The worker-tools server's commit wakes the daemon's waiters (a batch waiting on a
+    worker's result) at once; a refused call commits nothing and sends nothing."""
+    _agent_id, execution_id = admit_without_spawning(home, "answer: x", workdir)
+    conn = connect(home.db_path)
+    with write(conn):
+        conn.execute(
+            "UPDATE executions SET worker_token_sha256 = ? WHERE id = ?",
+            (token_hash("the-token"), execution_id),
+        )
+    conn.close()
+    listener = wake.listen(home.wake_path)
+    assert listener is not None
+    text, is_error = anyio.run(_call_finish, home, execution_id, "not-the-token")
+    assert is_error and wake.drain(listener) == 0
+    text, is_error = anyio.run(_call_finish, home, execution_id, "the-token")
+    assert not is_error and text.startswith("recorded"), text
+    assert wake.drain(listener) == 1
+    listener.close()
 
 
 @pytest.mark.parametrize("status", ["done", "failed"])

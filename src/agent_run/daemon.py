@@ -20,7 +20,7 @@ from agent_run.logs import bound_appended, daemon_logger
 from agent_run.rpc import protocol as p
 from agent_run.rpc.server import Endpoint, RpcServer
 from agent_run.services.agents import adopt_orphan
-from agent_run.services.context import ServiceContext, as_storage_full
+from agent_run.services.context import NUDGED_POLL_SECONDS, ServiceContext, as_storage_full
 from agent_run.services.integrity import scrub_once
 from agent_run.services.live_config import LiveConfig
 from agent_run.services.reconcile import reconcile_once
@@ -149,6 +149,7 @@ class Daemon:
         nudges = wake.listen(self.home.wake_path)
         if nudges is not None:  # else the revision is only polled (a path too long to bind)
             loop.add_reader(nudges.fileno(), self._nudged, nudges)
+            self.ctx.watcher.poll_seconds = NUDGED_POLL_SECONDS
         background = [
             asyncio.create_task(self.ctx.watcher.run()),
             asyncio.create_task(self._reconcile_loop()),

@@ -239,11 +239,16 @@ async def transcript(ctx: ServiceContext, p: TranscriptParams) -> TranscriptPage
 
 async def wait(ctx: ServiceContext, p: WaitParams) -> WaitResult:
     deadline = time.monotonic() + p.timeout_seconds
-    while True:
-        view = await ctx.db(read_agent_view, p.agent_id)
-        if view.state.terminal:
-            return WaitResult(agent=await with_next_route(ctx, view), timed_out=False)
+    view = await ctx.db(read_agent_view, p.agent_id)
+    revision = view.revision
+    while not view.state.terminal:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return WaitResult(agent=view, timed_out=True)
-        await ctx.watcher.wait_past(view.revision, remaining)
+        await ctx.watcher.wait_past(revision, remaining, state_of=p.agent_id)
+        # Woken when this agent's state changed: look at the state alone (one small read) and
+        # build the whole view only to answer.
+        state, revision = await ctx.db(agents_q.latest_state_and_revision, p.agent_id)
+        if state is None or ExecutionState(state).terminal or time.monotonic() >= deadline:
+            view = await ctx.db(read_agent_view, p.agent_id)
+    return WaitResult(agent=await with_next_route(ctx, view), timed_out=False)

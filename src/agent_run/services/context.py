@@ -13,13 +13,18 @@ from agent_run.config import Config
 from agent_run.domain.errors import StorageFull
 from agent_run.home import Home
 from agent_run.services.group_write import GroupWriter
-from agent_run.store.db import connect, is_storage_full, storage_full
-from agent_run.store.events import current_revision
+from agent_run.store.db import connect, is_storage_full, on_commit, storage_full
+from agent_run.store.events import current_revision, revision_and_state_changes
 
 T = TypeVar("T")
 REVISION_POLL_SECONDS = 0.02
+# The poll while every writer nudges (the daemon's wake socket is bound): only a lost nudge
+# waits for it.
+NUDGED_POLL_SECONDS = 0.2
 NUDGE_GAP_SECONDS = 0.002
 IDLE_POLL_SECONDS = 1.0
+# Agents whose state changed that one revision move may list; past that, all state waiters wake.
+STATE_CHANGES_LISTED = 256
 # Threads that fork/exec supervisors: a spawn holds one for milliseconds, never the database's.
 SPAWN_THREADS = 2
 # Supervisors booting at once (fork to ready line: one interpreter start, ~80 ms idle, seconds
@@ -32,32 +37,64 @@ class RevisionWatcher:
     """Polls the global event revision and wakes every waiter when it moves.
 
     Supervisors write from other processes, so the database is the only bus; one cheap poll
-    here replaces one poll per waiting client. A supervisor's nudge after a commit
-    (store/wake.py) cuts the poll's wait short, but never to less than NUDGE_GAP_SECONDS, so a
-    storm of commits costs at most that many reads a second.
+    here replaces one poll per waiting client. A nudge after each commit (a supervisor's over
+    store/wake.py, the daemon's own from its database threads) cuts the poll's wait short, but
+    never to less than NUDGE_GAP_SECONDS, so a storm of commits costs at most that many reads a
+    second; while nudges can arrive, the poll is only their backstop (NUDGED_POLL_SECONDS).
+
+    A waiter on one agent's state (`wait`) is woken only by a move that changed that state (a
+    `state` event): while any such waiter parks, each read also lists the agents whose state
+    changed in the range it moved over (`read_state_changes`), so parked waits on agents that
+    stream messages cost the daemon one read per move, not one per waiter.
     """
 
     def __init__(
-        self, read_revision: Callable[[], Any], poll_seconds: float = REVISION_POLL_SECONDS
+        self,
+        read_revision: Callable[[], Any],
+        poll_seconds: float = REVISION_POLL_SECONDS,
+        read_state_changes: Callable[[int], Any] | None = None,
     ) -> None:
         self._read = read_revision
+        # (after) -> (revision, the agents with a state event in (after, revision], or None when
+        # there are too many to list)
+        self._read_state_changes = read_state_changes
         self.poll_seconds = poll_seconds
         self.revision = 0
         self._changed = asyncio.Condition()
         self._waiters = 0
+        # agent id -> (revision seen, event) of each waiter on that agent's state
+        self._on_state: dict[str, list[tuple[int, asyncio.Event]]] = {}
         self._someone_waits = asyncio.Event()
         self._nudged = asyncio.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def nudge(self) -> None:
         """A writer says the revision moved: read it now rather than at the next poll."""
         self._nudged.set()
 
+    def nudge_from_thread(self) -> None:
+        """`nudge` from another thread (a database thread after its commit)."""
+        loop = self._loop
+        if loop is None:
+            return  # not running yet: its first read comes anyway
+        try:
+            loop.call_soon_threadsafe(self._nudged.set)
+        except RuntimeError:  # the loop has closed: nobody is left to wake
+            pass
+
     async def run(self) -> None:
+        self._loop = asyncio.get_running_loop()
         while True:
             self._nudged.clear()  # before the read: a nudge during it is not lost
-            revision = await self._read()
+            changed: set[str] | None = None  # None: any agent's state may have changed
+            if self._on_state and self._read_state_changes is not None:
+                revision, ids = await self._read_state_changes(self.revision)
+                changed = None if ids is None or revision < self.revision else set(ids)
+            else:
+                revision = await self._read()
             if revision != self.revision:
                 self.revision = revision
+                self._wake_on_state(changed, revision)
                 async with self._changed:
                     self._changed.notify_all()
             if self._waiters:
@@ -68,6 +105,13 @@ class RevisionWatcher:
                     await asyncio.wait_for(self._someone_waits.wait(), IDLE_POLL_SECONDS)
                 except TimeoutError:
                     pass
+
+    def _wake_on_state(self, changed: set[str] | None, revision: int) -> None:
+        agents = self._on_state if changed is None else changed & self._on_state.keys()
+        for agent_id in agents:
+            for seen, event in self._on_state[agent_id]:
+                if seen < revision:
+                    event.set()
 
     async def _pause(self) -> None:
         try:
@@ -81,17 +125,29 @@ class RevisionWatcher:
         """How many long-polls wait on the revision now."""
         return self._waiters
 
-    async def wait_past(self, revision: int, timeout: float) -> bool:
-        """Wait until the revision is past `revision`; False on timeout."""
+    async def wait_past(self, revision: int, timeout: float, state_of: str | None = None) -> bool:
+        """Wait until the revision is past `revision` (with `state_of`, an agent id: past it by a
+        change of that agent's state, or by a move too large to tell); False on timeout."""
         if self.revision > revision:
-            return True
+            return True  # what moved since `revision` is not known here: the caller looks
         self._waiters += 1
         self._someone_waits.set()
         try:
-            async with self._changed:
-                await asyncio.wait_for(
-                    self._changed.wait_for(lambda: self.revision > revision), timeout
-                )
+            if state_of is None:
+                async with self._changed:
+                    await asyncio.wait_for(
+                        self._changed.wait_for(lambda: self.revision > revision), timeout
+                    )
+            else:
+                entry = (revision, asyncio.Event())
+                self._on_state.setdefault(state_of, []).append(entry)
+                try:
+                    await asyncio.wait_for(entry[1].wait(), timeout)
+                finally:
+                    parked = self._on_state[state_of]
+                    parked.remove(entry)
+                    if not parked:
+                        del self._on_state[state_of]
             return True
         except TimeoutError:
             return False
@@ -116,7 +172,12 @@ class ServiceContext:
         self.supervisors_starting = asyncio.Semaphore(SUPERVISORS_STARTING)
         self._local = threading.local()
         self.grouped = GroupWriter(self.connection)  # admissions: one transaction for many
-        self.watcher = RevisionWatcher(lambda: self.db(current_revision))
+        self.watcher = RevisionWatcher(
+            lambda: self.db(current_revision),
+            read_state_changes=lambda after: self.db(
+                revision_and_state_changes, after, STATE_CHANGES_LISTED
+            ),
+        )
         self.starting: set[str] = set()  # executions whose supervisor this daemon is spawning
         self.batches: Any = None  # the batch scheduler, made on first use (batches.service)
         self.live: Any = None  # the daemon's LiveConfig (services.live_config): reloads config.toml
@@ -193,6 +254,7 @@ class ServiceContext:
             conn = self._local.conn = connect(
                 self.home.db_path, apply_migrations=False, busy_timeout_ms=wait_ms
             )
+            on_commit(conn, self.watcher.nudge_from_thread)  # waiters learn of it at once
         return conn
 
     async def db(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:

@@ -95,6 +95,19 @@ def latest_execution(conn: sqlite3.Connection, agent_id: str) -> sqlite3.Row | N
     )
 
 
+def latest_state_and_revision(conn: sqlite3.Connection, agent_id: str) -> tuple[str | None, int]:
+    """The state of the agent's latest execution and the store's revision, from one statement's
+    snapshot ((None, 0): no such agent). A parked `wait` looks at this alone each time the
+    revision moves."""
+    row = one(
+        conn,
+        "SELECT state, coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0)"
+        " AS revision FROM executions WHERE agent_id = ? ORDER BY number DESC LIMIT 1",
+        (agent_id,),
+    )
+    return (row["state"], row["revision"]) if row else (None, 0)
+
+
 def latest_executions(conn: sqlite3.Connection, agent_ids: list[str]) -> dict[str, sqlite3.Row]:
     """Each agent's latest execution, by agent id, in one query."""
     if not agent_ids:

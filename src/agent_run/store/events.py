@@ -130,6 +130,24 @@ def last_message(conn: sqlite3.Connection, agent_id: str) -> sqlite3.Row | None:
     )
 
 
+def revision_and_state_changes(
+    conn: sqlite3.Connection, after: int, limit: int
+) -> tuple[int, list[str] | None]:
+    """The current revision and the distinct agents with a `state` event in (after, it], from
+    one snapshot; None instead of the ids when there are more than `limit`."""
+    conn.execute("BEGIN")
+    try:
+        revision = current_revision(conn)
+        rows = conn.execute(
+            "SELECT DISTINCT agent_id FROM events WHERE seq > ? AND seq <= ? AND kind = 'state'"
+            " LIMIT ?",
+            (after, revision, limit + 1),
+        ).fetchall()
+    finally:
+        conn.execute("COMMIT")
+    return revision, ([r[0] for r in rows] if len(rows) <= limit else None)
+
+
 def changed_since(conn: sqlite3.Connection, revision: int, upto: int, limit: int) -> list[str]:
     """The distinct agent and batch ids (events of batches carry the batch id) in (revision, upto]."""
     rows = conn.execute(

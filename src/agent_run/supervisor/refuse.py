@@ -6,7 +6,8 @@ from agent_run.domain.states import ExecutionState
 from agent_run.home import Home
 from agent_run.store import agents as agents_q
 from agent_run.store import commands as commands_q
-from agent_run.store.db import connect, write
+from agent_run.store.db import connect, on_commit, write
+from agent_run.store.wake import Waker
 from agent_run.supervisor.storage import note
 
 
@@ -16,6 +17,8 @@ def refuse_plan(home: Home, execution_id: str, message: str) -> None:
     The spawner then sees the ready pipe close and finds the row already decided.
     """
     conn = connect(home.db_path)
+    waker = Waker(home.wake_path)
+    on_commit(conn, waker.wake)  # the daemon's waiters learn of the refusal at once
     try:
         with write(conn, "the execution's refusal"):
             row = agents_q.get_execution(conn, execution_id)
@@ -36,3 +39,4 @@ def refuse_plan(home: Home, execution_id: str, message: str) -> None:
         note(f"storage_full: could not record the refusal: {exc.message}")
     finally:
         conn.close()
+        waker.close()

@@ -16,8 +16,9 @@ from agent_run.domain.errors import DomainError, GitError
 from agent_run.domain.states import ExecutionState
 from agent_run.store.agents import get_execution
 from agent_run.store.batches import branch_of_agent
-from agent_run.store.db import connect, write
+from agent_run.store.db import connect, on_commit, write
 from agent_run.store.reports import append_report, complete_report
+from agent_run.store.wake import Waker
 from agent_run.worker_tools.binding import EXECUTION_ENV, HOME_ENV, TOKEN_ENV, TOOLS_ENV, token_hash
 from agent_run.worker_tools.catalog import WORKER_TOOLS
 from agent_run.worker_tools.stdio import ToolAnswer, serve_stdio
@@ -142,5 +143,6 @@ class WorkerTools:
 def serve() -> None:
     home = Path(os.environ[HOME_ENV])
     conn = connect(home / "state.db", apply_migrations=False)
+    on_commit(conn, Waker(home / "wake.sock").wake)  # the daemon reads each report at once
     offered = os.environ.get(TOOLS_ENV, "finish").split(",")
     serve_stdio(WorkerTools(conn, os.environ[EXECUTION_ENV], os.environ[TOKEN_ENV], offered))
