@@ -57,10 +57,9 @@ PRELOAD = (
 
 def _run_child(request: dict) -> None:
     """In the forked child: become `python -m agent_run ARGV`; never returns."""
-    from agent_run.supervisor.quick_exit import exit_code, finish_like_python  # preloaded
+    from agent_run.supervisor.quick_exit import run_then_exit  # preloaded
 
-    code = 1
-    try:
+    def become() -> int:
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the only disposition the zygote changed
         if request.get("cli"):
@@ -79,22 +78,11 @@ def _run_child(request: dict) -> None:
         sys.argv = ["-m", *request["argv"]]  # runpy puts the module path in argv[0]
         import runpy
 
-        try:
-            runpy.run_module("agent_run", run_name="__main__", alter_sys=True)
-            code = 0
-        except SystemExit as exc:
-            code = exit_code(exc)
-        code = finish_like_python(code)
-    except BaseException:  # noqa: BLE001 - report and exit like an uncaught exception would
-        import traceback
+        runpy.run_module("agent_run", run_name="__main__", alter_sys=True)
+        return 0
 
-        traceback.print_exc()
-    finally:
-        try:
-            sys.stdout.flush()
-            sys.stderr.flush()
-        finally:
-            os._exit(code)
+    # as a Python process ends (exit code, traceback, threads joined, atexit run), then at once
+    run_then_exit(become)
 
 
 def _stdio(stdin: str, stdout: str, stderr: str) -> None:
