@@ -13,9 +13,12 @@ from agent_run.store import batches as batches_q
 from agent_run.store.db import write
 
 
-def new_run_row(batch: sqlite3.Row, spec: RunSpec, runs: list[sqlite3.Row]) -> dict[str, Any]:
-    """A run row for `spec`: its own worktree on a new branch at the pinned base, or the folder
-    it works in (the project for generators and validators, its candidate's for reviewers)."""
+def new_run_row(
+    batch: sqlite3.Row, spec: RunSpec, runs: list[sqlite3.Row], label: str
+) -> dict[str, Any]:
+    """A run row for `spec`: its own worktree on a new branch at the pinned base (its folder
+    named with the base's `label`), or the folder it works in (the project for generators and
+    validators, its candidate's for reviewers)."""
     root, subdir = Path(batch["project_root"]), batch["project_subdir"]
     row: dict[str, Any] = {
         "id": new_id("rn"),
@@ -29,7 +32,6 @@ def new_run_row(batch: sqlite3.Row, spec: RunSpec, runs: list[sqlite3.Row]) -> d
     }
     if spec.worktree:
         project = git.Project(root, subdir)
-        label = git.ref_label(root, batch["base_ref"], batch["base_sha"])
         path = git.worktree_path(
             Path(batch["worktree_root"]), project, label, batch["id"], spec.idx
         )
@@ -52,7 +54,13 @@ def insert_runs(
     workflow = workflow_named(batch["workflow"])
     for spec in specs:
         check_stage(workflow, spec.stage)
-    rows = [new_run_row(batch, spec, runs) for spec in specs]  # git work outside the lock
+    # Two git calls name the base, the same for every run of the batch: made once, not per run.
+    label = (
+        git.ref_label(Path(batch["project_root"]), batch["base_ref"], batch["base_sha"])
+        if any(spec.worktree for spec in specs)
+        else ""
+    )
+    rows = [new_run_row(batch, spec, runs, label) for spec in specs]  # git work outside the lock
     with write(conn):
         for row, spec in zip(rows, specs, strict=True):
             batches_q.insert_run(conn, row)
