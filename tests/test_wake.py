@@ -43,6 +43,21 @@ def test_a_nudge_wakes_a_waiter_the_poll_would_not_have():
     assert asyncio.run(scenario()) == (False, True)
 
 
+async def _until(condition, what: str) -> None:
+    """Let the loop run until `condition()` holds, for at most 10 s."""
+    for _ in range(10_000):
+        if condition():
+            return
+        await asyncio.sleep(0.001)
+    raise AssertionError(f"never: {what}")
+
+
+async def _turns(n: int = 50) -> None:
+    """Let every ready task run on: a woken waiter returns within a few turns of the loop."""
+    for _ in range(n):
+        await asyncio.sleep(0)
+
+
 def test_a_wait_on_one_agents_state_sleeps_through_other_moves_and_wakes_on_its_own():
     """`wait_past(state_of=A)` is woken by a move that changed A's state, or by one too large to
     list (None), and by nothing else: not by B's state, not by a move it has already seen."""
@@ -57,48 +72,37 @@ def test_a_wait_on_one_agents_state_sleeps_through_other_moves_and_wakes_on_its_
         reads += 1
         return script[min(reads, len(script)) - 1]
 
-    async def read_once(watcher: RevisionWatcher) -> None:
+    async def move(watcher: RevisionWatcher) -> None:
+        """One more read (its wakes are done by the time `reads` counts it)."""
         before = reads
         watcher.nudge()
-        for _ in range(10_000):
-            if reads > before:
-                return
-            await asyncio.sleep(0.001)
-        raise AssertionError("the watcher did not read")
+        await _until(lambda: reads > before, "the watcher's read")
+        await _turns()
 
-    async def scenario() -> list[tuple[int, bool, bool, bool]]:
+    async def scenario() -> None:
         watcher = RevisionWatcher(revision, poll_seconds=3600, read_state_changes=state_changes)
         first = asyncio.create_task(watcher.wait_past(0, timeout=30, state_of="A"))
-        await asyncio.sleep(0.01)  # parked before the watcher's first read
+        await _until(lambda: watcher.parked == 1, "the first waiter parked")
         task = asyncio.create_task(watcher.run())
-        seen = []
-        ahead = None
-        for step in range(len(script)):
-            if step == 0:
-                for _ in range(10_000):  # the first read happens as it starts
-                    if reads:
-                        break
-                    await asyncio.sleep(0.001)
-            else:
-                await read_once(watcher)
-            await asyncio.sleep(0.01)  # let a woken waiter return
-            if step == 3:  # parked at revision 10 (read from the store): the move to 9 is old
-                ahead = asyncio.create_task(watcher.wait_past(10, timeout=30, state_of="A"))
-                await asyncio.sleep(0.01)
-            seen.append((watcher.revision, first.done(), ahead is not None and ahead.done()))
-            if first.done() and step == 2:  # woken by A: park again from revision 8
-                first = asyncio.create_task(watcher.wait_past(8, timeout=30, state_of="A"))
-                await asyncio.sleep(0.01)
+        await _until(lambda: reads == 1, "the watcher's first read")
+        await _turns()
+        assert (watcher.revision, first.done()) == (5, False)  # B's state
+        await move(watcher)
+        assert (watcher.revision, first.done()) == (6, False)  # messages only
+        await move(watcher)
+        assert watcher.revision == 8 and first.done()  # A's state: woken
+        again = asyncio.create_task(watcher.wait_past(8, timeout=30, state_of="A"))
+        # parked from revision 10, read from the store ahead of the watcher
+        ahead = asyncio.create_task(watcher.wait_past(10, timeout=30, state_of="A"))
+        await _until(lambda: watcher.parked == 2, "both waiters parked")
+        await move(watcher)
+        # too many to list: woken; the move to 9 is one `ahead` has seen
+        assert (watcher.revision, again.done(), ahead.done()) == (9, True, False)
+        await move(watcher)
+        assert (watcher.revision, ahead.done()) == (12, True)  # A's state past 10
         task.cancel()
-        return seen
 
-    assert asyncio.run(scenario()) == [
-        (5, False, False),  # B's state
-        (6, False, False),  # messages only
-        (8, True, False),  # A's state: woken (and parked again from 8)
-        (9, True, False),  # too many to list: woken; `ahead` parks from 10 after it
-        (12, True, True),  # A's state past 10
-    ]
+    asyncio.run(scenario())
 
 
 def test_the_state_changes_of_a_range_name_only_agents_with_a_state_event(tmp_path):
@@ -130,10 +134,9 @@ def test_a_commit_on_a_daemon_database_thread_wakes_the_watcher_without_its_poll
     async def scenario() -> bool:
         ctx.watcher.poll_seconds = 3600  # only a nudge reads again
         task = asyncio.create_task(ctx.watcher.run())
-        while ctx.watcher._loop is None:
-            await asyncio.sleep(0.001)
         parked = asyncio.create_task(ctx.watcher.wait_past(0, timeout=60))
-        await asyncio.sleep(0.05)  # parked, and the watcher's reads for it done
+        # the watcher ran first (it was made first), so it has its loop to be nudged on
+        await _until(lambda: ctx.watcher.parked == 1, "the waiter parked")
         await ctx.db(commit)
         woken = await parked
         task.cancel()
