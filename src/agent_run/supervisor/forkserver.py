@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from agent_run.home import Home
+from agent_run.supervisor.package_watch import PackageWatch
 
 DISABLE_ENV = "AGENT_RUN_FORK_SERVER"  # "0", "off", "false" or "no": every spawn is a plain one
 ANSWER_TIMEOUT_SECONDS = 10.0
@@ -38,25 +39,6 @@ ARGV_PAD = "-" * 160
 
 def fork_server_enabled(environ: dict[str, str] | os._Environ[str] = os.environ) -> bool:
     return environ.get(DISABLE_ENV, "1").strip().lower() not in ("0", "off", "false", "no")
-
-
-def package_stamp() -> str:
-    """What the installed package is now: how many source files, their total size and the sum of
-    their mtimes (any one file changed changes it; the version lives in `__init__.py`). A
-    zygote whose stamp differs runs old code and is replaced. One stat per file (~140): 1-2 ms
-    on a quiet machine."""
-    mtimes = count = size = 0
-    stack = [str(Path(__file__).resolve().parent.parent)]
-    while stack:
-        with os.scandir(stack.pop()) as entries:
-            for entry in entries:
-                if entry.is_dir(follow_symlinks=False):
-                    if entry.name != "__pycache__":
-                        stack.append(entry.path)
-                elif entry.name.endswith(".py"):
-                    st = entry.stat()
-                    count, size, mtimes = count + 1, size + st.st_size, mtimes + st.st_mtime_ns
-    return f"{count}-{size}-{mtimes}"
 
 
 class ForkedZygote:
@@ -105,6 +87,7 @@ class ForkServer:
         self.lock = threading.Lock()
         self.proc: subprocess.Popen[bytes] | ForkedZygote | None = None
         self.sock: socket.socket | None = None
+        self.package = PackageWatch()  # what the installed package is now
         self.stamp: str | None = (
             None  # the package when this zygote was started (before its imports)
         )
@@ -123,7 +106,7 @@ class ForkServer:
             self._start()
 
     def _start(self) -> None:
-        stamp = package_stamp()  # before it imports: a change made meanwhile shows as a new stamp
+        stamp = self.package.current()  # before it imports: a change meanwhile is a new stamp
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         log = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         try:
@@ -162,7 +145,7 @@ class ForkServer:
         if not zygote.single_threaded() or zygote.cmdline_room() < room_needed:
             return False
         with self.lock:
-            stamp = package_stamp()
+            stamp = self.package.current()
             ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             log = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
             sys.stdout.flush()
@@ -187,7 +170,7 @@ class ForkServer:
     def fork(self, execution_id: str, env: dict[str, str], fds: tuple[int, int, int]) -> bool:
         """Ask for a supervisor of `execution_id` with (stdin, ready, log) descriptors; True once
         forked. The caller keeps and closes its own copies of the descriptors."""
-        stamp = package_stamp()  # outside the lock: a stat of each source file, ~1-2 ms quiet
+        stamp = self.package.current()  # outside the lock: a scan only after a change
         with self.lock:
             if self.closed or not self._usable(stamp):
                 self.fallbacks += 1
@@ -286,3 +269,4 @@ class ForkServer:
             if self.proc is not None:
                 threading.Thread(target=self.proc.wait, daemon=True, name="reap-zygote").start()
                 self.proc = None
+        self.package.close()
