@@ -113,6 +113,27 @@ def connect(
     return conn
 
 
+class ChangeWatch:
+    """Whether anyone else committed to the database since a poll of `conn` last read it, so
+    the poll's query would find what it found then. `PRAGMA data_version` changes once another
+    connection (of any process) has committed, never for `conn`'s own commits; it reads the
+    WAL index, not a table."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+        self.seen: dict[str, int] = {}  # the version each poll last read at
+
+    def unchanged(self, poll: str) -> bool:
+        """True: skip `poll`'s query. False (the first time, or after a commit by another
+        connection): run it; the version is taken first, so a commit made meanwhile is seen
+        by this query or by the next call."""
+        version = int(self.conn.execute("PRAGMA data_version").fetchone()[0])
+        if self.seen.get(poll) == version:
+            return True
+        self.seen[poll] = version
+        return False
+
+
 def is_storage_full(exc: BaseException) -> bool:
     """Whether `exc` says the disk (or quota) is full: SQLITE_FULL or ENOSPC / EDQUOT."""
     if isinstance(exc, StorageFull):

@@ -111,12 +111,18 @@ class ExecutionLog:
         return self.full_since is not None and self.held_bytes > self.buffer_bytes
 
     def due(self) -> bool:
+        due_in = self.due_in()
+        return due_in is not None and due_in <= 0
+
+    def due_in(self) -> float | None:
+        """Seconds until what is held should be flushed (0 or less: now); None: nothing held."""
         if not (self._rows or self._raw):
-            return False
-        since = time.monotonic() - self._last_flush
+            return None
         if self.full_since is not None:
-            return since >= STORAGE_RETRY_SECONDS
-        return len(self._rows) >= FLUSH_MAX_ROWS or since >= FLUSH_INTERVAL_SECONDS
+            return self._last_flush + STORAGE_RETRY_SECONDS - time.monotonic()
+        if len(self._rows) >= FLUSH_MAX_ROWS:
+            return 0.0
+        return self._last_flush + FLUSH_INTERVAL_SECONDS - time.monotonic()
 
     def pending(self) -> list[tuple[str, Any]]:
         """The buffered rows, to be written inside the caller's own transaction (then `forget`)."""

@@ -46,7 +46,7 @@ from agent_run.home import Home
 from agent_run.store import agents as agents_q
 from agent_run.store import commands as commands_q
 from agent_run.store import reports as reports_q
-from agent_run.store.db import connect, is_storage_full, on_commit, write
+from agent_run.store.db import ChangeWatch, connect, is_storage_full, on_commit, write
 from agent_run.store.usage import Spend, agent_spend, group_spend
 from agent_run.store.wake import Waker
 from agent_run.supervisor.budget import Budget, Prices, SpendMeter
@@ -74,6 +74,7 @@ from agent_run.worker_tools.binding import (
 )
 
 COMMAND_POLL_SECONDS = 0.2
+STOPPING_TICK_SECONDS = 0.05  # how finely a stop's TERM and KILL steps are timed
 USAGE_WRITE_SECONDS = 0.2  # the row's usage lags what the engine reported by at most this
 MAX_LINE_BYTES = 8 * 1024 * 1024
 STDERR_TAIL_BYTES = 4000
@@ -118,6 +119,7 @@ class Supervisor:
         )
         self.reserve = StorageReserve(self.dir)
         self.handled_commands: set[int] = set()  # resolved, though maybe not yet written
+        self.changes = ChangeWatch(self.conn)  # polls skip their query if nothing changed
         self.retries = RetryWatch(self.plan.runtime_config.retry_give_up_seconds)
         self.signalled: int | None = None
         self.child: EngineProcess | None = None
@@ -303,7 +305,7 @@ class Supervisor:
         selector.register(stdout, selectors.EVENT_READ)
         eof = False
         while not eof:
-            for _key, _ in selector.select(timeout=0.05):
+            for _key, _ in selector.select(timeout=self._quiet_wait(next_poll)):
                 chunk = os.read(stdout.fileno(), 65536)
                 if not chunk:
                     eof = True
@@ -341,6 +343,20 @@ class Supervisor:
         if pending.strip():
             self._on_line(engine, redact, pending)
         self.log.flush()
+
+    def _quiet_wait(self, next_poll: float) -> float:
+        """How long the pump sleeps if the engine says nothing: until the next command poll or
+        the next flush of held events, finer only while a stop is escalating. A silent agent's
+        supervisor wakes 5 times a second, not 20; the watchdogs (budgets of seconds) are
+        checked at every wake, so at most one poll late."""
+        now = time.monotonic()
+        wait = next_poll - now
+        flush_in = self.log.due_in()
+        if flush_in is not None:
+            wait = min(wait, flush_in)
+        if self.stop is not None:
+            wait = min(wait, STOPPING_TICK_SECONDS)
+        return min(max(wait, 0.0), COMMAND_POLL_SECONDS)
 
     def _on_line(self, engine: Engine, redact: Redactor, data: bytes) -> None:
         line = redact(data.decode("utf-8", errors="replace")).strip()
@@ -426,7 +442,8 @@ class Supervisor:
         self._write_usage(force=False)
 
     def _read_group(self) -> None:
-        if self.budget.group is not None:
+        # Another run's usage is written by its own supervisor: a commit ChangeWatch sees.
+        if self.budget.group is not None and not self.changes.unchanged("group"):
             self.group_others = group_spend(self.conn, self.budget.group, besides=self.execution_id)
 
     def _write_usage(self, *, force: bool) -> None:
@@ -445,6 +462,8 @@ class Supervisor:
     def _poll_commands(self, engine: Engine) -> None:
         if self.signalled is not None and self.stop is None:
             self._request_stop(engine, f"supervisor received signal {self.signalled}", None)
+        if self.changes.unchanged("commands"):  # a command is enqueued by the daemon's commit
+            return
         for command in commands_q.pending(self.conn, self.execution_id):
             if command["id"] in self.handled_commands:
                 continue  # resolved; its resolution waits in the log for disk space
