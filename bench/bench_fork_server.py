@@ -184,9 +184,19 @@ def main() -> None:
         action="store_true",
         help='sandbox = "none" for every daemon (a sandboxed engine could not import a ref tree)',
     )
+    parser.add_argument(
+        "--no-off",
+        action="store_true",
+        help="skip the spawn-only daemon (off): more rounds of on vs ref in the same time",
+    )
     args = parser.parse_args()
     config = BENCH_CONFIG + ('sandbox = "none"\n' if args.no_sandbox or args.ref else "")
-    modes = ("off", "on", *(("forked",) if args.forked else ()), *(("ref",) if args.ref else ()))
+    modes = (
+        *(() if args.no_off else ("off",)),
+        "on",
+        *(("forked",) if args.forked else ()),
+        *(("ref",) if args.ref else ()),
+    )
     load = os.getloadavg()
     m: dict[str, list[float]] = {k: [] for k in ("bare", "direct", "boxed")}
     for mode in modes:
@@ -212,7 +222,7 @@ def main() -> None:
         clients = {mode: RawClient(homes[mode].socket_path, timeout=120) for mode in modes}
         for mode in modes:  # warm up: the first agent of a home opens files nobody had yet,
             instant_agent(homes[mode], clients[mode], str(workdir))  # and starts the zygote
-        for mode in modes[1:]:
+        for mode in (mode for mode in modes if mode != "off"):
             home = homes[mode]
             wait_for(lambda home=home: zygote_ready(home), timeout=60, what="the zygote")
         for _ in range(args.rounds):

@@ -7,9 +7,10 @@ SOCK_SEQPACKET control socket on its stdin and the supervisor's allowlisted envi
 imports the stack (no thread, no database connection, no event loop, no signal handler of its
 own), says `{"ready": pid}` and then serves one
 request per message: a JSON object (`execution`, `home`, `env`) with three descriptors attached
-(SCM_RIGHTS: the supervisor's stdin pipe, its ready pipe, its log). For each it forks a child
-that calls `setsid` and forks again (so the supervisor is reparented away from the zygote at
-once), waits for that child and answers `{"forked": bool, "code": N}`. The grandchild becomes
+(SCM_RIGHTS: the supervisor's stdin pipe, its ready pipe, its log). For each it forks the
+supervisor and answers `{"forked": true, "pid": N}`; it ignores SIGCHLD, so the kernel reaps
+each supervisor as it ends (no zombie, whether the zygote is busy, stopped or gone), and a
+supervisor outlives the zygote as any orphan does. The child becomes
 `python -m agent_run.supervisor --home H --execution E --ready-fd 3` in place: its own session
 and process group, the three descriptors as 0/1/2 and 3 and nothing else open, the requested
 environment only, the zygote's signal dispositions and mask as a fresh interpreter has them,
@@ -82,7 +83,7 @@ def _set_cmdline(args: list[str]) -> bool:
 
 
 def _become_supervisor(request: dict[str, Any], fds: list[int], signals: dict[int, Any]) -> int:
-    """In the grandchild: reset what a fresh `python -m agent_run.supervisor` would not have,
+    """In the forked child: reset what a fresh `python -m agent_run.supervisor` would not have,
     then run its `main` (the caller ends the process as that command does: `quick_exit`)."""
     os.setsid()  # its own session and process group, as start_new_session gives
     signal.pthread_sigmask(signal.SIG_SETMASK, set())
@@ -112,25 +113,22 @@ def _become_supervisor(request: dict[str, Any], fds: list[int], signals: dict[in
     return code
 
 
-def _fork_detached(control: socket.socket, fds: list[int]) -> int | None:
-    """Fork a child that forks the supervisor and exits. None in the supervisor; otherwise the
-    child's exit code (0: the supervisor was forked)."""
+def _fork_supervisor(control: socket.socket, fds: list[int]) -> int | None:
+    """Fork the supervisor: None in it; its pid in the zygote, which closes its copies of the
+    supervisor's descriptors. One fork, not the classic daemon's two: the second fork's only
+    gains are a parent other than the zygote (the kernel reaps the child anyway: SIGCHLD is
+    ignored here) and no session leadership (the supervisor calls `setsid` itself, as a spawned
+    one is a session leader); it cost a copy of the zygote's page tables and an exit per agent,
+    ~4 ms of CPU (bench/README.md)."""
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
     if pid == 0:
-        try:
-            os.setsid()  # away from the zygote's session before the supervisor exists
-            if os.fork() == 0:
-                control.close()  # the grandchild's copy only
-                return None
-        except BaseException:  # noqa: BLE001 - reported by the exit code
-            os._exit(1)
-        os._exit(0)
+        control.close()  # the supervisor's copy only
+        return None
     for fd in fds:
         os.close(fd)
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status)
+    return pid
 
 
 def serve(control: socket.socket) -> tuple[dict[str, Any], list[int]] | None:
@@ -146,7 +144,7 @@ def serve(control: socket.socket) -> tuple[dict[str, Any], list[int]] | None:
             request = json.loads(message)
             if len(fds) != 3 or not isinstance(request, dict):
                 raise ValueError("a request is a JSON object with three descriptors")
-            code = _fork_detached(control, fds)
+            pid = _fork_supervisor(control, fds)
         except (OSError, ValueError) as exc:
             for fd in fds:
                 try:
@@ -155,9 +153,9 @@ def serve(control: socket.socket) -> tuple[dict[str, Any], list[int]] | None:
                     pass
             control.send(json.dumps({"forked": False, "error": str(exc)}).encode())
             continue
-        if code is None:
+        if pid is None:
             return request, fds
-        control.send(json.dumps({"forked": code == 0, "code": code}).encode())
+        control.send(json.dumps({"forked": True, "pid": pid}).encode())
 
 
 def main() -> int:
@@ -173,6 +171,9 @@ def _serve_then_become(control: socket.socket, signals: dict[int, Any]) -> int:
     # What is imported now is shared by every supervisor forked from here: out of the garbage
     # collector's reach, so a supervisor's collections do not copy those pages (copy-on-write).
     gc.freeze()
+    # Its supervisors are its children: the kernel reaps each as it ends (each restores the
+    # disposition a fresh interpreter has: `signals`, taken before this).
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
     control.send(json.dumps({"ready": os.getpid()}).encode())
     print(f"zygote ready: pid {os.getpid()}", flush=True)  # zygote.log
     served = serve(control)
