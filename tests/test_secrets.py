@@ -66,6 +66,16 @@ def test_redactor_keeps_other_text_and_short_values():
     assert Redactor([])("nothing to hide") == "nothing to hide"
 
 
+def test_a_secret_that_key_shaped_text_runs_into_is_still_redacted_whole():
+    """Text shaped like a provider key that runs into a known secret does not take part of the
+    secret with it and leave the rest: every known secret goes first, then the key shapes."""
+    secret = "abcd!efgh-secret"
+    text = "key sk-" + "A" * 16 + secret + " end"
+    redacted = Redactor([secret])(text)
+    assert redacted == f"key {REDACTED}{REDACTED} end"
+    assert "efgh" not in redacted
+
+
 @pytest.mark.parametrize("piece", [1, 3, 7, 64])
 def test_stream_redactor_sees_a_secret_split_across_reads(piece):
     text = f"start {HOSTILE} middle {HOSTILE}{HOSTILE} end\n"
