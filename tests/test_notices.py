@@ -626,6 +626,48 @@ with open(sys.argv[1], "a") as log:
 """
 
 
+def test_the_lease_is_renewed_past_half_its_time_not_at_every_pass(tmp_path):
+    from agent_run.store.db import connect, write
+    from agent_run.store.notices import take_lease
+
+    conn = connect(tmp_path / "state.db")
+    expiry = "SELECT holder, expires_at FROM notice_lease"
+
+    def take(holder: str, now: float, dead: bool = False) -> tuple[bool, str | None]:
+        with write(conn):
+            return take_lease(conn, holder, 1, now, 30.0, holder_dead=dead)
+
+    try:
+        assert take("boot:1:5", 1000.0) == (True, None)
+        assert tuple(conn.execute(expiry).fetchone()) == ("boot:1:5", 1030.0)
+        assert take("boot:1:5", 1014.0) == (True, None)  # 16 s left: held as it is, no write
+        assert tuple(conn.execute(expiry).fetchone()) == ("boot:1:5", 1030.0)
+        assert take("boot:1:5", 1016.0) == (True, None)  # 14 s left: renewed
+        assert tuple(conn.execute(expiry).fetchone()) == ("boot:1:5", 1046.0)
+        assert take("boot:2:7", 1040.0) == (False, None)  # another's, live, not expired
+        assert take("boot:2:7", 1041.0, dead=True) == (True, "boot:1:5")  # its holder proved dead
+        assert take("boot:1:5", 1042.0) == (False, None)  # and now it is the other's
+        assert take("boot:1:5", 1072.0) == (True, "boot:2:7")  # expired
+    finally:
+        conn.close()
+
+
+def test_an_idle_daemon_does_not_rewrite_the_lease_at_each_pass(daemon, home):
+    """Each write of the row is a WAL frame: at every half-second pass that was ~8 KiB/s of
+    writes from a daemon with nothing to do. It is renewed once half its 30 s have run."""
+    lease = "SELECT expires_at FROM notice_lease"
+    wait_for(lambda: db_rows(home, lease), what="the dispatcher's lease")
+    passes = daemon.call("ping")["notice_passes"]
+    seen = {db_rows(home, lease)[0][0]}
+
+    def six_passes() -> bool:
+        seen.add(db_rows(home, lease)[0][0])
+        return daemon.call("ping")["notice_passes"] >= passes + 6
+
+    wait_for(six_passes, interval=0.05, what="six dispatcher passes")
+    assert len(seen) <= 2, f"the lease was written at {len(seen)} of ~6 passes"
+
+
 def test_kill9_daemon_with_a_notice_in_retry_wait_retries_it_once_after_restart(
     daemon, home, workdir
 ):

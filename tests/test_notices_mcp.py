@@ -241,16 +241,12 @@ async def test_notices_wait_for_a_session_to_poll_a_restarted_daemon(daemon, wor
                 lambda: db_rows(daemon.home, "SELECT state FROM notices"),
                 what="the new daemon to make the notice",
             )
-            renewed = [db_rows(daemon.home, "SELECT expires_at FROM notice_lease")[0][0]]
-            for _ in range(2):  # two more dispatcher passes (each renews the lease, then sweeps)
-                wait_for(
-                    lambda: (
-                        db_rows(daemon.home, "SELECT expires_at FROM notice_lease")[0][0]
-                        > renewed[-1]
-                    ),
-                    what="a dispatcher pass",
-                )
-                renewed.append(db_rows(daemon.home, "SELECT expires_at FROM notice_lease")[0][0])
+            # Two whole dispatcher passes begun after the notice was made (each sweeps).
+            passes = daemon.call("ping")["notice_passes"]
+            wait_for(
+                lambda: daemon.call("ping")["notice_passes"] >= passes + 2,
+                what="two dispatcher passes",
+            )
             assert db_rows(daemon.home, "SELECT state FROM notices")[0]["state"] == "pending"
         finally:
             os.kill(session, signal.SIGCONT)

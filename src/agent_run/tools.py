@@ -633,7 +633,11 @@ def tool_schemas() -> list[dict[str, Any]]:
 async def ping(ctx: Any, _p: rq.EmptyParams) -> vw.Pong:
     """The daemon answers: its version, pid and home (`ctx` is the daemon's ServiceContext)."""
     return vw.Pong(
-        version=__version__, pid=os.getpid(), home=str(ctx.home.root), parked=ctx.watcher.parked
+        version=__version__,
+        pid=os.getpid(),
+        home=str(ctx.home.root),
+        parked=ctx.watcher.parked,
+        notice_passes=ctx.notice_passes,
     )
 
 

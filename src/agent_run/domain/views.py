@@ -215,6 +215,7 @@ class Pong(View):
     pid: int
     home: str
     parked: int = 0  # long-polls (list_agents, changes) waiting on the revision now
+    notice_passes: int = 0  # passes the notice dispatcher has made since the daemon started
 
 
 class ToolsResult(View):

@@ -183,6 +183,7 @@ class ServiceContext:
         self.live: Any = None  # the daemon's LiveConfig (services.live_config): reloads config.toml
         self.started_at = time.time()
         self.notice_channels: Any = None  # services.notice_channel.Channels, made on first use
+        self.notice_passes = 0  # passes the notice dispatcher has made (services/notices.py)
         self.fork_server: Any = None  # supervisor.forkserver.ForkServer, when the daemon runs one
         self.hosts: Any = (
             None  # executors.ssh.HostRegistry: links to [hosts.NAME] (services/hosts.py)

@@ -133,6 +133,7 @@ class NoticeDispatcher:
             except Exception as exc:  # keep dispatching; the next tick may succeed
                 if self.log is not None:
                     self.log.error("notice.dispatch_error", error=repr(exc))
+            self.ctx.notice_passes += 1
             await asyncio.sleep(TICK_SECONDS)
 
     async def _deliver(self, row: dict[str, Any]) -> None:

@@ -173,7 +173,9 @@ def _announced(conn: sqlite3.Connection, cursor: sqlite3.Cursor) -> int:
 def take_lease(
     conn: sqlite3.Connection, holder: str, pid: int, now: float, ttl: float, *, holder_dead: bool
 ) -> tuple[bool, str | None]:
-    """(held, previous holder taken over). Taken when free, ours, expired or its holder dead."""
+    """(held, previous holder taken over). Taken when free, ours, expired or its holder dead.
+    Ours with more than half of `ttl` left, it is held as it is: renewed only past half-time, so
+    an idle daemon writes the row every ttl/2, not at each pass (each write a WAL frame)."""
     row = one(conn, "SELECT * FROM notice_lease WHERE id = 1")
     if row is None:
         conn.execute(
@@ -183,6 +185,8 @@ def take_lease(
         return True, None
     if row["holder"] != holder and row["expires_at"] > now and not holder_dead:
         return False, None
+    if row["holder"] == holder and row["expires_at"] - now > ttl / 2:
+        return True, None
     conn.execute(
         "UPDATE notice_lease SET holder = ?, holder_pid = ?, expires_at = ? WHERE id = 1",
         (holder, pid, now + ttl),
