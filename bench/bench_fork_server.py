@@ -282,15 +282,23 @@ def main() -> None:
                 "x direct",
             ]
         )
+    # Each round's wall over the direct spawns of the same round (the machine's speed then).
+    paired = {
+        mode: summary(
+            [x["wall"] / d["wall"] for x, d in zip(fan[mode], fan["direct"], strict=True)]
+        )["p50"]
+        for mode in ("boxed", *modes)
+    }
     for mode in ("direct", "boxed", *modes):
         verified = [x["verified"] for x in fan[mode]]
         cpu_ms = summary([x["cpu"] / args.agents for x in fan[mode]])["p50"] * 1e3
+        per_round = f"; per round {paired[mode]:.2f}x" if mode in paired else ""
         rows.append(
             [
                 f"{args.agents} agents ({mode}), verified {verified}, {cpu_ms:.0f} CPU-ms each",
                 fan_p50[mode] * 1e3,
                 ratio(fan_p50[mode], fan_p50["direct"]),
-                f"x direct ({ratio(fan_p50[mode], fan_p50['boxed']):.2f}x sandboxed)",
+                f"x direct ({ratio(fan_p50[mode], fan_p50['boxed']):.2f}x sandboxed{per_round})",
             ]
         )
     for mode in modes:
@@ -313,6 +321,7 @@ def main() -> None:
             "summaries": s,
             "fanout": fan,
             "fanout_p50": fan_p50,
+            "fanout_per_round_over_direct_p50": paired,
             "memory": mem,
             "raw": m,
         },
