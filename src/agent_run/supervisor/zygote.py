@@ -118,8 +118,8 @@ def _fork_supervisor(control: socket.socket, fds: list[int]) -> int | None:
     supervisor's descriptors. One fork, not the classic daemon's two: the second fork's only
     gains are a parent other than the zygote (the kernel reaps the child anyway: SIGCHLD is
     ignored here) and no session leadership (the supervisor calls `setsid` itself, as a spawned
-    one is a session leader); it cost a copy of the zygote's page tables and an exit per agent,
-    ~4 ms of CPU (bench/README.md)."""
+    one is a session leader); it cost a copy of the zygote's page tables, an exit and a wait
+    per agent (bench/README.md)."""
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
