@@ -222,7 +222,9 @@ def main() -> None:
         clients = {mode: RawClient(homes[mode].socket_path, timeout=120) for mode in modes}
         for mode in modes:  # warm up: the first agent of a home opens files nobody had yet,
             instant_agent(homes[mode], clients[mode], str(workdir))  # and starts the zygote
-        for mode in (mode for mode in modes if mode != "off"):
+        for mode in modes:
+            if mode == "off":  # spawns only: no zygote
+                continue
             home = homes[mode]
             wait_for(lambda home=home: zygote_ready(home), timeout=60, what="the zygote")
         for _ in range(args.rounds):

@@ -276,6 +276,15 @@ class DaemonProcess:
         with self.client() as client:
             return client.call(method, params)
 
+    def wait_notice_passes(self, count: int) -> None:
+        """Wait until the notice dispatcher has made `count` more passes (`ping`'s count); the
+        last of them began after this call."""
+        first = self.call("ping")["notice_passes"]
+        wait_for(
+            lambda: self.call("ping")["notice_passes"] >= first + count,
+            what=f"{count} notice dispatcher passes",
+        )
+
     def kill9(self) -> None:
         assert self.proc is not None
         self.proc.kill()

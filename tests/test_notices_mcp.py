@@ -241,12 +241,7 @@ async def test_notices_wait_for_a_session_to_poll_a_restarted_daemon(daemon, wor
                 lambda: db_rows(daemon.home, "SELECT state FROM notices"),
                 what="the new daemon to make the notice",
             )
-            # Two whole dispatcher passes begun after the notice was made (each sweeps).
-            passes = daemon.call("ping")["notice_passes"]
-            wait_for(
-                lambda: daemon.call("ping")["notice_passes"] >= passes + 2,
-                what="two dispatcher passes",
-            )
+            daemon.wait_notice_passes(2)  # a whole pass (a sweep) begun after the notice was made
             assert db_rows(daemon.home, "SELECT state FROM notices")[0]["state"] == "pending"
         finally:
             os.kill(session, signal.SIGCONT)

@@ -241,8 +241,7 @@ def test_notices_and_notify_targets_are_pruned_with_their_agents(daemon, workdir
     assert by_id[agents["removed"]]["action"] == "removed"
     after = {name: db_rows(home, owned, (a, a))[0]["n"] for name, a in agents.items()}
     assert after == {"kept": 0, "removed": 0, "recent": 2}
-    passes = daemon.call("ping")["notice_passes"]  # three passes later, nothing announced again
-    wait_for(lambda: daemon.call("ping")["notice_passes"] >= passes + 3, what="dispatcher passes")
+    daemon.wait_notice_passes(3)  # three passes later, nothing was announced again
     sent = [json.loads(line)["agent_id"] for line in log.read_text().splitlines()]
     assert sorted(sent) == sorted(agents.values())
     assert db_rows(home, "SELECT count(*) AS n FROM notices")[0]["n"] == 1
