@@ -1,6 +1,7 @@
 """Races found in review: slow actions outside the scheduler's lock, clean against rerun, git
 off the event loop, durable reply files."""
 
+import json
 import os
 import shutil
 import stat
@@ -16,7 +17,14 @@ from agent_run.home import Home
 from agent_run.store import batches as batches_q
 from agent_run.store.db import connect, write
 from tests.batch_harness import BatchProject, git, make_repo, runs_of, wait_batch
-from tests.harness import DaemonProcess, make_home, remove_home, short_tmpdir, wait_for
+from tests.harness import (
+    DaemonProcess,
+    db_rows,
+    make_home,
+    remove_home,
+    short_tmpdir,
+    wait_for,
+)
 
 
 def _wait_for_file(path: Path, limit_tenths: int = 3000) -> str:
@@ -179,14 +187,17 @@ def test_a_failed_executions_reply_is_a_private_file_written_atomically(
     assert not [p.name for p in directory.iterdir() if ".tmp-" in p.name]
 
 
-def test_a_commit_whose_worker_server_dies_before_recording_it_still_counts() -> None:
-    """create_commit records its intent before it commits: kill -9 the worker-tools server right
-    after the commit lands on the run's branch and the candidate is still judged by its commit.
+def test_a_commit_whose_supervisor_dies_before_recording_it_keeps_its_intent() -> None:
+    """create_commit records its intent before it commits: kill -9 the process serving it (the
+    candidate's supervisor, which serves its worker tools) right after the commit lands on the
+    run's branch, and the commit is not left without its report.
 
     agent-run's git runs no hook (core.hooksPath=/dev/null: a hook is a program the repository
     names), so the kill comes from a `git` first on the daemon's PATH: the real git, then, once
     its `update-ref` of the run's branch (create_commit's last step) succeeded, kill -9 of the
-    worker-tools server that ran it."""
+    supervisor that ran it. The execution ends `lost` on proof (its supervisor is gone) and the
+    batch ends; the report stays the intent, naming the commit's message and files, beside the
+    commit on the branch."""
     marks = short_tmpdir("arm-")
     wrapper = marks / "bin" / "git"
     wrapper.parent.mkdir()
@@ -195,7 +206,7 @@ def test_a_commit_whose_worker_server_dies_before_recording_it_still_counts() ->
         f'{shutil.which("git")} "$@"; status=$?\n'
         'case "$*" in *update-ref*refs/heads/agent-run/*)\n'
         f'  if [ $status = 0 ] && [ ! -f "{marks}/killed" ] &&'
-        ' grep -q worker_tools "/proc/$PPID/cmdline"; then\n'
+        ' grep -q agent_run.supervisor "/proc/$PPID/cmdline"; then\n'
         f'    touch "{marks}/killed"; kill -9 "$PPID"\n'
         "  fi;;\n"
         "esac\n"
@@ -207,10 +218,20 @@ def test_a_commit_whose_worker_server_dies_before_recording_it_still_counts() ->
     project = BatchProject(daemon, make_repo())
     try:
         done = wait_batch(daemon, project.start_ranked_pair()["id"])
-        assert (marks / "killed").exists(), "the worker-tools server was never killed"
+        assert (marks / "killed").exists(), "the candidate's supervisor was never killed"
         candidate = runs_of(done, "candidate")[0]
-        assert candidate["state"] == "succeeded", candidate
-        assert len(candidate["result"]["commits"]) == 1 and done["state"] == "completed"
+        execution = daemon.call("agent", {"agent_id": candidate["agent_id"]})["execution"]
+        assert execution["state"] == "lost", execution
+        assert candidate["state"] == "failed", candidate
+        reports = db_rows(
+            home,
+            "SELECT payload FROM tool_reports WHERE agent_id = ? AND tool = 'create_commit'",
+            (candidate["agent_id"],),
+        )
+        assert [json.loads(r["payload"])["state"] for r in reports] == ["intent"]
+        branch = candidate["branch"]
+        subject = git(project.repo, "log", "-1", "--format=%s", branch).strip()
+        assert subject == json.loads(reports[0]["payload"])["message"]
     finally:
         daemon.stop()
         remove_home(home)

@@ -32,7 +32,6 @@ from agent_run.engines.base import (
     UsageUpdate,
     WorkerMcp,
 )
-from agent_run.engines.environment import PASSTHROUGH, allowlisted
 from agent_run.engines.plan import load_plan
 from agent_run.engines.quota import QuotaEvent
 from agent_run.engines.registry import engine_spec
@@ -64,14 +63,7 @@ from agent_run.supervisor.signin_keeper import SignInKeeper
 from agent_run.supervisor.stderr_log import StderrLog
 from agent_run.supervisor.storage import StorageReserve, note, reserve_log_space
 from agent_run.supervisor.worker_gate import WorkerGate
-from agent_run.worker_tools.binding import (
-    EXECUTION_ENV,
-    HOME_ENV,
-    SERVER_NAME,
-    TOKEN_ENV,
-    TOOLS_ENV,
-    token_hash,
-)
+from agent_run.worker_tools.binding import SERVER_NAME, token_hash
 
 COMMAND_POLL_SECONDS = 0.2
 STOPPING_TICK_SECONDS = 0.05  # how finely a stop's TERM and KILL steps are timed
@@ -283,15 +275,10 @@ class Supervisor:
         token = token_source.token_urlsafe(32)
         self.log.update(worker_token_sha256=token_hash(token))
         self.log.flush()
-        tools = self.plan.worker_tools
-        env = {
-            HOME_ENV: str(self.home.root),
-            EXECUTION_ENV: self.execution_id,
-            TOKEN_ENV: token,
-            TOOLS_ENV: ",".join(tools),
-        }
         self.sandbox_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        self.gate = WorkerGate(self.sandbox_dir, allowlisted(PASSTHROUGH) | env, tools)
+        self.gate = WorkerGate(
+            self.sandbox_dir, self.home.root, self.execution_id, token, self.plan.worker_tools
+        )
         return token, self.gate.mcp(SERVER_NAME)
 
     def _pump(self, engine: Engine, redact: Redactor) -> None:
@@ -608,7 +595,7 @@ class Supervisor:
         for path in self.spec.token_files if self.spec else []:
             path.unlink(missing_ok=True)  # the capability dies with the execution
         if self.gate is not None:
-            self.gate.close()  # the engine is gone: its worker servers end with their relays
+            self.gate.close()  # the engine is gone: its worker tools end with their relays
         if self.credentials is not None:
             self.credentials.record_signals(self.log)
             self.credentials.close()  # so does the broker's token

@@ -1,32 +1,44 @@
 """The worker-tools gate: a Unix socket in the execution's sandbox folder, and outside the
-sandbox one worker-tools server per connection, holding the token and the database.
+sandbox, in the supervisor itself, one worker-tools server thread per connection, holding the
+token and a database connection of its own.
 
 The engine's MCP config names the relay (`agent_run.worker_tools.relay SOCKET`); the token,
-`$AGENT_RUN_HOME` and `state.db` never enter the engine's sandbox.
+`$AGENT_RUN_HOME` and `state.db` never enter the engine's sandbox. The server is served here,
+not by a process per connection: the supervisor already runs outside the sandbox with the token
+and the database, so a connection costs a thread, not an interpreter's start and memory.
 """
 
 import socket
-import subprocess
 import sys
 import threading
+import time
+import traceback
 from pathlib import Path
 
 from agent_run.engines.base import WorkerMcp
+from agent_run.worker_tools.server import serve_connection
 
 SOCKET_NAME = "worker.sock"
+# How long `close` lets a call in flight finish (a `create_commit`'s git) before it cuts the
+# connections it still holds.
 REAP_SECONDS = 5.0
+# Connections served at once: an engine opens one per MCP server it starts; one past this is
+# closed at once (a runaway client cannot make the supervisor start threads without bound).
+MAX_CONNECTIONS = 8
 
 
 class WorkerGate:
-    def __init__(self, sandbox_dir: Path, server_env: dict[str, str], tools: list[str]) -> None:
+    def __init__(
+        self, sandbox_dir: Path, home: Path, execution_id: str, token: str, tools: list[str]
+    ) -> None:
         self.path = sandbox_dir / SOCKET_NAME
-        self.server_env = server_env
-        self.tools = tools
+        self.home, self.execution_id, self.token, self.tools = home, execution_id, token, tools
         self.path.unlink(missing_ok=True)
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.listener.bind(str(self.path))
-        self.listener.listen(8)
-        self.servers: list[subprocess.Popen[bytes]] = []
+        self.listener.listen(MAX_CONNECTIONS)
+        self.lock = threading.Lock()
+        self.connections: dict[socket.socket, threading.Thread] = {}  # those being served
         self.closed = False
         threading.Thread(target=self._accept, name="worker-gate", daemon=True).start()
 
@@ -46,20 +58,35 @@ class WorkerGate:
                 conn, _ = self.listener.accept()
             except OSError:
                 return  # closed
-            with conn:
-                self.servers.append(
-                    subprocess.Popen(
-                        [sys.executable, "-m", "agent_run.worker_tools"],
-                        stdin=conn.fileno(),
-                        stdout=conn.fileno(),
-                        stderr=subprocess.DEVNULL,
-                        env=self.server_env,
-                        start_new_session=True,
-                    )
+            with self.lock:
+                if self.closed or len(self.connections) >= MAX_CONNECTIONS:
+                    conn.close()
+                    continue
+                thread = threading.Thread(
+                    target=self._serve, args=(conn,), name="worker-tools", daemon=True
                 )
+                self.connections[conn] = thread
+            thread.start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        try:
+            with conn.makefile("rb") as reader, conn.makefile("wb") as writer:
+                serve_connection(
+                    self.home, self.execution_id, self.token, self.tools, reader, writer
+                )
+        except OSError:
+            pass  # the relay went away mid-message, or `close` cut the connection
+        except Exception:  # noqa: BLE001 - a broken database: the relay sees its server end
+            print("worker-tools server failed:", file=sys.stderr)
+            traceback.print_exc()
+        finally:
+            with self.lock:
+                self.connections.pop(conn, None)
+            conn.close()
 
     def close(self) -> None:
-        """Stop accepting; the servers end when their relays close (killed if they linger)."""
+        """Stop accepting; let the calls in flight finish (up to REAP_SECONDS), then end the
+        connections still open (their relays see the end of their server)."""
         self.closed = True
         try:
             self.listener.shutdown(socket.SHUT_RDWR)
@@ -67,9 +94,19 @@ class WorkerGate:
             pass
         self.listener.close()
         self.path.unlink(missing_ok=True)
-        for server in list(self.servers):
+        deadline = time.monotonic() + REAP_SECONDS
+        for thread in self._threads():
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
+        with self.lock:
+            lingering = list(self.connections)
+        for conn in lingering:
             try:
-                server.wait(timeout=REAP_SECONDS)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait()
+                conn.shutdown(socket.SHUT_RDWR)  # its thread's read ends; the thread closes it
+            except OSError:
+                pass
+        for thread in self._threads():
+            thread.join(timeout=REAP_SECONDS)
+
+    def _threads(self) -> list[threading.Thread]:
+        with self.lock:
+            return list(self.connections.values())

@@ -16,8 +16,8 @@ and process group, the three descriptors as 0/1/2 and 3 and nothing else open, t
 environment only, the zygote's signal dispositions and mask as a fresh interpreter has them,
 random re-seeded, `/` as cwd, and that command line written over its own (reconciliation finds
 a supervisor by it). The credential never passes through the zygote: the daemon writes it to
-the stdin pipe itself. End of input (the daemon is gone) ends the zygote; supervisors already
-forked are not its children and live on.
+the stdin pipe itself. End of input (the daemon is gone) ends the zygote; the supervisors it
+forked live on (init, or the nearest subreaper, adopts them).
 """
 
 import atexit
@@ -46,7 +46,8 @@ PRELOAD = (
     "agent_run.engines.claude",
     "agent_run.engines.codex",
     "agent_run.engines.qwen",
-    "agent_run.worker_tools.binding",
+    "agent_run.worker_tools.server",  # served in the supervisor, on its gate's connections
+    "agent_run.git",  # the worker tools' create_commit
     "argparse",
 )
 READY_FD = 3

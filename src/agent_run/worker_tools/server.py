@@ -1,16 +1,19 @@
-"""The worker MCP server process: `python -m agent_run.worker_tools` (stdio), one per engine.
+"""The worker MCP server: the tools one execution offers, bound to it by its capability token.
 
-Configuration arrives in its environment: the home, the execution id and the capability
-token. A call is recorded only while the token's hash matches the execution's and the
-execution is live; it writes the database directly, so it works while the daemon is down.
-Stdlib only (no mcp SDK, no pydantic): one runs per agent, so its start-up is paid per agent.
+The supervisor serves it on each connection to its worker gate (`supervisor/worker_gate.py`,
+one thread per connection); `python -m agent_run.worker_tools` serves it over stdio, bound by
+its environment (the home, the execution id and the token). A call is recorded only while the
+token's hash matches the execution's and the execution is live; it writes the database
+directly, so it works while the daemon is down. Stdlib only (no mcp SDK, no pydantic): it runs
+in every supervisor.
 """
 
 import json
 import os
 import sqlite3
+import sys
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from agent_run.domain.errors import DomainError, GitError
 from agent_run.domain.states import ExecutionState
@@ -140,9 +143,34 @@ class WorkerTools:
         return ToolAnswer(f"recorded ({name} #{report_id}{extra})")
 
 
-def serve() -> None:
-    home = Path(os.environ[HOME_ENV])
+def serve_connection(
+    home: Path,
+    execution_id: str,
+    token: str,
+    offered: list[str],
+    stdin: IO[bytes],
+    stdout: IO[bytes],
+) -> None:
+    """Serve one client (a relay's connection to the supervisor's gate, or stdio) until it
+    closes, through a database connection of its own."""
     conn = connect(home / "state.db", apply_migrations=False)
-    on_commit(conn, Waker(home / "wake.sock").wake)  # the daemon reads each report at once
-    offered = os.environ.get(TOOLS_ENV, "finish").split(",")
-    serve_stdio(WorkerTools(conn, os.environ[EXECUTION_ENV], os.environ[TOKEN_ENV], offered))
+    waker = Waker(home / "wake.sock")
+    try:
+        on_commit(conn, waker.wake)  # the daemon reads each report at once
+        serve_stdio(WorkerTools(conn, execution_id, token, offered), stdin, stdout)
+    finally:
+        waker.close()
+        conn.close()
+
+
+def serve() -> None:
+    """`python -m agent_run.worker_tools`: the same server over stdio, bound by its environment
+    (how the protocol tests drive it with the mcp SDK's client and with hostile input)."""
+    serve_connection(
+        Path(os.environ[HOME_ENV]),
+        os.environ[EXECUTION_ENV],
+        os.environ[TOKEN_ENV],
+        os.environ.get(TOOLS_ENV, "finish").split(","),
+        sys.stdin.buffer,
+        sys.stdout.buffer,
+    )

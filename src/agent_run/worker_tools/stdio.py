@@ -7,6 +7,7 @@ notifications are ignored; anything else gets a typed JSON-RPC error, never a cr
 
 import json
 import sys
+from collections.abc import Iterator
 from typing import IO, Any, NamedTuple, Protocol
 
 from agent_run import __version__
@@ -22,6 +23,9 @@ PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL_ERROR =
     -32602,
     -32603,
 )
+# The longest message read: a `finish` summary at its 200,000-character limit, every character
+# escaped, is 1.2 MB of JSON.
+MAX_LINE_BYTES = 4 * 1024 * 1024
 
 
 class ToolAnswer(NamedTuple):
@@ -127,16 +131,35 @@ def answer_line(tools: Tools, line: bytes) -> Any:
     return handle(tools, message)
 
 
+def _lines(stdin: IO[bytes]) -> Iterator[bytes | None]:
+    """stdin's lines, each None that runs past MAX_LINE_BYTES (read through to its end, never
+    held whole: the server shares its process with the supervisor)."""
+    while line := stdin.readline(MAX_LINE_BYTES + 1):
+        if len(line) <= MAX_LINE_BYTES or line.endswith(b"\n"):
+            yield line
+            continue
+        while (rest := stdin.readline(MAX_LINE_BYTES)) and not rest.endswith(b"\n"):
+            pass
+        yield None
+        if not rest:
+            return
+
+
 def serve_stdio(
     tools: Tools, stdin: IO[bytes] | None = None, stdout: IO[bytes] | None = None
 ) -> None:
     """Answer line by line until stdin closes (or stdout does)."""
     stdin = stdin or sys.stdin.buffer
     stdout = stdout or sys.stdout.buffer
-    for line in stdin:
-        if not line.strip():
+    for line in _lines(stdin):
+        if line is None:
+            answer: Any = _error(
+                None, PARSE_ERROR, f"Parse error: a message is at most {MAX_LINE_BYTES} bytes"
+            )
+        elif not line.strip():
             continue
-        answer = answer_line(tools, line)
+        else:
+            answer = answer_line(tools, line)
         if answer is None:
             continue
         try:
@@ -144,5 +167,5 @@ def serve_stdio(
                 json.dumps(answer, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
             )
             stdout.flush()
-        except BrokenPipeError:
+        except (BrokenPipeError, ConnectionResetError):  # the client is gone
             return
