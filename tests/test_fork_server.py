@@ -373,3 +373,50 @@ def test_zygote_is_replaced_when_the_package_changes(daemon, home, workdir, rest
     supervisor = running_supervisor(daemon, home, LONG_TASK, workdir)
     assert parent(supervisor) != daemon.proc.pid
     assert zygote_pid(home) == new
+
+
+def test_a_forked_supervisor_runs_with_the_requested_environment_not_the_zygotes(
+    home, workdir, monkeypatch
+):
+    """The zygote keeps its own environment when a request's is the same (nothing rewritten);
+    when it differs the supervisor takes the request's whole: a variable only the request has
+    reaches the engine, one only the zygote had does not (both are passed through to engines)."""
+    from agent_run.supervisor.forkserver import ForkServer
+    from agent_run.supervisor.launch import start_supervisor, supervisor_environment
+    from tests.test_admission import admit_without_spawning
+
+    monkeypatch.setenv("TZ", "request-only")
+    monkeypatch.delenv("LC_CTYPE", raising=False)
+    requested = supervisor_environment()
+    zygote_env = {k: v for k, v in requested.items() if k != "TZ"} | {"LC_CTYPE": "zygote-only"}
+    server = ForkServer(home, zygote_env, home.logs_dir / "zygote.log")
+    server.start()
+    started = None
+    try:
+        wait_for(lambda: zygote_ready(home), what="the zygote to be ready")
+        agent_id, execution_id = admit_without_spawning(home, LONG_TASK, workdir)
+        log = home.logs_dir / "supervisor-env-test.log"
+        started = start_supervisor(home, execution_id, log, fork_server=server)
+        assert server.forks == 1 and started.pid is None, "it was spawned, not forked"
+        row = wait_for(
+            lambda: next(
+                iter(
+                    db_rows(
+                        home,
+                        "SELECT * FROM executions WHERE id = ? AND engine_pid IS NOT NULL",
+                        (execution_id,),
+                    )
+                ),
+                None,
+            ),
+            what="the engine to run",
+        )
+        engine_env = Path(f"/proc/{row['engine_pid']}/environ").read_bytes().split(b"\0")
+        assert b"TZ=request-only" in engine_env
+        assert b"LC_CTYPE=zygote-only" not in engine_env
+        os.killpg(row["supervisor_pid"], signal.SIGKILL)
+        os.killpg(row["engine_pid"], signal.SIGKILL)
+    finally:
+        if started is not None:
+            os.close(started.ready_fd)
+        server.close()

@@ -30,7 +30,7 @@ import signal
 import socket
 import sys
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NamedTuple, NoReturn
 
 from agent_run.supervisor.quick_exit import run_then_exit
 
@@ -67,36 +67,64 @@ def _dispositions() -> dict[int, Any]:
     return found
 
 
-def _set_cmdline(args: list[str]) -> bool:
+def _set_cmdline(args: list[str], area: tuple[int, int] | None = None) -> bool:
     """Write `args` over this process's own command line (/proc/PID/cmdline), in the room the
-    zygote's padded argv left; False where that cannot be done (then it keeps the zygote's)."""
+    zygote's padded argv left (`area`: where it lives, as the zygote found it: a fork's is the
+    same); False where that cannot be done (then it keeps the zygote's). Plain descriptor calls:
+    each object a supervisor touches first after its fork is a page it copies."""
     try:
-        start, end = _cmdline_area()
+        start, end = area or _cmdline_area()
         data = b"\0".join(arg.encode() for arg in args) + b"\0"
         if len(data) > end - start:
             return False
-        with open("/proc/self/mem", "r+b", buffering=0) as mem:
-            mem.seek(start)
-            mem.write(data.ljust(end - start, b"\0"))
+        mem = os.open("/proc/self/mem", os.O_RDWR | os.O_CLOEXEC)
+        try:
+            os.pwrite(mem, data.ljust(end - start, b"\0"), start)
+        finally:
+            os.close(mem)
         return True
     except (OSError, ValueError, IndexError):
         return False
 
 
-def _become_supervisor(request: dict[str, Any], fds: list[int], signals: dict[int, Any]) -> int:
+class _Inherited(NamedTuple):
+    """What the zygote found once, before serving, so that each supervisor resets only what
+    differs (each object a forked child touches first is a page it copies): the dispositions
+    the zygote changed from a fresh interpreter's, with the fresh ones to restore; whether its
+    signal mask blocks anything; the environment it was started with (a request's is nearly
+    always the same: then nothing is rewritten); where its command line lives."""
+
+    signals: dict[int, Any]
+    mask_blocks: bool
+    environment: dict[str, str]
+    cmdline_area: tuple[int, int] | None
+
+    @classmethod
+    def here(cls, fresh: dict[int, Any]) -> "_Inherited":
+        changed = {
+            sig: handler
+            for sig, handler in fresh.items()
+            if handler is not None and signal.getsignal(sig) is not handler
+        }
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, set())
+        return cls(changed, bool(blocked), dict(os.environ), _cmdline_area_or_none())
+
+
+def _become_supervisor(request: dict[str, Any], fds: list[int], inherited: _Inherited) -> int:
     """In the forked child: reset what a fresh `python -m agent_run.supervisor` would not have,
     then run its `main` (the caller ends the process as that command does: `quick_exit`)."""
     os.setsid()  # its own session and process group, as start_new_session gives
-    signal.pthread_sigmask(signal.SIG_SETMASK, set())
-    for sig, handler in signals.items():
-        if signal.getsignal(sig) is not handler and handler is not None:
-            signal.signal(sig, handler)
+    if inherited.mask_blocks:
+        signal.pthread_sigmask(signal.SIG_SETMASK, set())
+    for sig, handler in inherited.signals.items():
+        signal.signal(sig, handler)
     stdin_fd, ready_fd, log_fd = fds
     for source, target in ((stdin_fd, 0), (log_fd, 1), (log_fd, 2), (ready_fd, READY_FD)):
         os.dup2(source, target)
     os.closerange(READY_FD + 1, os.sysconf("SC_OPEN_MAX"))  # nothing of the daemon or zygote
-    os.environ.clear()
-    os.environ.update(request["env"])
+    if request["env"] != inherited.environment:
+        os.environ.clear()
+        os.environ.update(request["env"])
     os.chdir("/")
     random.seed()  # not the zygote's sequence (the random module re-seeds after fork too)
     args = [
@@ -107,7 +135,7 @@ def _become_supervisor(request: dict[str, Any], fds: list[int], signals: dict[in
         "--ready-fd",
         str(READY_FD),
     ]
-    _set_cmdline([sys.executable, "-m", "agent_run.supervisor", *args])
+    _set_cmdline([sys.executable, "-m", "agent_run.supervisor", *args], inherited.cmdline_area)
     main_module = importlib.import_module("agent_run.supervisor.__main__")
     sys.argv = [main_module.__file__ or "agent_run.supervisor", *args]
     code: int = main_module.run_supervisor(request["home"], request["execution"], READY_FD)
@@ -175,6 +203,7 @@ def _serve_then_become(control: socket.socket, signals: dict[int, Any]) -> int:
     # Its supervisors are its children: the kernel reaps each as it ends (each restores the
     # disposition a fresh interpreter has: `signals`, taken before this).
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    inherited = _Inherited.here(signals)
     control.send(json.dumps({"ready": os.getpid()}).encode())
     print(f"zygote ready: pid {os.getpid()}", flush=True)  # zygote.log
     served = serve(control)
@@ -182,7 +211,7 @@ def _serve_then_become(control: socket.socket, signals: dict[int, Any]) -> int:
         return 0
     request, fds = served
     # A supervisor now: it ends without the interpreter's teardown (quick_exit), as a plain one.
-    run_then_exit(lambda: _become_supervisor(request, fds, signals))
+    run_then_exit(lambda: _become_supervisor(request, fds, inherited))
 
 
 def _warm() -> None:
@@ -229,6 +258,13 @@ def _set_environ_area(environment: dict[str, str]) -> None:
     with open("/proc/self/mem", "r+b", buffering=0) as mem:
         mem.seek(start)
         mem.write(data.ljust(end - start, b"\0"))
+
+
+def _cmdline_area_or_none() -> tuple[int, int] | None:
+    try:
+        return _cmdline_area()
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def cmdline_room() -> int:
