@@ -8,7 +8,7 @@ of the supervisor and of its worker tools while that connection is open.
 
 Each is a user's daemon (a fresh `api serve`, its fork server on, `sandbox = "none"` so that a
 ref tree can be imported). A round starts `--agents` long agents on each daemon, and for each
-agent spawns the relay its engine would (`python -m agent_run.worker_tools.relay SOCKET`),
+agent spawns the relay its engine would (the command of the execution's MCP config),
 writes initialize + notifications/initialized + tools/list and reads the answer; memory is then
 sampled with every relay still connected: the supervisor, the relay, and any other process the
 supervisor started besides its engine (ref's server). PSS shares a page among the processes
@@ -20,9 +20,9 @@ Run:  uv run python bench/bench_worker_gate.py [--rounds 4] [--agents 5] [--ref 
 
 import argparse
 import contextlib
+import json
 import os
 import subprocess
-import sys
 import time
 
 from _common import (
@@ -81,7 +81,9 @@ def running_rows(home, ids: list[str]) -> list | None:
     return rows if len(rows) == len(ids) else None
 
 
-def one_round(home, client: RawClient, workdir: str, agents: int) -> list[dict]:
+def one_round(
+    home, client: RawClient, workdir: str, agents: int, relay_env: dict[str, str]
+) -> list[dict]:
     ids = [
         client.call("start", {"task": LONG_TASK, "workdir": workdir})["id"] for _ in range(agents)
     ]
@@ -90,12 +92,15 @@ def one_round(home, client: RawClient, workdir: str, agents: int) -> list[dict]:
     try:
         rows = wait_for(lambda: running_rows(home, ids), timeout=60, what="agents running")
         for row in rows:
-            sock = home.execution_dir(row["agent_id"], row["id"]) / "sandbox" / "worker.sock"
-            wait_for(sock.exists, timeout=30, what="the worker gate")
+            sandbox = home.execution_dir(row["agent_id"], row["id"]) / "sandbox"
+            wait_for((sandbox / "worker.sock").exists, timeout=30, what="the worker gate")
+            # The relay exactly as the engine's MCP config names it (a ref tree's relay module
+            # from that tree, as its installed package would give it).
+            [server] = json.loads((sandbox / "mcp.json").read_text())["mcpServers"].values()
             t0 = time.perf_counter()
             relay = subprocess.Popen(
-                [sys.executable, "-m", "agent_run.worker_tools.relay", str(sock)],
-                env={"PATH": os.environ["PATH"]},
+                [server["command"], *server["args"]],
+                env={"PATH": os.environ["PATH"], **relay_env},
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,
@@ -154,6 +159,7 @@ def main() -> None:
             "on": {"AGENT_RUN_FORK_SERVER": "1"},
             "ref": {"AGENT_RUN_FORK_SERVER": "1", **(ref_env or {})},
         }
+        relay_envs = {"on": {}, "ref": dict(ref_env or {})}
         homes, clients, workdirs = {}, {}, {}
         for mode in modes:
             homes[mode], _daemon, workdirs[mode] = stack.enter_context(
@@ -161,11 +167,13 @@ def main() -> None:
             )
             clients[mode] = stack.enter_context(RawClient(homes[mode].socket_path, timeout=120))
         for mode in modes:  # warm up: the first agent of a home starts its zygote
-            one_round(homes[mode], clients[mode], str(workdirs[mode]), 1)
+            one_round(homes[mode], clients[mode], str(workdirs[mode]), 1, relay_envs[mode])
             wait_for(lambda mode=mode: zygote_ready(homes[mode]), timeout=60, what="the zygote")
         for _ in range(args.rounds):
             for mode in modes:
-                got[mode] += one_round(homes[mode], clients[mode], str(workdirs[mode]), args.agents)
+                got[mode] += one_round(
+                    homes[mode], clients[mode], str(workdirs[mode]), args.agents, relay_envs[mode]
+                )
     report(info, args, got)
 
 

@@ -190,11 +190,46 @@ def test_the_stdio_server_bounds_a_message_too(home, workdir):
     assert answers[1] == {"jsonrpc": "2.0", "id": 7, "result": {}}
 
 
-async def _finish_through_the_relay(socket_path, supervisor_pid: int, engine_pid: int):
+def test_the_relay_imports_only_built_in_modules(home, workdir):
+    """Every engine keeps one relay for its whole run: the command the gate gives engines runs
+    it isolated, without `site`, importing neither `socket` nor `threading` (nor agent_run)."""
+    gate, _ = _open_gate(home, workdir)
+    relay = gate.mcp("agent-run")
+    try:
+        done = subprocess.run(
+            [relay.command, "-X", "importtime", *relay.args],
+            input=b'{"jsonrpc":"2.0","id":1,"method":"ping"}\n',
+            capture_output=True,
+            timeout=60,
+        )
+    finally:
+        gate.close()
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"jsonrpc": "2.0", "id": 1, "result": {}}
+    imported = {
+        line.rsplit("|", 1)[1].strip()
+        for line in done.stderr.decode().splitlines()
+        if line.startswith("import time:") and line.count("|") == 2
+    }
+    assert "_socket" in imported, imported  # the measurement saw the relay's own imports
+    assert not imported & {"socket", "threading", "site", "selectors", "enum"}, imported
+    assert not [name for name in imported if name.startswith("agent_run")], imported
+
+
+def test_a_relay_that_cannot_reach_its_gate_says_so_and_fails(home, workdir):
+    gate, _ = _open_gate(home, workdir)
+    relay = gate.mcp("agent-run")
+    gate.close()  # the socket is gone
+    done = subprocess.run([relay.command, *relay.args], input=b"", capture_output=True, timeout=60)
+    assert done.returncode == 1
+    assert b"worker-tools relay: cannot reach" in done.stderr and str(gate.path).encode() in (
+        done.stderr
+    )
+
+
+async def _finish_through_the_relay(server: dict, supervisor_pid: int, engine_pid: int):
     params = StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "agent_run.worker_tools.relay", str(socket_path)],
-        env={"PATH": os.environ["PATH"]},
+        command=server["command"], args=server["args"], env={"PATH": os.environ["PATH"]}
     )
     async with stdio_client(params) as (read, write_stream):
         async with ClientSession(read, write_stream) as session:
@@ -210,8 +245,9 @@ async def _finish_through_the_relay(socket_path, supervisor_pid: int, engine_pid
 def test_the_mcp_sdk_client_reaches_a_running_supervisors_tools_through_the_relay(
     daemon, home, workdir
 ):
-    """The product path: the relay an engine starts, the mcp SDK's client at its other end,
-    the tools answered by the supervisor itself, which starts no process for them."""
+    """The product path: the relay as the engine's MCP config names it, the mcp SDK's client at
+    its other end, the tools answered by the supervisor itself, which starts no process for
+    them."""
     agent = daemon.call(
         "start", {"task": "steps: 400\nstep_seconds: 0.05\nanswer: real", "workdir": str(workdir)}
     )
@@ -227,10 +263,11 @@ def test_the_mcp_sdk_client_reaches_a_running_supervisors_tools_through_the_rela
             None,
         )
     )
-    socket_path = home.execution_dir(agent["id"], row["id"]) / "sandbox" / SOCKET_NAME
-    wait_for(socket_path.exists, what="the worker gate's socket")
+    sandbox = home.execution_dir(agent["id"], row["id"]) / "sandbox"
+    wait_for((sandbox / SOCKET_NAME).exists, what="the worker gate's socket")
+    [server] = json.loads((sandbox / "mcp.json").read_text())["mcpServers"].values()
     names, served_by, result = anyio.run(
-        _finish_through_the_relay, socket_path, row["supervisor_pid"], row["engine_pid"]
+        _finish_through_the_relay, server, row["supervisor_pid"], row["engine_pid"]
     )
     assert names == ["finish"]
     assert served_by == {row["engine_pid"]}, "the supervisor started a worker-tools process"

@@ -2,8 +2,8 @@
 sandbox, in the supervisor itself, one worker-tools server thread per connection, holding the
 token and a database connection of its own.
 
-The engine's MCP config names the relay (`agent_run.worker_tools.relay SOCKET`); the token,
-`$AGENT_RUN_HOME` and `state.db` never enter the engine's sandbox. The server is served here,
+The engine's MCP config names the relay (`python -I -S .../worker_tools/relay.py SOCKET`);
+the token, `$AGENT_RUN_HOME` and `state.db` never enter the engine's sandbox. The server is served here,
 not by a process per connection: the supervisor already runs outside the sandbox with the token
 and the database, so a connection costs a thread, not an interpreter's start and memory.
 """
@@ -16,6 +16,7 @@ import traceback
 from pathlib import Path
 
 from agent_run.engines.base import WorkerMcp
+from agent_run.worker_tools import relay
 from agent_run.worker_tools.server import serve_connection
 
 SOCKET_NAME = "worker.sock"
@@ -47,7 +48,7 @@ class WorkerGate:
         return WorkerMcp(
             name=name,
             command=sys.executable,
-            args=["-m", "agent_run.worker_tools.relay", str(self.path)],
+            args=["-I", "-S", relay.__file__, str(self.path)],  # the smallest interpreter
             env={},
             tools=self.tools,
         )
