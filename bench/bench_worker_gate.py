@@ -15,7 +15,11 @@ supervisor started besides its engine (ref's server). PSS shares a page among th
 mapping it (the zygote and every supervisor share most of theirs), so the table also gives the
 supervisor's USS (private pages): what one more running agent adds.
 
-Run:  uv run python bench/bench_worker_gate.py [--rounds 4] [--agents 5] [--ref 7c726b5]
+A daemon importing a tree through PYTHONPATH shows ~0.3 MiB more supervisor USS than one of the
+installed package (an A/A run, `--ref HEAD`, says 0.94x): `--this COMMIT` runs the first daemon
+from a tree as well, so two commits' supervisors are compared the same way (A/A: 1.01x).
+
+Run:  uv run python bench/bench_worker_gate.py [--rounds 4] [--agents 5] [--ref 7c726b5] [--this HEAD]
 """
 
 import argparse
@@ -148,6 +152,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--agents", type=int, default=5)
     parser.add_argument("--ref", default=PER_CONNECTION_SERVER_COMMIT)
+    parser.add_argument(
+        "--this",
+        help="run `on` from COMMIT's src/ too, the same way as ref: a daemon importing a tree"
+        " through PYTHONPATH has ~0.3 MiB more supervisor USS than one of the installed package"
+        " (an A/A run, --ref HEAD), so compare two commits' supervisors this way",
+    )
     args = parser.parse_args()
     config = BENCH_CONFIG + 'sandbox = "none"\n'
     info = machine_info()
@@ -155,11 +165,12 @@ def main() -> None:
     got: dict[str, list[dict]] = {mode: [] for mode in modes}
     with contextlib.ExitStack() as stack:
         ref_env = stack.enter_context(ref_tree(args.ref))
+        this_env = stack.enter_context(ref_tree(args.this))
         envs = {
-            "on": {"AGENT_RUN_FORK_SERVER": "1"},
+            "on": {"AGENT_RUN_FORK_SERVER": "1", **(this_env or {})},
             "ref": {"AGENT_RUN_FORK_SERVER": "1", **(ref_env or {})},
         }
-        relay_envs = {"on": {}, "ref": dict(ref_env or {})}
+        relay_envs = {"on": dict(this_env or {}), "ref": dict(ref_env or {})}
         homes, clients, workdirs = {}, {}, {}
         for mode in modes:
             homes[mode], _daemon, workdirs[mode] = stack.enter_context(
@@ -201,7 +212,7 @@ def report(info: dict, args: argparse.Namespace, got: dict[str, list[dict]]) -> 
             ]
         )
     print(f"{args.rounds} rounds x {args.agents} agents per daemon, p50 (memory in MiB)")
-    print_table(["measure", "on", f"ref {args.ref}", "on / ref"], rows)
+    print_table(["measure", args.this or "on", f"ref {args.ref}", "on / ref"], rows)
     write_results(
         "worker_gate",
         {"machine": info, "args": vars(args), "stats": stats, "samples": got},
