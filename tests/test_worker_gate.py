@@ -276,3 +276,32 @@ def test_the_mcp_sdk_client_reaches_a_running_supervisors_tools_through_the_rela
     daemon.call("wait", {"agent_id": agent["id"], "timeout_seconds": 60})
     rows = db_rows(home, "SELECT tool FROM tool_reports WHERE agent_id = ?", (agent["id"],))
     assert [r["tool"] for r in rows] == ["finish"]
+
+
+def _database_descriptors() -> int:
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            count += "state.db" in os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+    return count
+
+
+def test_a_connection_opens_the_database_only_at_its_first_call(home, workdir):
+    """Engines connect at start and list the tools; the call comes at the end: until then a
+    served connection holds no database connection in the supervisor."""
+    gate, _ = _open_gate(home, workdir)
+    before = _database_descriptors()
+    client = Client(gate.path)
+    try:
+        client.request(1, "initialize", {"protocolVersion": "2025-06-18"})
+        assert [t["name"] for t in client.request(2, "tools/list")["result"]["tools"]] == ["finish"]
+        assert _database_descriptors() == before
+        call = {"name": "finish", "arguments": {"summary": "s", "status": "done"}}
+        assert client.request(3, "tools/call", call)["result"]["isError"] is False
+        assert _database_descriptors() > before
+    finally:
+        client.close()
+        gate.close()
+    wait_for(lambda: _database_descriptors() == before, what="the connection's database closed")

@@ -97,13 +97,34 @@ def _complete(conn: sqlite3.Connection, report_id: int, payload: dict[str, Any])
 
 
 class WorkerTools:
-    """The tools one execution offers, bound to its token: listed and called by the stdio loop."""
+    """The tools one execution offers, bound to its token: listed and called by the stdio loop.
+    Its database connection is opened at the first call, not before: an engine connects at its
+    start and lists the tools, and most agents call one only at their end (`finish`), so until
+    then a served connection holds no SQLite connection (its schema, its caches) in the
+    supervisor."""
 
-    def __init__(
-        self, conn: sqlite3.Connection, execution_id: str, token: str, offered: list[str]
-    ) -> None:
-        self.conn, self.execution_id, self.token = conn, execution_id, token
+    def __init__(self, home: Path, execution_id: str, token: str, offered: list[str]) -> None:
+        self.home, self.execution_id, self.token = home, execution_id, token
         self.offered = [name for name in WORKER_TOOLS if name in offered]
+        self._conn: sqlite3.Connection | None = None
+        self._waker: Waker | None = None
+
+    @property
+    def conn(self) -> sqlite3.Connection:
+        if self._conn is None:
+            self._waker = Waker(self.home / "wake.sock")
+            conn = connect(self.home / "state.db", apply_migrations=False)
+            on_commit(conn, self._waker.wake)  # the daemon reads each report at once
+            self._conn = conn
+        return self._conn
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+        if self._waker is not None:
+            self._waker.close()
+            self._waker = None
 
     def list(self) -> list[dict[str, Any]]:
         annotations = {
@@ -152,15 +173,12 @@ def serve_connection(
     stdout: IO[bytes],
 ) -> None:
     """Serve one client (a relay's connection to the supervisor's gate, or stdio) until it
-    closes, through a database connection of its own."""
-    conn = connect(home / "state.db", apply_migrations=False)
-    waker = Waker(home / "wake.sock")
+    closes, through a database connection of its own (opened at its first call)."""
+    tools = WorkerTools(home, execution_id, token, offered)
     try:
-        on_commit(conn, waker.wake)  # the daemon reads each report at once
-        serve_stdio(WorkerTools(conn, execution_id, token, offered), stdin, stdout)
+        serve_stdio(tools, stdin, stdout)
     finally:
-        waker.close()
-        conn.close()
+        tools.close()
 
 
 def serve() -> None:
