@@ -305,3 +305,33 @@ def test_a_connection_opens_the_database_only_at_its_first_call(home, workdir):
         client.close()
         gate.close()
     wait_for(lambda: _database_descriptors() == before, what="the connection's database closed")
+
+
+def test_a_database_that_cannot_be_opened_fails_the_call_not_the_server(tmp_path):
+    """The connection opens the database at its first call: where that fails, the call gets a
+    typed internal error naming it and the server answers on."""
+    (tmp_path / "state.db").mkdir()  # not a database file
+    env = {
+        "AGENT_RUN_HOME": str(tmp_path),
+        "AGENT_RUN_EXECUTION_ID": "ex_none",
+        "AGENT_RUN_WORKER_TOKEN": "t",
+        "PATH": os.environ["PATH"],
+    }
+    call = {"name": "finish", "arguments": {"summary": "s", "status": "done"}}
+    lines = [
+        {"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call},
+        {"jsonrpc": "2.0", "id": 3, "method": "ping"},
+    ]
+    out = subprocess.run(
+        [sys.executable, "-m", "agent_run.worker_tools"],
+        input=b"".join(json.dumps(m).encode() + b"\n" for m in lines),
+        env=env,
+        capture_output=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    listed, failed, pong = [json.loads(line) for line in out.splitlines()]
+    assert [t["name"] for t in listed["result"]["tools"]] == ["finish"]
+    assert failed["error"]["code"] == -32603 and "OperationalError" in failed["error"]["message"]
+    assert pong == {"jsonrpc": "2.0", "id": 3, "result": {}}
