@@ -1,11 +1,12 @@
 """The worker-tools gate: a Unix socket in the execution's sandbox folder, and outside the
 sandbox, in the supervisor itself, one worker-tools server thread per connection, holding the
-token and a database connection of its own.
+token (and, from its first call, a database connection of its own).
 
 The engine's MCP config names the relay (`python -I -S .../worker_tools/relay.py SOCKET`);
-the token, `$AGENT_RUN_HOME` and `state.db` never enter the engine's sandbox. The server is served here,
-not by a process per connection: the supervisor already runs outside the sandbox with the token
-and the database, so a connection costs a thread, not an interpreter's start and memory.
+the token, `$AGENT_RUN_HOME` and `state.db` never enter the engine's sandbox. The tools are
+served here, not by a process per connection: the supervisor already runs outside the sandbox
+with the token and the database, so a connection costs a thread, not an interpreter's start
+and memory.
 """
 
 import socket
