@@ -3,6 +3,7 @@ its socket, with no process started for them; bounded in connections and message
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -335,3 +336,43 @@ def test_a_database_that_cannot_be_opened_fails_the_call_not_the_server(tmp_path
     assert [t["name"] for t in listed["result"]["tools"]] == ["finish"]
     assert failed["error"]["code"] == -32603 and "OperationalError" in failed["error"]["message"]
     assert pong == {"jsonrpc": "2.0", "id": 3, "result": {}}
+
+
+def test_a_relay_ends_when_its_supervisor_is_killed(daemon, home, workdir):
+    """kill -9 of the supervisor ends what served its worker tools with it: the relay sees its
+    connection close and exits, though its engine still holds its stdin open (no process of
+    the tools is left to serve a dead execution)."""
+    agent = daemon.call(
+        "start", {"task": "steps: 2000\nstep_seconds: 0.05\nanswer: real", "workdir": str(workdir)}
+    )
+    row = wait_for(
+        lambda: next(
+            iter(
+                db_rows(
+                    home,
+                    "SELECT * FROM executions WHERE agent_id = ? AND engine_pid IS NOT NULL",
+                    (agent["id"],),
+                )
+            ),
+            None,
+        )
+    )
+    sandbox = home.execution_dir(agent["id"], row["id"]) / "sandbox"
+    wait_for((sandbox / SOCKET_NAME).exists, what="the worker gate's socket")
+    [server] = json.loads((sandbox / "mcp.json").read_text())["mcpServers"].values()
+    relay = subprocess.Popen(
+        [server["command"], *server["args"]], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    try:
+        assert relay.stdin and relay.stdout
+        relay.stdin.write(b'{"jsonrpc":"2.0","id":1,"method":"ping"}\n')
+        relay.stdin.flush()
+        assert json.loads(relay.stdout.readline())["result"] == {}
+        os.kill(row["supervisor_pid"], signal.SIGKILL)
+        assert relay.wait(timeout=60) == 0
+        assert relay.stdout.read() == b""
+    finally:
+        relay.kill()
+        relay.wait()
+    state = daemon.call("wait", {"agent_id": agent["id"], "timeout_seconds": 60})["agent"]["state"]
+    assert state == "lost"
