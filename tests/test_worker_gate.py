@@ -228,6 +228,27 @@ def test_a_relay_that_cannot_reach_its_gate_says_so_and_fails(home, workdir):
     )
 
 
+def _running_relay_command(home, agent_id: str) -> tuple[dict, dict]:
+    """Once the agent's engine runs and its gate listens: its execution row, and the relay
+    server entry of its MCP config (what the engine starts)."""
+    row = wait_for(
+        lambda: next(
+            iter(
+                db_rows(
+                    home,
+                    "SELECT * FROM executions WHERE agent_id = ? AND engine_pid IS NOT NULL",
+                    (agent_id,),
+                )
+            ),
+            None,
+        )
+    )
+    sandbox = home.execution_dir(agent_id, row["id"]) / "sandbox"
+    wait_for((sandbox / SOCKET_NAME).exists, what="the worker gate's socket")
+    [server] = json.loads((sandbox / "mcp.json").read_text())["mcpServers"].values()
+    return row, server
+
+
 async def _finish_through_the_relay(server: dict, supervisor_pid: int, engine_pid: int):
     params = StdioServerParameters(
         command=server["command"], args=server["args"], env={"PATH": os.environ["PATH"]}
@@ -252,21 +273,7 @@ def test_the_mcp_sdk_client_reaches_a_running_supervisors_tools_through_the_rela
     agent = daemon.call(
         "start", {"task": "steps: 400\nstep_seconds: 0.05\nanswer: real", "workdir": str(workdir)}
     )
-    row = wait_for(
-        lambda: next(
-            iter(
-                db_rows(
-                    home,
-                    "SELECT * FROM executions WHERE agent_id = ? AND engine_pid IS NOT NULL",
-                    (agent["id"],),
-                )
-            ),
-            None,
-        )
-    )
-    sandbox = home.execution_dir(agent["id"], row["id"]) / "sandbox"
-    wait_for((sandbox / SOCKET_NAME).exists, what="the worker gate's socket")
-    [server] = json.loads((sandbox / "mcp.json").read_text())["mcpServers"].values()
+    row, server = _running_relay_command(home, agent["id"])
     names, served_by, result = anyio.run(
         _finish_through_the_relay, server, row["supervisor_pid"], row["engine_pid"]
     )
@@ -345,21 +352,7 @@ def test_a_relay_ends_when_its_supervisor_is_killed(daemon, home, workdir):
     agent = daemon.call(
         "start", {"task": "steps: 2000\nstep_seconds: 0.05\nanswer: real", "workdir": str(workdir)}
     )
-    row = wait_for(
-        lambda: next(
-            iter(
-                db_rows(
-                    home,
-                    "SELECT * FROM executions WHERE agent_id = ? AND engine_pid IS NOT NULL",
-                    (agent["id"],),
-                )
-            ),
-            None,
-        )
-    )
-    sandbox = home.execution_dir(agent["id"], row["id"]) / "sandbox"
-    wait_for((sandbox / SOCKET_NAME).exists, what="the worker gate's socket")
-    [server] = json.loads((sandbox / "mcp.json").read_text())["mcpServers"].values()
+    row, server = _running_relay_command(home, agent["id"])
     relay = subprocess.Popen(
         [server["command"], *server["args"]], stdin=subprocess.PIPE, stdout=subprocess.PIPE
     )

@@ -269,11 +269,8 @@ def _cmdline_area_or_none() -> tuple[int, int] | None:
 
 def cmdline_room() -> int:
     """The bytes `_set_cmdline` can write in this process (0 if unknown)."""
-    try:
-        start, end = _cmdline_area()
-    except (OSError, ValueError, IndexError):
-        return 0
-    return end - start
+    area = _cmdline_area_or_none()
+    return area[1] - area[0] if area else 0
 
 
 def single_threaded() -> bool:
