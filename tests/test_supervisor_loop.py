@@ -1,6 +1,8 @@
 """The supervisor's loop while its engine is silent: it sleeps until its next command poll, and
 a poll skips its query when no other connection committed (store/db.py `ChangeWatch`)."""
 
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -81,3 +83,76 @@ def test_a_silent_agents_supervisor_sleeps_until_its_next_command_poll(daemon, h
     daemon.call("cancel", {"agent_id": agent["id"]})
     result = daemon.call("wait", {"agent_id": agent["id"], "timeout_seconds": 30})
     assert result["agent"]["state"] == "cancelled"
+
+
+def test_event_log_flush_soon_makes_what_is_held_due_at_the_next_check(tmp_path: Path) -> None:
+    conn = connect(tmp_path / "state.db")
+    try:
+        log = ExecutionLog(conn, "ag_x", "ex_x", "demo", account=None)
+        log.flush()
+        log.event("session", {"session_id": "s"})
+        assert not log.due()  # held for the flush interval, to be written with what follows
+        log.flush_soon()
+        log.event("message", {"role": "assistant"})  # what the same read brings joins it
+        assert log.due() and log.due_in() <= 0
+        log.flush()
+        assert log.due_in() is None
+        log.event("later", {})
+        assert not log.due()  # a flush ends the request
+    finally:
+        conn.close()
+
+
+def test_a_supervisor_commits_its_token_with_its_identity_and_its_session_with_its_read(
+    home, workdir
+):
+    """Each commit costs the supervisor a write transaction and the daemon a nudge to read: up
+    to its engine's first (silent) wait, a demo agent's supervisor commits three times: its
+    identity (with the worker token's hash, before any engine can hold the token), `running`
+    with the engine's pid, and the read that brought the engine's session. The nudges are
+    counted on the wake socket, standing in for the daemon's."""
+    from agent_run.store import wake
+    from tests.test_admission import admit_without_spawning
+
+    agent_id, execution_id = admit_without_spawning(home, "sleep: 60", workdir)
+    nudges = wake.listen(home.wake_path)
+    assert nudges is not None
+    argv = [sys.executable, "-m", "agent_run.supervisor", "--home", str(home.root)]
+    supervisor = subprocess.Popen(
+        [*argv, "--execution", execution_id],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={"PATH": "/usr/bin:/bin"},
+        start_new_session=True,
+    )
+    try:
+        supervisor.stdin.write(b'{"secrets": {}}\n')
+        supervisor.stdin.close()
+        session = "SELECT count(*) AS n FROM events WHERE execution_id = ? AND kind = 'session'"
+        wait_for(
+            lambda: db_rows(home, session, (execution_id,))[0]["n"] == 1,
+            timeout=60,
+            what="the engine's session event stored (then it is silent)",
+        )
+        # The nudge follows its commit in the same thread, before the loop sleeps again: two
+        # more sleeps of the main thread and every nudge so far has been sent.
+        seen = _voluntary_switches(supervisor.pid)
+        wait_for(
+            lambda: _voluntary_switches(supervisor.pid) >= seen + 2,
+            timeout=30,
+            what="the supervisor's loop sleeping again",
+        )
+        assert wake.drain(nudges) == 3
+        row = db_rows(
+            home,
+            "SELECT state, worker_token_sha256 FROM executions WHERE id = ?",
+            (execution_id,),
+        )[0]
+        assert row["state"] == "running" and len(row["worker_token_sha256"]) == 64
+    finally:
+        supervisor.terminate()  # it stops its engine and records the end
+        supervisor.wait(timeout=60)
+        nudges.close()
+    state = db_rows(home, "SELECT state FROM executions WHERE id = ?", (execution_id,))[0]
+    assert state["state"] == "cancelled", (agent_id, state["state"])

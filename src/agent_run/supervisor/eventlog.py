@@ -53,6 +53,7 @@ class ExecutionLog:
         self._raw_bytes = 0
         self._raw_fd: int | None = None
         self._last_flush = time.monotonic()
+        self._soon = False  # flush_soon: due at the caller's next check, not after the interval
         self.full_since: float | None = None  # monotonic time the disk was first found full
         self.full_error: str | None = None
         self.dropped = 0  # rows and lines dropped once the buffer was exhausted
@@ -114,13 +115,18 @@ class ExecutionLog:
         due_in = self.due_in()
         return due_in is not None and due_in <= 0
 
+    def flush_soon(self) -> None:
+        """Make what is held due now: the caller's next `due` check flushes it, together with
+        whatever it adds before then (the pump checks after each read's lines)."""
+        self._soon = True
+
     def due_in(self) -> float | None:
         """Seconds until what is held should be flushed (0 or less: now); None: nothing held."""
         if not (self._rows or self._raw):
             return None
         if self.full_since is not None:
             return self._last_flush + STORAGE_RETRY_SECONDS - time.monotonic()
-        if len(self._rows) >= FLUSH_MAX_ROWS:
+        if self._soon or len(self._rows) >= FLUSH_MAX_ROWS:
             return 0.0
         return self._last_flush + FLUSH_INTERVAL_SECONDS - time.monotonic()
 
@@ -147,6 +153,7 @@ class ExecutionLog:
         """Write what is held. While the disk is full nothing is lost: the rows stay buffered,
         are tried again every STORAGE_RETRY_SECONDS, and False is returned."""
         self._last_flush = time.monotonic()
+        self._soon = False
         try:
             self.flush_raw()
             if self._rows:

@@ -131,6 +131,9 @@ class Supervisor:
         self.spec: LaunchSpec | None = None
         self.gate: WorkerGate | None = None
         self.sandbox_dir = self.dir / "sandbox"  # all the engine sees of the execution's folder
+        # The worker tools' capability: only its hash is stored, with the identity (so it is
+        # committed before any engine can hold it, in no transaction of its own).
+        self.worker_token = token_source.token_urlsafe(32)
 
     # -- start-up ---------------------------------------------------------------------------
 
@@ -151,6 +154,7 @@ class Supervisor:
                     supervisor_pid=me.pid,
                     supervisor_start_ticks=me.start_ticks,
                     boot_id=me.boot_id,
+                    worker_token_sha256=token_hash(self.worker_token),
                 )
                 agents_q.transition(
                     self.conn, self.execution_id, ExecutionState.STARTING, started_at=time.time()
@@ -270,11 +274,9 @@ class Supervisor:
         return replace(spec, argv=argv)
 
     def _worker_mcp(self) -> tuple[str, WorkerMcp]:
-        """A fresh capability token (only its hash is stored), kept outside the sandbox by the
-        worker gate, and how the engine starts the worker tools (the relay to the gate)."""
-        token = token_source.token_urlsafe(32)
-        self.log.update(worker_token_sha256=token_hash(token))
-        self.log.flush()
+        """The capability token (its hash recorded with the identity), kept outside the sandbox
+        by the worker gate, and how the engine starts the worker tools (the relay to the gate)."""
+        token = self.worker_token
         self.sandbox_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.gate = WorkerGate(
             self.sandbox_dir, self.home.root, self.execution_id, token, self.plan.worker_tools
@@ -362,7 +364,9 @@ class Supervisor:
             self.log.event("session", {"session_id": event.session_id, "model": event.model})
             if event.session_id:
                 self.log.update(engine_session_id=event.session_id)
-                self.log.flush()
+                # Written once this read's lines are handled (with the events that came in the
+                # same read), not in a transaction of its own: a resume needs it soon, not alone.
+                self.log.flush_soon()
         elif isinstance(event, MessageEvent):
             self.log.message(event.role, event.content, event.name, is_error=event.is_error)
             self.log.event(
@@ -591,7 +595,8 @@ class Supervisor:
         return replace(outcome, answer=redact(outcome.answer)) if outcome.answer else outcome
 
     def _finish(self, outcome: Outcome) -> None:
-        self.log.flush()
+        # What is still held (the exit code, a group kill) is written in the end's own
+        # transaction (EndWriter), not in one before it.
         for path in self.spec.token_files if self.spec else []:
             path.unlink(missing_ok=True)  # the capability dies with the execution
         if self.gate is not None:
