@@ -141,6 +141,16 @@ def wait_for(
         time.sleep(interval)
 
 
+def engine_row(home: Home, agent_id: str, timeout: float = 30.0) -> Any:
+    """The agent's execution row once its engine is running (its pid recorded)."""
+    query = "SELECT * FROM executions WHERE agent_id = ? AND engine_pid IS NOT NULL"
+    return wait_for(
+        lambda: next(iter(db_rows(home, query, (agent_id,))), None),
+        timeout=timeout,
+        what="the engine to run",
+    )
+
+
 async def wait_for_async(
     predicate: Callable[[], Any], timeout: float = 60.0, what: str = "condition"
 ) -> Any:

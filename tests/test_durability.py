@@ -5,7 +5,7 @@ import signal
 from collections import Counter
 
 from agent_run.supervisor.identity import Liveness, ProcessIdentity, liveness
-from tests.harness import db_rows, pgid_alive, wait_for
+from tests.harness import db_rows, engine_row, pgid_alive, wait_for
 
 
 def test_kill9_daemon_leaves_running_agents_alive_and_all_complete(daemon, home, workdir):
@@ -47,18 +47,7 @@ def test_kill9_supervisor_is_reconciled_to_lost_and_engine_group_killed(daemon, 
     agent = daemon.call(
         "start", {"task": "steps: 2000\nstep_seconds: 0.05\nspawn: 300", "workdir": str(workdir)}
     )
-    row = wait_for(
-        lambda: next(
-            iter(
-                db_rows(
-                    home,
-                    "SELECT * FROM executions WHERE agent_id = ? AND engine_pid IS NOT NULL",
-                    (agent["id"],),
-                )
-            ),
-            None,
-        )
-    )
+    row = engine_row(home, agent["id"])
     engine_pgid = row["engine_pid"]
     wait_for(
         lambda: (

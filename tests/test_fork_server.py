@@ -13,7 +13,7 @@ import pytest
 from agent_run.home import Home
 from agent_run.processes import current as current_processes
 from agent_run.services.reconcile import supervised_executions
-from tests.harness import DaemonProcess, db_rows, make_home, remove_home, wait_for
+from tests.harness import DaemonProcess, db_rows, engine_row, make_home, remove_home, wait_for
 
 # One worker runs these one after another: one of them touches the installed package (the
 # zygote goes stale for every daemon), which would send the others' spawns down the fallback.
@@ -64,19 +64,7 @@ def running_supervisor(
 ) -> int:
     """Start an agent and return its supervisor's pid once its engine's output is being logged."""
     agent = daemon.call("start", {"task": task, "workdir": str(workdir), "runtime": runtime})
-    row = wait_for(
-        lambda: next(
-            iter(
-                db_rows(
-                    home,
-                    "SELECT * FROM executions WHERE agent_id = ? AND engine_pid IS NOT NULL",
-                    (agent["id"],),
-                )
-            ),
-            None,
-        ),
-        what="the engine to run",
-    )
+    row = engine_row(home, agent["id"])
     raw = home.execution_dir(agent["id"], row["id"]) / "runtime.jsonl"
     wait_for(lambda: raw.exists() and raw.stat().st_size > 0, what="the engine's first line")
     return int(row["supervisor_pid"])

@@ -17,7 +17,7 @@ from agent_run.store.db import connect, write
 from agent_run.supervisor.worker_gate import MAX_CONNECTIONS, SOCKET_NAME, WorkerGate
 from agent_run.worker_tools.binding import token_hash
 from agent_run.worker_tools.stdio import MAX_LINE_BYTES
-from tests.harness import db_rows, wait_for
+from tests.harness import db_rows, engine_row, wait_for
 from tests.test_admission import admit_without_spawning
 
 
@@ -231,18 +231,7 @@ def test_a_relay_that_cannot_reach_its_gate_says_so_and_fails(home, workdir):
 def _running_relay_command(home, agent_id: str) -> tuple[dict, dict]:
     """Once the agent's engine runs and its gate listens: its execution row, and the relay
     server entry of its MCP config (what the engine starts)."""
-    row = wait_for(
-        lambda: next(
-            iter(
-                db_rows(
-                    home,
-                    "SELECT * FROM executions WHERE agent_id = ? AND engine_pid IS NOT NULL",
-                    (agent_id,),
-                )
-            ),
-            None,
-        )
-    )
+    row = engine_row(home, agent_id)
     sandbox = home.execution_dir(agent_id, row["id"]) / "sandbox"
     wait_for((sandbox / SOCKET_NAME).exists, what="the worker gate's socket")
     [server] = json.loads((sandbox / "mcp.json").read_text())["mcpServers"].values()
