@@ -41,11 +41,10 @@ from _common import (
     write_results,
     zygote_ready,
 )
-from bench_worker_gate import running_rows
+from bench_worker_gate import LONG_TASK, running_rows
 
 from agent_run.rpc.client import RawClient
 
-LONG_TASK = "steps: 1200\nstep_seconds: 0.05\nanswer: long"
 KINDS = (
     "heap",
     "arenas",
@@ -84,7 +83,7 @@ def private_by_kind(pid: int) -> dict[str, int]:
                 kind = _kind(path, fields[1], start, end - start)
             elif fields[0] in ("Private_Clean:", "Private_Dirty:"):
                 found[kind] += int(fields[1])
-    return {k: found.get(k, 0) for k in KINDS}
+    return {k: found[k] for k in KINDS}
 
 
 def fork_floor() -> dict[str, int]:
