@@ -218,7 +218,8 @@ def batch_clean(result: "bm.BatchCleanResult") -> str:
     """The plan or what was removed, then what to do next: the service's message, which names
     params as `confirm=true` (MCP's words) and which the CLI shows in its flags (`--confirm`)."""
     rows = [
-        f"{i.action:<12} {i.worktree}  dirty {len(i.dirty_files)}  unmerged {i.unmerged_commits}"
+        f"{i.action:<12} {i.worktree or i.branch}  dirty {len(i.dirty_files)}  unmerged "
+        f"{i.unmerged_commits}"
         for i in result.items
     ]
     return "\n".join(rows + [result.message])

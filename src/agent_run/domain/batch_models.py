@@ -91,7 +91,13 @@ class BatchStartParams(Params):
         max_length=100_000,
         description="validated: what the validator checks",
     )
-    request_id: str | None = Field(default=None, min_length=1, max_length=200)
+    request_id: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=200,
+        description="idempotency key: the same request returns the same batch, and finishes"
+        " making one a daemon kill cut",
+    )
     stall_seconds: float | None = Field(default=None, gt=0, le=86_400)
     wall_seconds: float | None = Field(default=None, gt=0, le=7 * 86_400)
     max_tokens: int | None = Field(
@@ -372,8 +378,11 @@ class BatchReview(View):
 
 
 class CleanItem(View):
-    run_id: str
-    worktree: str
+    run_id: str | None = Field(
+        description="null: a branch named for the batch that no run points at (an admission cut"
+        " by a kill in an older agent-run)"
+    )
+    worktree: str | None = Field(description="null: a branch checked out nowhere")
     branch: str | None
     exists: bool
     dirty_files: list[str]
