@@ -4,7 +4,7 @@ no runs), and `batch clean` then finds and removes every worktree and branch it 
 
 The kill lands at a moment observed from outside: the daemon's `git` is a wrapper that stops
 at the N-th `git worktree add` (before or after the real git ran) and says so; the test then
-kills the daemon and the wrapper."""
+kills the daemon and the wrapper. The same wrapper fails a `worktree add` as git would."""
 
 import json
 import os
@@ -24,9 +24,10 @@ RUNS = 2
 ANSWER = "answer: admitted"
 
 
-def _pausing_git(marks: Path, pause: str) -> Path:
-    """A folder with a `git` that stops at `pause` ("before-N" / "after-N": the N-th `worktree
-    add`, before or after the real git ran), writing its pid to `marks/paused`, until killed."""
+def _git_wrapper(marks: Path, mode: str) -> str:
+    """A PATH whose `git` acts on the N-th `worktree add` as `mode` says: "before-N" / "after-N"
+    stop there (before or after the real git ran), writing the wrapper's pid to `marks/paused`,
+    until killed; "fail-N" fails it as git would ("fail-all": every one)."""
     real_git = shutil.which("git")
     wrappers = marks / "bin"
     wrappers.mkdir()
@@ -34,19 +35,20 @@ def _pausing_git(marks: Path, pause: str) -> Path:
         f'echo $$ > "{marks}/paused.tmp" && mv "{marks}/paused.tmp" "{marks}/paused"; '
         "i=0; while [ $i -lt 6000 ]; do sleep 0.1; i=$((i+1)); done; exit 1"
     )
+    fail = 'echo "fatal: could not create work tree dir (injected)" >&2; exit 128'
     (wrappers / "git").write_text(
         "#!/bin/sh\n"
         'case "$*" in *"worktree add"*)\n'
         f'  n=$(($(cat "{marks}/adds" 2>/dev/null || echo 0) + 1)); echo $n > "{marks}/adds"\n'
-        f'  if [ "before-$n" = "{pause}" ]; then {hold}; fi\n'
+        f'  case "{mode}" in "before-$n") {hold};; "fail-$n"|fail-all) {fail};; esac\n'
         f'  "{real_git}" "$@"; rc=$?\n'
-        f'  if [ "after-$n" = "{pause}" ]; then {hold}; fi\n'
+        f'  if [ "after-$n" = "{mode}" ]; then {hold}; fi\n'
         "  exit $rc;;\n"
         "esac\n"
         f'exec "{real_git}" "$@"\n'
     )
     (wrappers / "git").chmod(0o755)
-    return wrappers
+    return f"{wrappers}:{os.environ['PATH']}"
 
 
 def _start_params(repo: Path) -> dict[str, Any]:
@@ -60,17 +62,16 @@ def _start_params(repo: Path) -> dict[str, Any]:
     }
 
 
-def _cut_admission(home: Home, repo: Path, pause: str) -> None:
+def _cut_admission(home: Home, repo: Path, pause: str, **params: Any) -> None:
     """batch_start on a daemon killed -9 at `pause`; the paused git is killed too."""
     marks = short_tmpdir("arb-")
     try:
-        path = f"{_pausing_git(marks, pause)}:{os.environ['PATH']}"
-        daemon = DaemonProcess(home, env={"PATH": path}).start()
+        daemon = DaemonProcess(home, env={"PATH": _git_wrapper(marks, pause)}).start()
         replies: list[Any] = []
 
         def start() -> None:
             try:
-                replies.append(daemon.call("batch_start", _start_params(repo)))
+                replies.append(daemon.call("batch_start", {**_start_params(repo), **params}))
             except Exception as exc:  # the daemon dies under the call
                 replies.append(exc)
 
@@ -235,3 +236,47 @@ def test_batch_clean_finds_worktrees_and_branches_no_run_points_at(
     cleaned = daemon.call("batch_clean", {"batch_id": cut, "confirm": True})
     assert [i["action"] for i in cleaned["items"]] == ["removed", "removed"], cleaned
     assert _made_by_agent_run(repo) == ([], [], []), cleaned
+
+
+def test_a_new_batch_git_cannot_make_a_worktree_for_fails_and_leaves_nothing(home: Home):
+    """The second `worktree add` fails: the batch is `failed` saying why, its runs cancelled
+    (none left queued), and `batch clean` removes the first run's worktree and branch."""
+    repo, marks = make_repo(), short_tmpdir("arb-")
+    daemon = DaemonProcess(home, env={"PATH": _git_wrapper(marks, "fail-2")}).start()
+    try:
+        view = daemon.call("batch_start", _start_params(repo))
+        assert view["state"] == "failed", view
+        assert view["state_reason"].startswith("could not create the worktrees: git worktree add")
+        assert [r["state"] for r in runs_of(view, "worker")] == ["cancelled", "cancelled"]
+        cleaned = daemon.call("batch_clean", {"batch_id": view["id"], "confirm": True})
+        assert [i["action"] for i in cleaned["items"]] == ["removed", "already_gone"], cleaned
+        assert _made_by_agent_run(repo) == ([], [], []), cleaned
+    finally:
+        daemon.stop()
+        shutil.rmtree(marks, ignore_errors=True)
+        shutil.rmtree(repo.parent, ignore_errors=True)
+
+
+def test_a_retry_git_cannot_finish_says_why_and_the_batch_finishes_once_it_can(home: Home):
+    """Cut before its first worktree; the next daemon's git fails every `worktree add` (the
+    killed daemon's git may still be at work on one): the retry returns the same batch, not
+    failed, saying why; a daemon whose git works finishes it."""
+    repo, marks = make_repo(), short_tmpdir("arb-")
+    try:
+        _cut_admission(home, repo, "before-1")
+        daemon = DaemonProcess(home, env={"PATH": _git_wrapper(marks, "fail-all")}).start()
+        try:
+            view = daemon.call("batch_start", _start_params(repo))
+            assert view["state"] == "queued", view
+            assert "cannot advance, retrying: git worktree add" in view["state_reason"], view
+            assert [r["state"] for r in runs_of(view, "worker")] == ["queued", "queued"]
+        finally:
+            daemon.stop()
+        daemon = DaemonProcess(home).start()
+        try:
+            _completed_then_cleaned(daemon, repo, view["id"])
+        finally:
+            daemon.stop()
+    finally:
+        shutil.rmtree(marks, ignore_errors=True)
+        shutil.rmtree(repo.parent, ignore_errors=True)

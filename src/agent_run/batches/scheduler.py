@@ -116,7 +116,7 @@ class BatchScheduler:
                 if self.log is not None:
                     self.log.exception("batch.advance_error", batch_id=batch["id"], error=repr(exc))
                 with contextlib.suppress(Exception):  # best effort: the log has it already
-                    await self.ctx.db(_say_stalled, batch["id"], exc)
+                    await self.ctx.db(say_stalled, batch["id"], exc)
         return len(batches)
 
     async def advance(self, batch_id: str) -> None:
@@ -446,7 +446,7 @@ def _start_params(
     )
 
 
-def _say_stalled(conn: sqlite3.Connection, batch_id: str, exc: Exception) -> None:
+def say_stalled(conn: sqlite3.Connection, batch_id: str, exc: Exception) -> None:
     """Show why a batch does not advance; the next tick tries again, and its settling clears
     this once it does."""
     message = exc.message if isinstance(exc, DomainError) else f"{type(exc).__name__}: {exc}"

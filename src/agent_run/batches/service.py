@@ -17,7 +17,7 @@ from agent_run.batches.run_rows import (
     write_run,
     write_run_if,
 )
-from agent_run.batches.scheduler import SETTINGS_KEY, BatchScheduler
+from agent_run.batches.scheduler import SETTINGS_KEY, BatchScheduler, say_stalled
 from agent_run.batches.views import batch_summary, batch_view, get_run_or_raise, run_view
 from agent_run.batches.workflows import Workflow, workflow_named
 from agent_run.domain import batch_models as bm
@@ -123,9 +123,10 @@ async def batch_start(ctx: ServiceContext, p: bm.BatchStartParams) -> bm.BatchVi
     async with sched.lock:  # the scheduler waits while the worktrees are made
         specs = workflow_named(p.workflow).initial_runs(config)
         rows = await asyncio.to_thread(plan_runs, draft, specs, [])
-        found_id = await ctx.db(_admit, draft, p.notify, rows)
-        await _make_worktrees(ctx, found_id)
-    await sched.advance(found_id)
+        found_id, created = await ctx.db(_admit, draft, p.notify, rows)
+        made = await _make_worktrees(ctx, found_id, created)
+    if made:
+        await sched.advance(found_id)
     sched.wake.set()
     return await ctx.db(batch_view, found_id)
 
@@ -135,9 +136,9 @@ def _admit(
     draft: dict[str, Any],
     notify: Any,
     rows: list[dict[str, Any]],
-) -> str:
-    """The batch, its notice target and its first runs, in one transaction; or the batch this
-    request_id already made (the same request: a retry)."""
+) -> tuple[str, bool]:
+    """The batch, its notice target and its first runs, in one transaction (and True); or the
+    batch this request_id already made (the same request: a retry)."""
     with write(conn):
         request_id = draft["request_id"]
         if request_id and (existing := batches_q.get_batch_by_request(conn, request_id)):
@@ -146,27 +147,34 @@ def _admit(
                     f"request_id {request_id!r} was used for a different batch",
                     field="request_id",
                 )
-            return str(existing["id"])
+            return str(existing["id"]), False
         batches_q.insert_batch(conn, draft)
         if notify is not None:  # one notice when the batch settles (services/notices.py)
             target = json.dumps(notify.model_dump(mode="json"), sort_keys=True)
             notices_q.insert_target(conn, target, batch_id=draft["id"])
         insert_rows(conn, rows)
-        return str(draft["id"])
+        return str(draft["id"]), True
 
 
-async def _make_worktrees(ctx: ServiceContext, batch_id: str) -> None:
+async def _make_worktrees(ctx: ServiceContext, batch_id: str, created: bool) -> bool:
     """Make the worktrees of the batch's runs that have none yet (all of them when it was just
-    admitted; those a kill left unmade on a retry). One git cannot make fails the batch, and its
-    runs that never started are cancelled, saying why."""
+    `created`; those a kill left unmade on a retry); whether they are all there. A new batch
+    that git cannot make one for fails, and its runs are cancelled, saying why. A retried one is
+    left to the scheduler, which says why and tries again: the git the killed daemon started
+    may still be making that very worktree."""
     batch = await ctx.db(batches_q.get_batch, batch_id)
     if BatchState(batch["state"]).ended or batch["cancel_requested"]:
-        return
+        return True
     runs = await ctx.db(batches_q.runs, batch_id)
     try:
         await asyncio.to_thread(make_worktrees, batch, runs)
     except DomainError as exc:
-        await ctx.db(_fail_batch, batch_id, f"could not create the worktrees: {exc.message}")
+        if created:
+            await ctx.db(_fail_batch, batch_id, f"could not create the worktrees: {exc.message}")
+        else:
+            await ctx.db(say_stalled, batch_id, exc)
+        return False
+    return True
 
 
 def _fail_batch(conn: sqlite3.Connection, batch_id: str, reason: str) -> None:
