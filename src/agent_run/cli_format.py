@@ -8,6 +8,7 @@ verb, which must start without importing pydantic; see `cli_spec`).
 """
 
 import json
+import shlex
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -188,8 +189,11 @@ def run_merge(result: "bm.RunMergeResult") -> str:
     ]
     lines += [f"  conflict {path}" for path in result.conflicts]
     if result.followup_text:
-        lines.append(f"  follow up with: agent-run run followup {result.run_id} --text '...'")
-        lines.append(f"  suggested text: {result.followup_text}")
+        reopen = " --reopen" if result.followup_reopen else ""  # a locked run needs it
+        lines.append(
+            f"  follow up with: agent-run run followup {result.run_id}{reopen} --text "
+            f"{shlex.quote(result.followup_text)}"
+        )
     return "\n".join(lines)
 
 

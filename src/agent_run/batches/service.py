@@ -318,7 +318,9 @@ def _redo_allowed(workflow: Workflow, run: sqlite3.Row, runs: list[sqlite3.Row],
         )
 
 
-def _settled(sched: BatchScheduler, run: sqlite3.Row, verb: str) -> None:
+def _settled(
+    sched: BatchScheduler, run: sqlite3.Row, verb: str, needs_worktree: bool = True
+) -> None:
     if RunState(run["state"]) in RUN_ACTIVE:
         raise Conflict(
             f"run {run['id']} is {run['state']}; stop it or wait before you {verb} it",
@@ -331,9 +333,9 @@ def _settled(sched: BatchScheduler, run: sqlite3.Row, verb: str) -> None:
             field="run_id",
             state=run["state"],
         )
-    if run["worktree"] and not Path(run["worktree"]).is_dir():
+    if needs_worktree and run["worktree"] and not Path(run["worktree"]).is_dir():
         raise Conflict(
-            f"run {run['id']}'s worktree {run['worktree']} was removed (batch clean)",
+            f"run {run['id']}'s worktree {run['worktree']} no longer exists, so it cannot {verb}",
             field="run_id",
             state=run["state"],
         )

@@ -348,7 +348,14 @@ class RunMergeResult(View):
         description="the run's commits add nothing to merged_into: its tip, recorded as merged_sha",
     )
     followup_text: str | None = Field(
-        default=None, description="on a conflict: a run_followup text that asks for a rebase"
+        default=None,
+        description="on a conflict: a run_followup text that asks the run's agent to merge"
+        " merged_into into its branch and resolve the conflicts",
+    )
+    followup_reopen: bool = Field(
+        default=False,
+        description="on a conflict: the run is locked (ranked, validated), so that run_followup"
+        " needs reopen=true",
     )
     message: str
 
