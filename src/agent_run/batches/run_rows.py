@@ -91,14 +91,18 @@ def insert_runs(
         insert_rows(conn, rows)
 
 
+def unstarted_worktrees(runs: list[sqlite3.Row]) -> list[sqlite3.Row]:
+    """The runs with a worktree of their own that have never started: theirs may be unmade."""
+    return [r for r in runs if r["worktree"] and r["state"] == RunState.QUEUED and not r["attempt"]]
+
+
 def make_worktrees(batch: Batch, runs: list[sqlite3.Row]) -> None:
     """The worktree (and branch) of each run that has not started yet, where it is missing: its
     row was committed first, so this finishes an admission a kill cut. A no-op for a worktree
     that is there (`git.add_worktree`)."""
     root = Path(batch["project_root"])
-    for run in runs:
-        if run["worktree"] and run["state"] == RunState.QUEUED and not run["attempt"]:
-            git.add_worktree(root, Path(run["worktree"]), run["branch"], batch["base_sha"])
+    for run in unstarted_worktrees(runs):
+        git.add_worktree(root, Path(run["worktree"]), run["branch"], batch["base_sha"])
 
 
 def write_run(conn: sqlite3.Connection, run_id: str, **fields: Any) -> None:

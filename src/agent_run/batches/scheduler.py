@@ -16,7 +16,12 @@ from typing import Any, Literal
 
 from agent_run.batches.budget import batch_caps, spend_group
 from agent_run.batches.evidence import agent_sandboxed, evidence_for, run_verify
-from agent_run.batches.run_rows import insert_runs, make_worktrees, write_run_if
+from agent_run.batches.run_rows import (
+    insert_runs,
+    make_worktrees,
+    unstarted_worktrees,
+    write_run_if,
+)
 from agent_run.batches.workflows import Workflow, workflow_named
 from agent_run.config import Config
 from agent_run.domain.batch_states import RUN_ACTIVE, BatchState, RunState
@@ -157,7 +162,8 @@ class BatchScheduler:
             runs = await self.ctx.db(batches_q.runs, batch_id)
         # Rows come before their worktrees: those a kill (or a git failure) left unmade are made
         # now, before any run of them starts; a failure says why and is retried next tick.
-        await asyncio.to_thread(make_worktrees, batch, runs)
+        if unstarted_worktrees(runs):
+            await asyncio.to_thread(make_worktrees, batch, runs)
         running = sum(r["state"] == RunState.RUNNING for r in runs)
         for run in runs:
             if running >= cfg["concurrency"]:
