@@ -27,7 +27,8 @@ ANSWER = "answer: admitted"
 def _git_wrapper(marks: Path, mode: str) -> str:
     """A PATH whose `git` acts on the N-th `worktree add` as `mode` says: "before-N" / "after-N"
     stop there (before or after the real git ran), writing the wrapper's pid to `marks/paused`,
-    until killed; "fail-N" fails it as git would ("fail-all": every one)."""
+    until killed; "fail-N" fails it as git would ("fail-all": every one). "planning" stops at
+    the `worktree list` that plans the runs, before anything is committed."""
     real_git = shutil.which("git")
     wrappers = marks / "bin"
     wrappers.mkdir()
@@ -38,6 +39,7 @@ def _git_wrapper(marks: Path, mode: str) -> str:
     fail = 'echo "fatal: could not create work tree dir (injected)" >&2; exit 128'
     (wrappers / "git").write_text(
         "#!/bin/sh\n"
+        f'case "{mode} $*" in "planning "*"worktree list"*) {hold};; esac\n'
         'case "$*" in *"worktree add"*)\n'
         f'  n=$(($(cat "{marks}/adds" 2>/dev/null || echo 0) + 1)); echo $n > "{marks}/adds"\n'
         f'  case "{mode}" in "before-$n") {hold};; "fail-$n"|fail-all) {fail};; esac\n'
@@ -111,7 +113,7 @@ def _completed_then_cleaned(daemon: DaemonProcess, repo: Path, batch_id: str) ->
     assert _made_by_agent_run(repo) == ([], [], []), cleaned
 
 
-POINTS = ["before-1", "after-1", f"after-{RUNS}"]
+POINTS = ["planning", "before-1", "after-1", f"after-{RUNS}"]
 
 
 @pytest.mark.parametrize("pause", POINTS)
@@ -123,9 +125,9 @@ def test_a_retry_with_the_same_request_id_completes_a_cut_admission(home: Home, 
         _cut_admission(home, repo, pause)
         daemon = DaemonProcess(home).start()
         try:
-            [first] = daemon.call("list_batches")["items"]
+            first = daemon.call("list_batches")["items"]
             retried = daemon.call("batch_start", _start_params(repo))
-            assert retried["id"] == first["id"]
+            assert [b["id"] for b in first] == ([] if pause == "planning" else [retried["id"]])
             workers = runs_of(retried, "worker")
             assert len(workers) == RUNS, retried
             assert all((Path(w["worktree"]) / ".git").exists() for w in workers), workers
@@ -139,13 +141,17 @@ def test_a_retry_with_the_same_request_id_completes_a_cut_admission(home: Home, 
 @pytest.mark.parametrize("pause", POINTS)
 def test_the_next_daemon_completes_a_cut_admission_without_a_retry(home: Home, pause: str):
     """Killed at `pause`; a new daemon, no retry: the batch is completed (its runs made and run),
-    never left `queued` with no runs."""
+    never left `queued` with no runs; killed while planning, there is no batch and nothing made."""
     repo = make_repo()
     try:
         _cut_admission(home, repo, pause)
         daemon = DaemonProcess(home).start()
         try:
-            [batch] = daemon.call("list_batches")["items"]
+            batches = daemon.call("list_batches")["items"]
+            if pause == "planning":
+                assert batches == [] and _made_by_agent_run(repo) == ([], [], [])
+                return
+            [batch] = batches
             _completed_then_cleaned(daemon, repo, batch["id"])
         finally:
             daemon.stop()
