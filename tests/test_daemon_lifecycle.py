@@ -6,8 +6,8 @@ import json
 import os
 import signal
 
-from agent_run.home import Home
 from agent_run.supervisor.identity import Liveness, ProcessIdentity, liveness
+from agent_run.system.home import Home
 from tests.batch_harness import make_repo, runs_of, wait_batch
 from tests.harness import TEST_CONFIG, DaemonProcess, cli, cli_json, db_rows, wait_for
 

@@ -13,7 +13,7 @@ import pytest
 
 from agent_run.engines.demo import DemoOptions
 from agent_run.engines.plan import PLAN_VERSION, ExecutionPlan, load_plan
-from agent_run.home import Home
+from agent_run.system.home import Home
 from tests.harness import DaemonProcess, db_rows, remove_home, short_tmpdir
 
 FIXTURE = Path(__file__).parent / "fixtures" / "home_schema5"

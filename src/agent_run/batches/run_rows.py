@@ -6,11 +6,11 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from agent_run import git
 from agent_run.batches.workflows import RunSpec, check_stage, workflow_named
 from agent_run.domain.ids import new_id
 from agent_run.store import batches as batches_q
 from agent_run.store.db import write
+from agent_run.system import git
 
 
 def new_run_row(

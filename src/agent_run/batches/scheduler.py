@@ -18,7 +18,7 @@ from agent_run.batches.budget import batch_caps, spend_group
 from agent_run.batches.evidence import agent_sandboxed, evidence_for, run_verify
 from agent_run.batches.run_rows import insert_runs, write_run_if
 from agent_run.batches.workflows import Workflow, workflow_named
-from agent_run.config import Config
+from agent_run.config.model import Config
 from agent_run.domain.batch_states import RUN_ACTIVE, BatchState, RunState
 from agent_run.domain.errors import AnswerIntegrity, DomainError
 from agent_run.domain.notices import run_notify
