@@ -30,7 +30,7 @@ from _common import (
     write_results,
 )
 
-from agent_run.git import NO_PROGRAMS
+from agent_run.system.git import NO_PROGRAMS
 from tests.batch_harness import make_repo, wait_batch
 
 

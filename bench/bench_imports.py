@@ -3,7 +3,7 @@
 Each sample spawns `python -c "<import>; <report>"`; the child reports its own import time,
 module count, VmRSS and whether heavy packages (mcp, pydantic, starlette, structlog) got loaded.
 Baseline: `python -c pass` spawned in the same loop. DESIGN.md section 3 wants the supervisor to
-import "only what one engine session needs" and `import agent_run.cli` to stay light.
+import "only what one engine session needs" and `import agent_run.cli.main` to stay light.
 
 --ref COMMIT also extracts that commit's src/ (git archive, into a temp dir) and measures it the
 same way, interleaved, through PYTHONPATH; the current tree is the editable install.
@@ -25,8 +25,8 @@ from _common import ROOT, machine_info, print_table, ratio, summary, write_resul
 ENTRY_POINTS = {
     "supervisor": "import agent_run.supervisor.run",
     "demo_engine": "import agent_run.engines.demo_program",
-    "cli": "import agent_run.cli",
-    "daemon": "import agent_run.daemon",
+    "cli": "import agent_run.cli.main",
+    "daemon": "import agent_run.daemon.serve",
 }
 HEAVY = ("mcp", "pydantic", "starlette", "structlog", "anyio", "httpx")
 REPORT = (

@@ -20,7 +20,7 @@ import time
 
 from _common import machine_info, print_table, ratio, summary, write_results
 
-from agent_run.home import Home
+from agent_run.system.home import Home
 from tests.harness import kill_leftovers, remove_home, short_tmpdir
 
 GOAL_SECONDS = 8.0

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import Page, sync_playwright
 
-from agent_run.home import Home
+from agent_run.system.home import Home
 from tests.harness import TEST_CONFIG, make_home, remove_home
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_run.home import Home
+from agent_run.system.home import Home
 from tests.batch_harness import BatchProject, make_repo
 from tests.harness import (
     MADE_BY,

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent_run.home import Home
+from agent_run.system.home import Home
 from tests.harness import db_rows
 from tests.support.mock_provider import Fault, RecordedRequest, ToolCall
 

@@ -7,7 +7,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from agent_run.home import Home
+from agent_run.system.home import Home
 from tests.harness import TEST_CONFIG, DaemonProcess, make_home, remove_home, wait_for
 from tests.support.mock_provider import Dynamic, MockProvider, Reply
 

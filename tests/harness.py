@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from agent_run.domain.errors import DaemonUnavailable
-from agent_run.home import Home
 from agent_run.rpc.client import RawClient
 from agent_run.supervisor.identity import Liveness, ProcessIdentity, kill_group, liveness
+from agent_run.system.home import Home
 
 # The suite's agents run at `nice = 0`: on a test machine busy with other tests, agents that
 # yield the CPU (the default, 10) made `--fast` ~20 s slower; tests/test_priority.py checks the
@@ -99,7 +99,7 @@ def kill_processes_naming(*folders: Path) -> None:
     """SIGKILL every process whose command line names one of `folders` or a path inside one (a
     daemon, its fork server, a supervisor that has not recorded itself yet, an engine or its
     bubblewrap), and wait until each has ended: none then writes into a removed folder."""
-    from agent_run.processes import current
+    from agent_run.system.processes import current
 
     roots = [str(folder) for folder in folders]
     ours = {os.getpid(), os.getppid()}

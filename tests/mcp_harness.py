@@ -9,7 +9,7 @@ from typing import Any
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
-from agent_run.home import Home
+from agent_run.system.home import Home
 
 
 @asynccontextmanager

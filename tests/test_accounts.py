@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_run.config import parse_config
+from agent_run.config.model import parse_config
 from agent_run.domain.errors import ConfigInvalid, InvalidRequest
 from tests.batch_harness import make_repo, wait_batch
 from tests.harness import TEST_CONFIG, DaemonProcess, cli, db_rows, make_home, remove_home

@@ -9,16 +9,16 @@ import threading
 import time
 from pathlib import Path
 
-from agent_run.config import load_config
+from agent_run.config.model import load_config
 from agent_run.domain.errors import DaemonUnavailable, SpawnFailed
 from agent_run.domain.requests import StartParams
-from agent_run.home import Home
 from agent_run.rpc.client import RawClient
 from agent_run.services.agents import admission_rows
 from agent_run.services.context import ServiceContext
 from agent_run.store.agents import insert_agent_with_execution
 from agent_run.store.db import connect, write
 from agent_run.supervisor.launch import spawn_supervisor, supervisor_argv
+from agent_run.system.home import Home
 from tests.harness import DaemonProcess, db_rows, raw_socket, wait_for
 
 

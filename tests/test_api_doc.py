@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from agent_run.domain.errors import ERRORS_BY_CODE
-from agent_run.tools import SOCKET_ONLY, TOOLS
+from agent_run.tools.table import SOCKET_ONLY, TOOLS
 
 API_DOC = Path(__file__).parent.parent / "docs" / "api.md"
 
@@ -40,8 +40,10 @@ def test_copy_paste_python_client_runs_against_a_real_daemon(daemon, home, workd
 
 def test_the_generated_parameter_lists_are_current():
     """docs/api.md's per-method parameter lists are the tool table's schemas, regenerated."""
-    from agent_run.api_reference import BEGIN, rewrite
+    from agent_run.tools.api_reference import BEGIN, rewrite
 
     text = API_DOC.read_text()
     assert text.count(BEGIN) == len(TOOLS)
-    assert rewrite(text) == text, "docs/api.md is stale: run `python -m agent_run.api_reference`"
+    assert rewrite(text) == text, (
+        "docs/api.md is stale: run `python -m agent_run.tools.api_reference`"
+    )

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from agent_run.home import Home
+from agent_run.system.home import Home
 from tests.batch_harness import BatchProject, git, make_repo, runs_of, wait_batch
 from tests.harness import DaemonProcess, cli, short_tmpdir, wait_for
 

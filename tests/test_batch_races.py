@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from agent_run import git as git_ops
 from agent_run.domain.errors import DomainError
-from agent_run.home import Home
 from agent_run.store import batches as batches_q
 from agent_run.store.db import connect, write
+from agent_run.system import git as git_ops
+from agent_run.system.home import Home
 from tests.batch_harness import BatchProject, git, make_repo, runs_of, wait_batch
 from tests.harness import (
     DaemonProcess,
@@ -251,7 +251,7 @@ def test_write_private_file_fsyncs_the_directory_after_the_rename(workdir: Path)
         pytest.skip("strace is not installed")
     trace = workdir / "trace.txt"
     code = (
-        "from pathlib import Path; from agent_run.home import write_private_file; "
+        "from pathlib import Path; from agent_run.system.home import write_private_file; "
         f"write_private_file(Path({str(workdir)!r}) / 'reply.md', b'x' * 100000)"
     )
     subprocess.run(

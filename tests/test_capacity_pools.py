@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_run.config import parse_config
+from agent_run.config.model import parse_config
 from agent_run.domain.capacity import capacity_order
 from agent_run.engines.accounts import account_identity
 from agent_run.services.capacity import readings, route_specs

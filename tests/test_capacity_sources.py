@@ -14,10 +14,10 @@ import pytest
 from agent_run.engines.codex import CodexEngine
 from agent_run.engines.quota import QuotaEvent, QuotaWindow, codex_windows, header_windows
 from agent_run.engines.stream_json import parse_stream_json_line
-from agent_run.home import Home
 from agent_run.services.capacity_sources import appserver_windows, backoff_delay
 from agent_run.store.db import connect, write
 from agent_run.store.samples import Sample, append_samples, sample_count, samples_since
+from agent_run.system.home import Home
 from tests.harness import (
     DaemonProcess,
     cli_json,

@@ -17,11 +17,11 @@ from typing import Any
 import click
 import pytest
 
-from agent_run.cli import cli as root_command
-from agent_run.cli import command_for
+from agent_run.cli.main import cli as root_command
+from agent_run.cli.main import command_for
 from agent_run.domain.failures import FailureKind
-from agent_run.home import Home
-from agent_run.tools import TOOLS
+from agent_run.system.home import Home
+from agent_run.tools.table import TOOLS
 from tests.harness import (
     DaemonProcess,
     cli,
@@ -589,8 +589,8 @@ def test_the_cli_grows_no_verbs_of_its_own_beyond_the_tool_table_and_admin() -> 
 
 def test_the_frozen_cli_spec_matches_the_tool_table() -> None:
     """`cli_spec.json` is what the CLI builds its verbs from: regenerate it with
-    `python -m agent_run.cli_spec` whenever a tool's params or doc change."""
-    from agent_run import cli_spec
+    `python -m agent_run.cli.spec` whenever a tool's params or doc change."""
+    from agent_run.cli import spec as cli_spec
 
     assert cli_spec.load() == cli_spec.build()
 

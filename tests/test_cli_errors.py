@@ -4,7 +4,7 @@ import json
 import sqlite3
 from pathlib import Path
 
-from agent_run.home import Home
+from agent_run.system.home import Home
 from tests.harness import DaemonProcess, cli
 
 

@@ -9,11 +9,11 @@ import re
 from pathlib import Path
 from typing import Any
 
-from agent_run.cli_format import RENDERERS, Record, render
-from agent_run.cli_session import cli_words
-from agent_run.home import Home
+from agent_run.cli.session import cli_words
 from agent_run.rpc.client import Client
-from agent_run.tools import ALL_TOOLS
+from agent_run.system.home import Home
+from agent_run.text.render import RENDERERS, Record, render
+from agent_run.tools.table import ALL_TOOLS
 from tests.batch_harness import make_repo, wait_batch
 from tests.harness import DaemonProcess, check_golden, cli
 

@@ -10,9 +10,9 @@ import re
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from agent_run.cli_format import RENDERERS
-from agent_run.home import Home
-from agent_run.tools import ALL_TOOLS, TOOLS
+from agent_run.system.home import Home
+from agent_run.text.render import RENDERERS
+from agent_run.tools.table import ALL_TOOLS, TOOLS
 from tests.batch_harness import make_repo, runs_of, wait_batch
 from tests.harness import (
     TEST_CONFIG,

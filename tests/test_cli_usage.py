@@ -12,9 +12,9 @@ from pathlib import Path
 import click
 import pytest
 
-from agent_run.cli import cli as root_command
-from agent_run.cli_exits import EXIT_USAGE
-from agent_run.home import Home
+from agent_run.cli.exits import EXIT_USAGE
+from agent_run.cli.main import cli as root_command
+from agent_run.system.home import Home
 from tests.batch_harness import make_repo, wait_batch
 from tests.harness import TEST_CONFIG, DaemonProcess, cli, cli_json, make_home, remove_home
 

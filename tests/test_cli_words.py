@@ -7,10 +7,10 @@ import json
 import re
 from pathlib import Path
 
-from agent_run.cli import cli as root_command
-from agent_run.cli import command_for
-from agent_run.home import Home
-from agent_run.tools import TOOLS
+from agent_run.cli.main import cli as root_command
+from agent_run.cli.main import command_for
+from agent_run.system.home import Home
+from agent_run.tools.table import TOOLS
 from tests.batch_harness import BatchProject, runs_of, wait_batch
 from tests.harness import cli, cli_json
 from tests.mcp_harness import mcp_session

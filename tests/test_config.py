@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from agent_run.config import SCHEMA_VERSION, Config, parse_config
+from agent_run.config.model import SCHEMA_VERSION, Config, parse_config
 from agent_run.domain.errors import ConfigInvalid
-from agent_run.home import Home
+from agent_run.system.home import Home
 from tests.harness import TEST_CONFIG, cli, make_home, remove_home, short_tmpdir
 
 VALID = """schema_version = 1

@@ -12,9 +12,9 @@ import sys
 
 import pytest
 
-from agent_run.cli_daemon import _lock_free
-from agent_run.home import Home
-from agent_run.service_files import systemd_unit
+from agent_run.cli.daemon_control import _lock_free
+from agent_run.cli.service_files import systemd_unit
+from agent_run.system.home import Home
 from tests.harness import DaemonProcess, cli, cli_json, wait_for
 from tests.mcp_harness import mcp_session
 from tests.web_harness import WebProcess

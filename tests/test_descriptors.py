@@ -11,7 +11,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from agent_run.home import Home
+from agent_run.system.home import Home
 from tests.harness import DaemonProcess
 
 IDLE_CONNECTIONS = 1100

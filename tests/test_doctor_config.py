@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from agent_run.config import parse_config
+from agent_run.config.model import parse_config
 from agent_run.domain.errors import ConfigInvalid
-from agent_run.home import Home
 from agent_run.supervisor.secrets import resolve_secrets
+from agent_run.system.home import Home
 from tests.harness import (
     TEST_CONFIG,
     DaemonProcess,

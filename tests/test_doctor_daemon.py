@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from agent_run.config import parse_config
-from agent_run.home import Home
+from agent_run.config.model import parse_config
+from agent_run.system.home import Home
 from tests.harness import TEST_CONFIG, DaemonProcess, cli, make_home, remove_home
 
 pytestmark = pytest.mark.engines  # runs the real engine CLIs (`--version`) from node_modules

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from agent_run.config import parse_config, render_init_config
+from agent_run.config.init_file import render_init_config
+from agent_run.config.model import parse_config
 from agent_run.domain.errors import ConfigInvalid
 from agent_run.engines import registry
 from agent_run.engines.registry import (
@@ -25,7 +26,7 @@ from agent_run.engines.registry import (
     engine_spec,
     register,
 )
-from agent_run.home import Home
+from agent_run.system.home import Home
 from tests.harness import DaemonProcess, cli, db_rows, make_home, remove_home, short_tmpdir
 from tests.support import fake_engine
 
@@ -268,9 +269,9 @@ SRC = REPO / "src" / "agent_run"
 # (file, engine named there): why it is not an if-chain on engines. Everything else an engine
 # needs is in its spec (sign-in, key variable, login flag, binary, options).
 NAMED_OUTSIDE_ITS_MODULE = {
-    ("config.py", "demo"): "the built-in default runtime",
-    ("cli_admin.py", "demo"): "`init` writes the built-in default runtime",
-    ("quickstart.py", "demo"): "the quick start runs on the offline engine",
+    ("config/model.py", "demo"): "the built-in default runtime",
+    ("cli/admin.py", "demo"): "the `demo` verb: the quick start",
+    ("cli/quickstart.py", "demo"): "the quick start runs on the offline engine",
     ("services/docs.py", "demo"): "the `demo` doc topic",
     ("engines/options.py", "codex"): "the codex_appserver capacity source (docs/capacity.md)",
     ("engines/quota.py", "codex"): "Codex's own limitId on the wire (its account-wide limit)",

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from agent_run.config import parse_config
+from agent_run.config.model import parse_config
 from agent_run.domain.errors import ConfigInvalid, InvalidRequest
 from tests.batch_harness import git, make_repo
 from tests.harness import TEST_CONFIG, DaemonProcess, cli_json, make_home, remove_home, short_tmpdir

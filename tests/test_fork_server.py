@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from agent_run.home import Home
-from agent_run.processes import current as current_processes
 from agent_run.services.reconcile import supervised_executions
+from agent_run.system.home import Home
+from agent_run.system.processes import current as current_processes
 from tests.harness import DaemonProcess, db_rows, engine_row, make_home, remove_home, wait_for
 
 # One worker runs these one after another: one of them touches the installed package (the

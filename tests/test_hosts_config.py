@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from agent_run.config import parse_config
+from agent_run.config.model import parse_config
 from agent_run.domain.errors import ConfigInvalid
 from tests.harness import TEST_CONFIG, cli, make_home, remove_home
 

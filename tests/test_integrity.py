@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from agent_run.domain.errors import AnswerIntegrity
-from agent_run.home import Home
+from agent_run.system.home import Home
 from tests.batch_harness import make_repo, runs_of, wait_batch
 from tests.harness import TEST_CONFIG, DaemonProcess, cli, db_rows, make_home, remove_home, wait_for
 

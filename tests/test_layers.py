@@ -1,12 +1,10 @@
 """The layers, guarded: every import of the package (module-level and inside functions, plus
-the tool table's handler strings) is parsed with `ast` and checked against the layering rules
-of docs/architecture.md, and the graph between packages must have no cycle. Which layer a
-module is in is read from the layers table of docs/architecture.md, and every module of the
-tree must be in exactly one of its rows: a new front-end is a front-end as soon as it is
-documented, and cannot be left out of the rules by being left out of the table."""
+the tool table's handler strings) is parsed with `ast` and checked against the layers, and the
+graph between packages must have no cycle. A module's layer is its top-level package: the
+folder tree is the layer diagram (`LAYERS` orders the packages), and a module cannot sit
+loose beside them."""
 
 import ast
-import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -14,7 +12,7 @@ import pytest
 
 SRC = Path(__file__).resolve().parent.parent / "src"
 PACKAGE = SRC / "agent_run"
-TOOL_TABLE = PACKAGE / "tools.py"
+TOOL_TABLE = PACKAGE / "tools" / "table.py"
 ARCHITECTURE = SRC.parent / "docs" / "architecture.md"
 
 
@@ -83,77 +81,68 @@ GRAPH = import_graph()
 
 
 def package_of(module: str) -> str:
-    """`agent_run.store.db` -> `store`; a top-level module is its own package (`cli`, `tools`)."""
+    """`agent_run.store.db` -> `store`; the package's own `__init__` and `__main__` -> `agent_run`."""
     parts = module.split(".")
-    return parts[1] if len(parts) > 1 else "agent_run"
+    return parts[1] if len(parts) > 1 and parts[1] != "__main__" else "agent_run"
 
 
-def table_rows(text: str) -> dict[str, list[str]]:
-    """The layers table: layer -> the files and folders its modules cell names, resolved
-    against the tree (`engine_process.py` after `supervisor/run.py` is `supervisor/...`)."""
-    section = text.split("## Layers", 1)[1].split("\n## ", 1)[0]
-    rows: dict[str, list[str]] = {}
-    for line in section.splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) < 3 or cells[0] in ("layer", "") or set(cells[0]) <= {"-"}:
-            continue
-        folder, named = "", []
-        for token in re.findall(r"`([^`]+)`", cells[1]):
-            if "/" in token:
-                folder = token.split("/")[0]
-                named.append(token)
-            elif token.endswith(".py"):
-                named.append(f"{folder}/{token}" if folder else token)
-        rows[cells[0]] = named
-    return rows
-
-
-def modules_of(named: list[str]) -> set[str]:
-    """`cli.py` -> agent_run.cli; `web/` -> every module of the web package."""
-    found = set()
-    for entry in named:
-        path = PACKAGE / entry
-        if entry.endswith("/"):
-            found |= {module_name(p) for p in path.rglob("*.py") if p.name != "__init__.py"}
-        elif entry.endswith(".py"):
-            found.add(module_name(path))
-    return found
-
-
-LAYERS = {layer: modules_of(named) for layer, named in table_rows(ARCHITECTURE.read_text()).items()}
-FRONT_ENDS = LAYERS.get("front-ends", set())
+# The layers, lowest first. The top-level packages of src/agent_run/ are the layers' members,
+# so the folder tree is the layer diagram. A package imports only packages of lower layers, or
+# of its own layer without a cycle. docs/architecture.md draws the same order.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("domain",),
+    ("system",),
+    ("store",),
+    ("engines",),
+    ("config",),
+    ("worker_tools", "supervisor"),
+    ("executors",),
+    ("services",),
+    ("batches",),
+    ("tools",),
+    ("rpc", "text"),
+    ("daemon",),
+    ("mcp", "web", "cli"),
+)
+LAYER_OF = {package: rank for rank, members in enumerate(LAYERS) for package in members}
+# Front-ends reach the daemon through `rpc.client` and never open the database.
+FRONT_END_PACKAGES = ("rpc", "text", "mcp", "web", "cli")
 
 
 def is_front_end(module: str) -> bool:
-    return module in FRONT_ENDS
+    return package_of(module) in FRONT_END_PACKAGES
 
 
-def tree_modules() -> set[str]:
-    """Every module of the package; a package's `__init__` is the package, not a module."""
-    return {module_name(p) for p in PACKAGE.rglob("*.py") if p.name != "__init__.py"}
+def tree_packages() -> set[str]:
+    return {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()}
 
 
-def test_every_module_of_the_tree_is_in_exactly_one_row_of_the_layers_table():
-    listed = [m for modules in LAYERS.values() for m in modules]
-    assert sorted(tree_modules() - set(listed)) == [], "add them to docs/architecture.md"
-    assert sorted(m for m in set(listed) if listed.count(m) > 1) == []
-    assert sorted(set(listed) - tree_modules()) == [], "the table names modules that are gone"
+def test_the_folder_tree_is_the_layers():
+    """Every top-level package is in one layer, and no module sits loose beside them."""
+    assert tree_packages() == set(LAYER_OF), "a new top-level package needs its place in LAYERS"
+    loose = {p.name for p in PACKAGE.glob("*.py")} - {"__init__.py", "__main__.py"}
+    assert loose == set(), "put each module in the package of its layer"
 
 
-def test_the_front_ends_are_the_tables_and_include_every_client_of_the_daemon():
-    # Sharpness: the rule above is only as good as this set.
-    assert {
-        "agent_run.cli",
-        "agent_run.cli_daemon",
-        "agent_run.mcp_server",
-        "agent_run.mcp_channel",
-        "agent_run.quickstart",
-        "agent_run.rpc.client",
-        "agent_run.web.pages",
-    } <= FRONT_ENDS
-    # Whatever talks to the daemon through the client is a front-end (the daemon excepted).
+def test_architecture_md_draws_the_same_layers():
+    drawn = " < ".join(" ".join(members) for members in LAYERS)
+    assert drawn in ARCHITECTURE.read_text(), f"docs/architecture.md should state: {drawn}"
+
+
+def test_no_package_imports_a_higher_layer():
+    def upward(module: str, target: str) -> bool:
+        low, high = package_of(module), package_of(target)
+        return "agent_run" not in (low, high) and LAYER_OF[high] > LAYER_OF[low]
+
+    assert violations(upward) == []
+
+
+def test_every_client_of_the_daemon_is_a_front_end():
+    # Sharpness: the front-end rules are only as good as this set.
+    front_ends = {m for m in GRAPH if is_front_end(m)}
+    assert {"agent_run.cli.main", "agent_run.mcp.server", "agent_run.web.pages"} <= front_ends
     clients = {m for m, targets in GRAPH.items() if "agent_run.rpc.client" in targets}
-    assert sorted(clients - FRONT_ENDS - {"agent_run.daemon"}) == []
+    assert sorted(m for m in clients if not is_front_end(m) and package_of(m) != "daemon") == []
 
 
 def in_package(module: str, *packages: str) -> bool:
@@ -171,9 +160,11 @@ def violations(rule) -> list[str]:
 
 def test_the_graph_sees_function_level_imports_and_handler_strings():
     # Sharpness: a parser that missed these would pass every rule below vacuously.
-    assert "agent_run.services.agents" in GRAPH["agent_run.tools"]  # a handler string
-    assert "agent_run.batches.service" in GRAPH["agent_run.tools"]
-    assert "agent_run.git" in GRAPH["agent_run.worker_tools.server"]  # imported inside a function
+    assert "agent_run.services.agents" in GRAPH["agent_run.tools.table"]  # a handler string
+    assert "agent_run.batches.service" in GRAPH["agent_run.tools.table"]
+    assert (
+        "agent_run.system.git" in GRAPH["agent_run.worker_tools.server"]
+    )  # imported inside a function
     assert "agent_run.store.db" in GRAPH["agent_run.supervisor.run"]
     assert len(GRAPH) > 80
 
@@ -246,8 +237,10 @@ def package_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     edges: dict[str, set[str]] = defaultdict(set)
     for module, targets in graph.items():
         for target in targets:
-            if package_of(module) != package_of(target):
-                edges[package_of(module)].add(package_of(target))
+            low, high = package_of(module), package_of(target)
+            # The root (`__version__`, `python -m agent_run`) is no layer: it is above and below all.
+            if low != high and "agent_run" not in (low, high):
+                edges[low].add(high)
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []

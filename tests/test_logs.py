@@ -8,8 +8,8 @@ import os
 import signal
 from pathlib import Path
 
-from agent_run.home import Home
 from agent_run.supervisor.forkserver import RESTART_SECONDS
+from agent_run.system.home import Home
 from tests.harness import TEST_CONFIG, DaemonProcess, cli, cli_json, wait_for
 from tests.test_fork_server import zygote_pid, zygote_ready
 

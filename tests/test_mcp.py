@@ -9,11 +9,11 @@ import time
 
 import pytest
 
-from agent_run.cli import cli as cli_group
-from agent_run.cli import command_for
-from agent_run.cli_session import cli_words
-from agent_run.mcp_server import error_data
-from agent_run.tools import TOOLS
+from agent_run.cli.main import cli as cli_group
+from agent_run.cli.main import command_for
+from agent_run.cli.session import cli_words
+from agent_run.mcp.server import error_data
+from agent_run.tools.table import TOOLS
 from tests.harness import wait_for, wait_for_async
 from tests.mcp_harness import mcp_session
 
@@ -198,7 +198,7 @@ async def test_client_disconnecting_mid_wait_leaves_the_agent_running(daemon, wo
 import anyio, sys
 sys.path.insert(0, {str(os.getcwd())!r})
 from tests.mcp_harness import mcp_session
-from agent_run.home import Home
+from agent_run.system.home import Home
 async def main():
     async with mcp_session(Home.resolve({str(daemon.home.root)!r})) as s:
         print("waiting", flush=True)

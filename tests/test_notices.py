@@ -334,7 +334,7 @@ def test_a_receiver_that_exits_0_leaving_a_child_on_its_output_is_delivered(daem
 def test_a_timeout_ends_on_time_even_with_a_setsid_grandchild_holding_the_pipes(daemon, workdir):
     """At the timeout the program's group is killed (its child in the group dies with it) and
     the attempt ends, although a `setsid`'d grandchild outside the group still holds its pipes."""
-    from agent_run.processes import Liveness, ProcessIdentity, current
+    from agent_run.system.processes import Liveness, ProcessIdentity, current
 
     group_pid = workdir.parent / f"{workdir.name}-group.pid"
     away_pid = workdir.parent / f"{workdir.name}-away.pid"

@@ -156,7 +156,7 @@ def _never_acknowledged(daemon, workdir) -> None:
 
 def mcp_pid(home) -> int:
     """The `agent-run mcp` process serving this home (the session's stdio child)."""
-    from agent_run.processes import current
+    from agent_run.system.processes import current
 
     found = [
         pid

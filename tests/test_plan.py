@@ -7,17 +7,17 @@ from pathlib import Path
 
 import pytest
 
-from agent_run.config import load_config
+from agent_run.config.model import load_config
 from agent_run.domain.errors import NotResumable
 from agent_run.domain.requests import StartParams
 from agent_run.engines.codex import CodexOptions
 from agent_run.engines.demo import DemoOptions
 from agent_run.engines.plan import PLAN_VERSION, ExecutionPlan, PlanInvalid, load_plan
-from agent_run.home import Home
 from agent_run.services.agents import admission_rows
 from agent_run.services.context import ServiceContext
 from agent_run.store.agents import insert_agent_with_execution
 from agent_run.store.db import connect, write
+from agent_run.system.home import Home
 from tests.harness import DaemonProcess, db_rows, make_home, remove_home, wait_for
 
 # Written by agent-run at ce9fc3e (before plan_version): the prompt in the plan, and every

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from agent_run.processes import Liveness, ProcessIdentity, current
-from agent_run.processes.linux import LinuxProcesses
-from agent_run.processes.portable import BOOT_PREFIX, PsutilProcesses, parse_xucred
+from agent_run.system.processes import Liveness, ProcessIdentity, current
+from agent_run.system.processes.linux import LinuxProcesses
+from agent_run.system.processes.portable import BOOT_PREFIX, PsutilProcesses, parse_xucred
 from tests.harness import wait_for
 
 TABLES = [LinuxProcesses(), PsutilProcesses()]
@@ -175,8 +175,8 @@ def test_an_ended_group_is_known_empty_without_reading_the_table(table, child, m
 
 ADOPTER = r"""
 import os, subprocess, sys, time
-from agent_run.processes import current, reap_group_zombies
-from agent_run.processes.base import no_such_group
+from agent_run.system.processes import current, reap_group_zombies
+from agent_run.system.processes.base import no_such_group
 
 adopted = current().adopt_orphans() if sys.argv[1] == "adopt" else False
 # A group whose leader leaves a child behind, as bubblewrap leaves its own init or a tool a

@@ -60,7 +60,7 @@ def inspector(home, *args: str) -> dict:
 
 @pytest.mark.engines
 def test_inspector_lists_tools_and_runs_start_wait_answer(daemon, workdir):
-    from agent_run.tools import TOOLS
+    from agent_run.tools.table import TOOLS
 
     listed = inspector(daemon.home, "--method", "tools/list")
     assert {t["name"] for t in listed["tools"]} == set(TOOLS)
@@ -137,7 +137,7 @@ def user_home():
     }
     (home / ".codex").mkdir()
     yield home, env
-    from agent_run.home import Home
+    from agent_run.system.home import Home
 
     agent_home = Home(home / ".agent-run")
     lock = agent_home.lock_path

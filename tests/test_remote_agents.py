@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_run.home import Home
+from agent_run.system.home import Home
 from tests.harness import DaemonProcess, cli, db_rows, make_home, remove_home
 from tests.ssh_harness import RemoteHost, local_config, reachable, remote_host  # noqa: F401
 

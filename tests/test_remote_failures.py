@@ -12,8 +12,8 @@ from collections.abc import Iterator
 import pytest
 
 from agent_run.domain.errors import AnswerIntegrity
-from agent_run.home import Home
 from agent_run.supervisor.identity import Liveness, ProcessIdentity, liveness
+from agent_run.system.home import Home
 from tests.harness import DaemonProcess, cli, db_rows, make_home, remove_home, wait_for
 from tests.ssh_harness import RemoteHost, local_config, reachable, remote_host  # noqa: F401
 from tests.test_cli_text import REPR

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from agent_run.home import Home
+from agent_run.system.home import Home
 from tests.batch_harness import runs_of, wait_batch
 from tests.harness import TEST_CONFIG, DaemonProcess, cli, cli_json, db_rows, wait_for
 

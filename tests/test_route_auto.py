@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from agent_run.domain import errors
-from agent_run.home import Home
+from agent_run.system.home import Home
 from tests.harness import DaemonProcess, cli, cli_json, db_rows, make_home, remove_home
 from tests.test_capacity_sources import _collector_config
 

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from agent_run.home import Home
 from agent_run.rpc.protocol import MAX_LINE_BYTES
-from agent_run.tools import TOOLS
+from agent_run.system.home import Home
+from agent_run.tools.table import TOOLS
 from tests.harness import DaemonProcess, cli, make_home, raw_socket, remove_home, wait_for
 
 

@@ -16,8 +16,8 @@ import pytest
 from agent_run.domain import errors as e
 from agent_run.domain.batch_models import BatchList
 from agent_run.domain.views import AgentView, Pong, WaitResult
-from agent_run.home import Home
 from agent_run.rpc.client import AsyncClient, Client, WaitSlices
+from agent_run.system.home import Home
 from tests.harness import DaemonProcess, short_tmpdir
 
 # Both faces, as `call_raw(home, method, params)` and `call(home, tool, params)`.

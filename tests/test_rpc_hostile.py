@@ -4,8 +4,8 @@ from typing import Any
 
 import pytest
 
-from agent_run.home import Home
 from agent_run.rpc.protocol import MAX_NESTING
+from agent_run.system.home import Home
 from tests.harness import DaemonProcess, make_home, remove_home
 from tests.test_rpc import Wire
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from agent_run import git_merge
 from agent_run.domain.errors import Conflict, DomainError
+from agent_run.system import git_merge
 from tests.batch_harness import git, runs_of, wait_batch
 from tests.harness import cli, cli_json
 

@@ -11,8 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from agent_run.home import Home
-from agent_run.service_files import launchd_label, launchd_plist, systemd_unit, systemd_unit_name
+from agent_run.cli.service_files import (
+    launchd_label,
+    launchd_plist,
+    systemd_unit,
+    systemd_unit_name,
+)
+from agent_run.system.home import Home
 from tests.harness import check_golden, short_tmpdir
 
 FIXED_HOME = Home(Path("/home/ada/.agent-run"))

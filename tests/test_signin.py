@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_run.config import parse_config
+from agent_run.config.model import parse_config
 from agent_run.domain.errors import ConfigInvalid
 from agent_run.engines.registry import sign_in_for
 from agent_run.engines.signin import SignInMissing, read_credential, share_credential

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from agent_run.domain.errors import StorageFull
-from agent_run.home import Home
 from agent_run.supervisor.ending import seal_verified
+from agent_run.system.home import Home
 from tests.harness import DaemonProcess, db_rows, kill_leftovers, short_tmpdir, wait_for
 
 CONFIG = """schema_version = 1

@@ -5,9 +5,9 @@ run whose prompt is its batch's keeps no copy of it (the batch's config holds it
 import json
 from typing import Any
 
-from agent_run.home import Home
 from agent_run.store import batches as batches_q
 from agent_run.store.db import connect, write
+from agent_run.system.home import Home
 from tests.batch_harness import runs_of, wait_batch
 from tests.harness import db_rows
 from tests.test_batch_states import (

@@ -112,7 +112,7 @@ def test_without_a_price_the_cost_stays_null(daemon, workdir):
     ],
 )
 def test_a_bad_price_is_refused_naming_its_dotted_path(entry, field):
-    from agent_run.config import parse_config
+    from agent_run.config.model import parse_config
 
     with pytest.raises(ConfigInvalid) as refused:
         parse_config(TEST_CONFIG + entry)

@@ -6,7 +6,7 @@ import socket
 
 import pytest
 
-from agent_run.config import load_config
+from agent_run.config.model import load_config
 from agent_run.services.context import RevisionWatcher, ServiceContext
 from agent_run.store import wake
 from agent_run.store.db import connect, on_commit, write

@@ -94,7 +94,7 @@ def test_generated_batch_page_lists_the_generated_tasks_with_their_runs(web, dae
 
 def test_a_large_diff_is_cut_with_a_note_on_the_changes_tab(web, daemon):
     """Past git.MAX_DIFF_BYTES the Changes tab shows the head of the diff and says it was cut."""
-    from agent_run.git import MAX_DIFF_BYTES
+    from agent_run.system.git import MAX_DIFF_BYTES
 
     repo = make_repo()
     started = daemon.call(

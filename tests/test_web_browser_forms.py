@@ -5,7 +5,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from agent_run.home import Home
+from agent_run.system.home import Home
 from tests.browser_harness import browser_page, screenshot, sign_in
 from tests.harness import make_home, remove_home
 from tests.test_web_runtimes import RUNTIMES

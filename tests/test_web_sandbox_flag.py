@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from agent_run.home import Home
+from agent_run.system.home import Home
 from tests.batch_harness import make_repo, wait_batch
 from tests.harness import TEST_CONFIG, make_home, remove_home
 

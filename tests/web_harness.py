@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx2
 
-from agent_run.home import Home
+from agent_run.system.home import Home
 from tests.harness import wait_for
 
 URL_LINE = re.compile(r"agent-run web: (http://127\.0\.0\.1:(\d+)/\?token=(\S+))")

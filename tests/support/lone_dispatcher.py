@@ -8,10 +8,10 @@ import asyncio
 import sys
 from pathlib import Path
 
-from agent_run.config import load_config
-from agent_run.home import Home
+from agent_run.config.model import load_config
 from agent_run.services.context import ServiceContext
 from agent_run.services.notices import NoticeDispatcher
+from agent_run.system.home import Home
 
 
 async def main(root: str) -> None:

@@ -31,8 +31,8 @@ import sys
 
 # What `api serve` imports by the time it answers ping (measured with -X importtime).
 PRELOAD = (
-    "agent_run.cli",
-    "agent_run.daemon",
+    "agent_run.cli.main",
+    "agent_run.daemon.serve",
     "agent_run.rpc.server",
     "agent_run.batches.workflows",
     "agent_run.batches.scheduler",

@@ -8,14 +8,14 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from agent_run import git
 from agent_run.batches.workflows import Evidence
 from agent_run.engines.environment import command_environment
 from agent_run.engines.sandbox import SandboxUnavailable, command_argv, require_sandbox
-from agent_run.home import Home
 from agent_run.services.integrity import verified_answer
 from agent_run.store import agents as agents_q
 from agent_run.store import reports as reports_q
+from agent_run.system import git
+from agent_run.system.home import Home
 
 VERIFY_OUTPUT_BYTES = 20_000
 

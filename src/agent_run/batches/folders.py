@@ -9,10 +9,10 @@ import os
 import subprocess
 from pathlib import Path
 
-from agent_run import git as g
 from agent_run.domain.batch_models import DirEntry, DirListing, FolderParams, ProjectInfo
 from agent_run.domain.errors import InvalidRequest
 from agent_run.services.context import ServiceContext
+from agent_run.system import git as g
 
 MAX_ENTRIES = 500
 

@@ -8,12 +8,12 @@ import asyncio
 import sqlite3
 from pathlib import Path
 
-from agent_run import git_merge
 from agent_run.batches.run_rows import write_run
 from agent_run.batches.service import _run_context, _settled, scheduler
 from agent_run.domain import batch_models as bm
 from agent_run.domain.errors import InvalidRequest
 from agent_run.services.context import ServiceContext
+from agent_run.system import git_merge
 
 # Merges in this daemon go one at a time, so a second merge plans against the tip the first one
 # left (a merge from outside the daemon meanwhile is still caught by update-ref's compare-and-swap).

@@ -7,7 +7,6 @@ import asyncio
 import sqlite3
 from pathlib import Path
 
-from agent_run import git
 from agent_run.batches.service import scheduler
 from agent_run.batches.workflows import workflow_named
 from agent_run.domain import batch_models as bm
@@ -15,6 +14,7 @@ from agent_run.domain.batch_states import RUN_ACTIVE, BatchState, RunState
 from agent_run.domain.errors import BatchNotFound, GitError
 from agent_run.services.context import ServiceContext
 from agent_run.store import batches as batches_q
+from agent_run.system import git
 
 
 async def batch_review(ctx: ServiceContext, p: bm.BatchReviewParams) -> bm.BatchReview:

@@ -11,12 +11,12 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from agent_run import git
 from agent_run.batches.workflows import RunSpec, check_stage, workflow_named
 from agent_run.domain.batch_states import RunState
 from agent_run.domain.ids import new_id
 from agent_run.store import batches as batches_q
 from agent_run.store.db import write
+from agent_run.system import git
 
 Batch = sqlite3.Row | dict[str, Any]  # a batch row, or one about to be inserted
 

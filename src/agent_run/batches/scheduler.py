@@ -23,7 +23,7 @@ from agent_run.batches.run_rows import (
     write_run_if,
 )
 from agent_run.batches.workflows import Workflow, workflow_named
-from agent_run.config import Config
+from agent_run.config.model import Config
 from agent_run.domain.batch_states import RUN_ACTIVE, BatchState, RunState
 from agent_run.domain.errors import AnswerIntegrity, DomainError
 from agent_run.domain.notices import run_notify

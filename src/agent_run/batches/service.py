@@ -8,7 +8,6 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from agent_run import git
 from agent_run.batches.budget import batch_caps
 from agent_run.batches.run_rows import (
     insert_rows,
@@ -33,7 +32,6 @@ from agent_run.domain.ids import new_id
 from agent_run.domain.notices import check_target
 from agent_run.domain.requests import CancelParams, ResumeParams
 from agent_run.engines.accounts import choose_account
-from agent_run.home import Home
 from agent_run.services import agent_commands
 from agent_run.services import agents as agent_service
 from agent_run.services.context import ServiceContext
@@ -43,6 +41,8 @@ from agent_run.store import notices as notices_q
 from agent_run.store.db import write
 from agent_run.store.events import current_revision
 from agent_run.store.usage import batch_spend
+from agent_run.system import git
+from agent_run.system.home import Home
 
 
 def scheduler(ctx: ServiceContext) -> BatchScheduler:

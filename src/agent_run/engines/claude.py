@@ -33,7 +33,7 @@ from agent_run.engines.plan import ExecutionPlan
 from agent_run.engines.registry import EngineSpec
 from agent_run.engines.signin import Credential, SignIn, is_native, token_strings
 from agent_run.engines.stream_json import StreamJsonProtocol, load_line
-from agent_run.home import write_private_file
+from agent_run.system.home import write_private_file
 
 READ_TOOLS = ["Read", "Grep", "Glob", "LS"]
 WRITE_TOOLS = ["Bash", "Write", "Edit", "MultiEdit", "NotebookEdit"]

@@ -55,7 +55,7 @@ from agent_run.engines.signin import (
     jwt_expiry,
     token_strings,
 )
-from agent_run.home import write_private_file
+from agent_run.system.home import write_private_file
 
 PROVIDER = "agent_run"
 KEY_VARIABLE = "AGENT_RUN_CODEX_API_KEY"

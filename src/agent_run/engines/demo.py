@@ -14,7 +14,7 @@ from agent_run.engines.options import RuntimeOptions
 from agent_run.engines.plan import ExecutionPlan
 from agent_run.engines.registry import EngineSpec
 from agent_run.engines.stream_json import StreamJsonProtocol
-from agent_run.home import write_private_file
+from agent_run.system.home import write_private_file
 
 
 class DemoOptions(RuntimeOptions):

@@ -56,7 +56,7 @@ from agent_run.engines.stream_json import (
     usage_numbers,
     user_message,
 )
-from agent_run.home import write_private_file
+from agent_run.system.home import write_private_file
 
 _API_ERROR = re.compile(r"\[API Error: (.*)", re.S)
 # "[API Error: 429 ...]": the status leads; some SDK errors say "status code 500" instead.

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent_run.home import write_private_file
+from agent_run.system.home import write_private_file
 
 NATIVE = "native"
 LOCK_NAME = ".agent-run-signin.lock"

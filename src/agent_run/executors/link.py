@@ -14,8 +14,8 @@ import os
 from typing import Any
 
 from agent_run import __version__
+from agent_run.config.hosts import HostConfig
 from agent_run.domain import errors
-from agent_run.host_config import HostConfig
 
 READ_LIMIT = 64 * 1024 * 1024  # a reply line (a page of transcript can be large)
 DAEMON_READY_SECONDS = 40.0  # the bridge may have to start the host's daemon first

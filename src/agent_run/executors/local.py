@@ -11,11 +11,11 @@ from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
 from agent_run.executors import Probe
-from agent_run.home import Home
-from agent_run.processes import current as current_processes
 from agent_run.supervisor.identity import Liveness, ProcessIdentity, liveness
 from agent_run.supervisor.launch import StartedSupervisor, await_ready, start_supervisor
 from agent_run.supervisor.secrets import secret_payload
+from agent_run.system.home import Home
+from agent_run.system.processes import current as current_processes
 
 T = TypeVar("T")
 

@@ -21,13 +21,13 @@ from typing import Any, Protocol
 from agent_run.domain import errors
 from agent_run.domain.states import ExecutionState, can_transition
 from agent_run.executors.ssh import HostRegistry, SshExecutor, Transferred
-from agent_run.home import Home
 from agent_run.store import agents as agents_q
 from agent_run.store import commands as commands_q
 from agent_run.store import remote as remote_q
 from agent_run.store.db import write
 from agent_run.store.events import append_event, append_message
 from agent_run.supervisor.seal import read_verified_answer, seal_answer
+from agent_run.system.home import Home
 
 PAGE = 500
 CHANGES_WAIT_SECONDS = 1.0  # one long-poll of the host; a local command wakes the loop sooner

@@ -13,13 +13,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from agent_run.config.hosts import HostConfig
 from agent_run.domain import errors
 from agent_run.domain.failures import FailureKind
 from agent_run.domain.states import ExecutionState
 from agent_run.executors import Probe
 from agent_run.executors.link import HostLink
 from agent_run.executors.workspace import cleanup, collect_commits, prepare
-from agent_run.host_config import HostConfig
 from agent_run.store import agents as agents_q
 from agent_run.store import commands as commands_q
 from agent_run.store import remote as remote_q

@@ -19,9 +19,9 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from agent_run import git
+from agent_run.config.hosts import HostConfig
 from agent_run.domain import errors
-from agent_run.host_config import HostConfig
+from agent_run.system import git
 
 SSH_GIT_TIMEOUT_SECONDS = 600
 # One lock per (host, batch folder): its runs' base sends never overlap.

@@ -19,8 +19,8 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from agent_run.domain.errors import DaemonUnavailable, ProtocolError
-from agent_run.home import Home, clear_stop_mark, read_stop_mark
 from agent_run.rpc import protocol as p
+from agent_run.system.home import Home, clear_stop_mark, read_stop_mark
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -57,7 +57,7 @@ def stopped_error(home: Home, mark: dict[str, Any]) -> DaemonStopped:
 
 def result_model(tool: str) -> "type[BaseModel]":
     """The result model of a tool (or of `ping` / `tools`), from the tool table."""
-    from agent_run.tools import ALL_TOOLS
+    from agent_run.tools.table import ALL_TOOLS
 
     entry = ALL_TOOLS.get(tool)
     if entry is None:
@@ -334,7 +334,7 @@ def _await_started(home: Home, proc: subprocess.Popen[bytes], timeout: float | N
 def _check_config(home: Home) -> None:
     """A config the daemon would refuse is the caller's `ConfigInvalid` (with its field), not a
     daemon that never answers: checked here, before anything is started or made in the home."""
-    from agent_run.config import load_config
+    from agent_run.config.model import load_config
 
     load_config(home)
 

@@ -21,8 +21,8 @@ from agent_run.domain.errors import (
     MethodNotFound,
     PermissionDenied,
 )
-from agent_run.processes import current as current_processes
 from agent_run.rpc import protocol as p
+from agent_run.system.processes import current as current_processes
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 

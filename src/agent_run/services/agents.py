@@ -11,8 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agent_run import git
-from agent_run.config import Config, RuntimeConfig
+from agent_run.config.model import Config, RuntimeConfig
 from agent_run.domain import errors
 from agent_run.domain.failures import FailureKind
 from agent_run.domain.ids import new_agent_id, new_execution_id
@@ -22,7 +21,6 @@ from agent_run.domain.states import ExecutionState
 from agent_run.domain.views import AgentView
 from agent_run.engines.accounts import choose_account, options_for_account
 from agent_run.engines.plan import ExecutionPlan, PlanInvalid, load_plan
-from agent_run.home import Home
 from agent_run.services.accounts import check_roster
 from agent_run.services.agent_views import agent_view_in, latest_execution_or_raise, read_agent_view
 from agent_run.services.context import ServiceContext
@@ -32,6 +30,8 @@ from agent_run.store import agents as agents_q
 from agent_run.store import commands as commands_q
 from agent_run.store import notices as notices_q
 from agent_run.store.db import is_storage_full, storage_full, write
+from agent_run.system import git
+from agent_run.system.home import Home
 
 # -- admission ----------------------------------------------------------------------------
 

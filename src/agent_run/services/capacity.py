@@ -7,7 +7,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from agent_run.config import Config
+from agent_run.config.model import Config
 from agent_run.domain import capacity as rules
 from agent_run.domain.requests import EmptyParams, LimitsParams
 from agent_run.domain.views import (

@@ -11,15 +11,15 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from agent_run.config import CommandCollectorConfig, Config
+from agent_run.config.model import CommandCollectorConfig, Config
 from agent_run.domain.capacity import ENGINE_VALIDITY_SECONDS
 from agent_run.domain.views import CollectedSource
 from agent_run.engines.accounts import options_for_account
 from agent_run.engines.options import RuntimeOptions
 from agent_run.engines.quota import codex_windows
-from agent_run.home import Home
 from agent_run.store.rosters import Roster
 from agent_run.store.samples import Sample
+from agent_run.system.home import Home
 
 BACKOFF_FIRST_SECONDS = 60.0
 BACKOFF_MAX_SECONDS = 900.0

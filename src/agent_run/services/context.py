@@ -9,12 +9,12 @@ from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from agent_run.config import Config
+from agent_run.config.model import Config
 from agent_run.domain.errors import StorageFull
-from agent_run.home import Home
 from agent_run.services.group_write import GroupWriter
 from agent_run.store.db import connect, is_storage_full, on_commit, storage_full
 from agent_run.store.events import current_revision, revision_and_state_changes
+from agent_run.system.home import Home
 
 T = TypeVar("T")
 REVISION_POLL_SECONDS = 0.02

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 
 import tomli_w
 
-from agent_run.config import find_installed
+from agent_run.config.init_file import find_installed
 from agent_run.domain.daemon_views import DoctorCheck, DoctorReport
 from agent_run.domain.requests import EmptyParams
 from agent_run.engines.accounts import account_auth
@@ -24,8 +24,8 @@ from agent_run.engines.options import auth_file_too_open
 from agent_run.engines.registry import all_engine_specs, engine_spec, sign_in_for
 from agent_run.engines.sandbox import sandbox_refusal
 from agent_run.engines.signin import SignInMissing, read_credential
-from agent_run.git_merge import git_version, merge_git_refusal
 from agent_run.services.context import ServiceContext
+from agent_run.system.git_merge import git_version, merge_git_refusal
 
 VERSION_TIMEOUT_SECONDS = 10.0
 CONNECT_TIMEOUT_SECONDS = 3.0

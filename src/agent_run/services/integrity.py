@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agent_run.domain.errors import AnswerIntegrity, StorageFull
-from agent_run.home import Home
 from agent_run.store.db import write
 from agent_run.store.events import append_event
 from agent_run.supervisor.seal import read_verified_answer
+from agent_run.system.home import Home
 
 SCRUB_BATCH = 20  # answers re-hashed per scrub pass at most
 

@@ -8,9 +8,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent_run.config import Config, default_config, parse_config
+from agent_run.config.model import Config, default_config, parse_config
 from agent_run.domain.errors import ConfigInvalid
-from agent_run.home import Home
+from agent_run.system.home import Home
 
 DEFAULTS_REVISION = "defaults"  # no config.toml: the built-in defaults
 

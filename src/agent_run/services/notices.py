@@ -22,7 +22,6 @@ from agent_run.domain.notices import (
 )
 from agent_run.domain.requests import DeliveryStatusParams
 from agent_run.domain.views import DeliveryAttempt, DeliveryStatus, NoticeView
-from agent_run.processes import Liveness, ProcessIdentity, current
 from agent_run.services.context import ServiceContext
 from agent_run.services.notice_channel import channels_of, sweep_channels
 from agent_run.services.notice_send import (
@@ -35,6 +34,7 @@ from agent_run.store import agents as agents_q
 from agent_run.store import batches as batches_q
 from agent_run.store import notices as notices_q
 from agent_run.store.db import write
+from agent_run.system.processes import Liveness, ProcessIdentity, current
 
 TICK_SECONDS = 0.5
 LEASE_SECONDS = 30.0

@@ -13,13 +13,13 @@ from dataclasses import dataclass
 from agent_run.domain.failures import FailureKind
 from agent_run.domain.states import ExecutionState
 from agent_run.executors.local import probe_identity
-from agent_run.home import Home
-from agent_run.processes import current as current_processes
 from agent_run.store import agents as agents_q
 from agent_run.store import commands as commands_q
 from agent_run.store.db import write
 from agent_run.supervisor.identity import ProcessIdentity, engine_group_alive, kill_group
 from agent_run.supervisor.storage import RESERVE_NAME, filesystem_full, supervisor_log_says_full
+from agent_run.system.home import Home
+from agent_run.system.processes import current as current_processes
 
 # What a dead supervisor's row must still show for our proof to apply to it.
 _PROVEN_FIELDS = ("state", "supervisor_pid", "supervisor_start_ticks", "boot_id", "engine_pid")

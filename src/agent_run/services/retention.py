@@ -11,12 +11,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from agent_run.config import RetentionConfig
+from agent_run.config.model import RetentionConfig
 from agent_run.domain.daemon_views import PrunedAgent, PruneResult
 from agent_run.domain.requests import PruneParams
-from agent_run.home import Home
 from agent_run.services.context import ServiceContext
 from agent_run.store.retention import DueAgent, delete_agent_rows, due_agents
+from agent_run.system.home import Home
 
 DAY_SECONDS = 86_400.0
 SEALED_ANSWER_FILES = frozenset({"answer.md", "answer.json"})

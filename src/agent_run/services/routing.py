@@ -6,7 +6,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from agent_run.config import Config
+from agent_run.config.model import Config
 from agent_run.domain import capacity as rules
 from agent_run.domain import errors
 from agent_run.domain.failures import FailureKind

@@ -29,10 +29,10 @@ def run_supervisor(home_root: str, execution_id: str, ready_fd: int | None) -> i
     parse)."""
     os.umask(0o077)
     from agent_run.engines.plan import PlanInvalid
-    from agent_run.home import Home
     from agent_run.supervisor.refuse import refuse_plan
     from agent_run.supervisor.run import Supervisor
     from agent_run.supervisor.secrets import read_payload
+    from agent_run.system.home import Home
 
     payload = read_payload(sys.stdin.buffer)  # the credential, from the spawner, over a pipe
     home = Home.resolve(home_root)

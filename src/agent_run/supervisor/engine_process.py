@@ -7,7 +7,6 @@ import time
 from dataclasses import dataclass
 
 from agent_run.engines.base import LaunchSpec
-from agent_run.processes.base import no_such_group
 from agent_run.supervisor.identity import (
     ProcessIdentity,
     engine_group_alive,
@@ -15,6 +14,7 @@ from agent_run.supervisor.identity import (
     kill_group,
     reap_group_zombies,
 )
+from agent_run.system.processes.base import no_such_group
 
 KILL_WAIT_SECONDS = 5.0
 # How long an ended engine's group may take to end by itself before what is left is killed and

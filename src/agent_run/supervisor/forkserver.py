@@ -27,8 +27,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agent_run.home import Home
 from agent_run.supervisor.package_watch import PackageWatch
+from agent_run.system.home import Home
 
 DISABLE_ENV = "AGENT_RUN_FORK_SERVER"  # "0", "off", "false" or "no": every spawn is a plain one
 ANSWER_TIMEOUT_SECONDS = 10.0

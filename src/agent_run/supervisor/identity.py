@@ -1,10 +1,10 @@
 """Process identity (boot id + pid + start time) and proof of death, through the platform's
-process table (`agent_run.processes`); pid reuse is not life, and unknown is never death."""
+process table (`agent_run.system.processes`); pid reuse is not life, and unknown is never death."""
 
 import os
 import signal
 
-from agent_run.processes import Liveness, ProcessIdentity, current, reap_group_zombies
+from agent_run.system.processes import Liveness, ProcessIdentity, current, reap_group_zombies
 
 __all__ = [
     "Liveness",

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 from agent_run.domain.errors import SpawnFailed
 from agent_run.engines.environment import PASSTHROUGH
-from agent_run.home import Home
 from agent_run.supervisor.forkserver import ForkServer
 from agent_run.supervisor.identity import ProcessIdentity
+from agent_run.system.home import Home
 
 READY_TIMEOUT_SECONDS = 30.0
 

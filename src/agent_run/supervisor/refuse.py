@@ -3,12 +3,12 @@
 from agent_run.domain.errors import StorageFull
 from agent_run.domain.failures import FailureKind
 from agent_run.domain.states import ExecutionState
-from agent_run.home import Home
 from agent_run.store import agents as agents_q
 from agent_run.store import commands as commands_q
 from agent_run.store.db import connect, on_commit, write
 from agent_run.store.wake import Waker
 from agent_run.supervisor.storage import note
+from agent_run.system.home import Home
 
 
 def refuse_plan(home: Home, execution_id: str, message: str) -> None:

@@ -42,7 +42,6 @@ from agent_run.engines.sandbox import (
     sandbox_argv,
     sandbox_refusal,
 )
-from agent_run.home import Home
 from agent_run.store import agents as agents_q
 from agent_run.store import commands as commands_q
 from agent_run.store import reports as reports_q
@@ -64,6 +63,7 @@ from agent_run.supervisor.signin_keeper import SignInKeeper
 from agent_run.supervisor.stderr_log import StderrLog
 from agent_run.supervisor.storage import StorageReserve, note, reserve_log_space
 from agent_run.supervisor.worker_gate import WorkerGate
+from agent_run.system.home import Home
 from agent_run.worker_tools.binding import SERVER_NAME, token_hash
 
 COMMAND_POLL_SECONDS = 0.2

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agent_run.domain.errors import AnswerIntegrity
-from agent_run.home import write_private_file
+from agent_run.system.home import write_private_file
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,7 @@ PRELOAD = (
     "agent_run.engines.codex",
     "agent_run.engines.qwen",
     "agent_run.worker_tools.server",  # served in the supervisor, on its gate's connections
-    "agent_run.git",  # the worker tools' create_commit
+    "agent_run.system.git",  # the worker tools' create_commit
     "argparse",
 )
 READY_FD = 3
@@ -217,8 +217,8 @@ def _serve_then_become(control: socket.socket, signals: dict[int, Any]) -> int:
 def _warm() -> None:
     """Do once here what every supervisor would do first after the fork: read the store's
     migrations (it checks the schema is the newest) and pick the platform's process table."""
-    from agent_run.processes import current
     from agent_run.store.db import migrations
+    from agent_run.system.processes import current
 
     migrations()
     current()

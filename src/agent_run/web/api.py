@@ -11,7 +11,7 @@ from starlette.responses import JSONResponse
 
 from agent_run.domain.errors import DomainError, LineTooLong
 from agent_run.rpc.protocol import MAX_LINE_BYTES
-from agent_run.tools import TOOLS, tool_schemas
+from agent_run.tools.table import TOOLS, tool_schemas
 from agent_run.web.security import require_csrf
 
 STATUS = {

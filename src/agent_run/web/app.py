@@ -20,8 +20,8 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from agent_run.domain.errors import DaemonUnavailable, DomainError
-from agent_run.home import Home
 from agent_run.rpc.client import connect
+from agent_run.system.home import Home
 from agent_run.web import (
     DEFAULT_PORT,
     actions,

@@ -21,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from agent_run.home import Home
+from agent_run.system.home import Home
 
 SAFE_METHODS = {"GET", "HEAD", "OPTIONS"}
 CSP = (

@@ -74,7 +74,7 @@ def create_commit(
     """Record the intent first (while the execution is live), then commit, then complete the
     report with the sha: a commit never exists without its report, whatever ends in between
     (the judge then finds the commit in git). A failed commit completes it as `failed`."""
-    from agent_run.git import commit_files
+    from agent_run.system.git import commit_files
 
     report_id = record(
         conn, execution_id, token, "create_commit", {**payload, "sha": None, "state": "intent"}

@@ -1,0 +1,248 @@
+"""Daemon verbs beyond the tool table: `api stop` / `api restart` (agents keep running under
+their supervisors) and `doctor` (the daemon's checks, with the CLI's local ones beside them)."""
+
+import fcntl
+import json
+import os
+import signal
+import sys
+import time
+from typing import Any
+
+import click
+
+from agent_run.domain.errors import DaemonUnavailable, DomainError
+from agent_run.system.home import Home, write_stop_mark
+
+STOP_TIMEOUT_SECONDS = 30.0
+
+
+def _lock_free(home: Home) -> bool:
+    """Whether no daemon holds the home's lock (it is released when the daemon process ends)."""
+    try:
+        fd = os.open(home.lock_path, os.O_RDONLY)
+    except FileNotFoundError:
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+    return True
+
+
+def _lock_holder(home: Home) -> str:
+    """The pid the daemon holding the lock wrote into it (`daemon.acquire_lock`)."""
+    try:
+        return home.lock_path.read_text().strip() or "unknown"
+    except OSError:
+        return "unknown"
+
+
+def stop_daemon(home: Home) -> dict[str, Any] | None:
+    """Mark the home stopped (autostart by the web UI or an MCP session then leaves it so),
+    SIGTERM its daemon and wait until it has let go of the home; None if none was running.
+    Its agents keep running: each has its own supervisor, in its own session."""
+    from agent_run.rpc.client import try_connect
+
+    if home.root.is_dir():
+        write_stop_mark(home, os.getpid())  # before the SIGTERM: a retry racing it finds the mark
+    client = try_connect(home, timeout=10)
+    if client is None:
+        if not _lock_free(home):  # wedged, or still booting: it holds the lock, it does not answer
+            pid = _lock_holder(home)
+            raise DaemonUnavailable(
+                f"a daemon (pid {pid}) holds {home.lock_path} but does not answer on "
+                f"{home.socket_path}: stop it with `kill {pid}` (then `kill -9 {pid}` if it "
+                "stays); its agents keep running",
+                pid=pid,
+            )
+        return None
+    with client:
+        live_agents: int | None
+        try:
+            status = client.call("status")
+            pid, live_agents = status.pid, status.live_agents  # type: ignore[attr-defined]
+        except DomainError:  # a daemon of an older version, without `status` (or its fields)
+            pid, live_agents = client.call("ping").pid, None  # type: ignore[attr-defined]
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_TIMEOUT_SECONDS
+    while not _lock_free(home):
+        if time.monotonic() > deadline:
+            raise DaemonUnavailable(
+                f"the daemon (pid {pid}) did not stop within "
+                f"{STOP_TIMEOUT_SECONDS:.0f}s after SIGTERM: `kill -9 {pid}` ends it (its agents "
+                "keep running)"
+            )
+        time.sleep(0.05)
+    return {"stopped": True, "pid": pid, "live_agents": live_agents}
+
+
+STAYS_STOPPED = (
+    "it stays stopped (the web UI and MCP sessions do not start it) until `agent-run api "
+    "restart`, `agent-run api serve` or another agent-run command"
+)
+
+
+def _stop_line(stopped: dict[str, Any]) -> str:
+    count = "its" if stopped["live_agents"] is None else f"{stopped['live_agents']}"
+    return (
+        f"stopped the daemon (pid {stopped['pid']}); {count} live agent(s) keep running under "
+        "their own supervisors"
+    )
+
+
+def _echo(session: Any, data: dict[str, Any], text: str) -> None:
+    click.echo(json.dumps(data) if session.output == "json" else text)
+
+
+@click.command("stop")
+@click.pass_context
+def api_stop(ctx: click.Context) -> None:
+    """Stop the daemon gracefully: running agents keep running under their supervisors. It
+    stays stopped for the web UI and MCP sessions until `api restart`, `api serve` or another
+    CLI verb starts it."""
+    session = ctx.obj
+    stopped = stop_daemon(session.home)
+    if stopped is None:
+        line = f"no daemon was running; {STAYS_STOPPED}"
+        _echo(session, {"stopped": False, "message": line}, line)
+        return
+    line = f"{_stop_line(stopped)}; {STAYS_STOPPED}"
+    _echo(session, {**stopped, "message": line}, line)
+
+
+@click.command("restart")
+@click.pass_context
+def api_restart(ctx: click.Context) -> None:
+    """Stop the daemon and start a new one from this shell (its PATH and environment); agents
+    keep running. A daemon run by systemd or launchd: restart it there instead
+    (`systemctl --user restart UNIT`, `launchctl kickstart -k gui/UID/LABEL`)."""
+    from agent_run.rpc.client import connect
+
+    session = ctx.obj
+    stopped = stop_daemon(session.home)
+    with connect(session.home) as client:
+        status = client.call("status")
+    line = (
+        _stop_line(stopped) + "; " if stopped else ""
+    ) + f"daemon pid {status.pid} serves {status.home}"
+    _echo(
+        session,
+        {
+            "stopped": stopped,
+            "pid": status.pid,
+            "config_revision": status.config_revision,
+            "message": line,
+        },
+        line,
+    )
+
+
+def _check(check: str, level: str, detail: str, fix: str | None = None) -> dict[str, Any]:
+    return {"check": check, "ok": level != "bad", "level": level, "detail": detail, "fix": fix}
+
+
+def local_checks(home: Home) -> list[dict[str, Any]]:
+    """What only the CLI's side can check: the home's folder and a real supervisor spawn."""
+    from agent_run.supervisor.launch import spawn_canary
+
+    checks = []
+    if not home.root.exists():
+        checks.append(
+            _check("home", "ok", f"{home.root} does not exist yet (created on first use)")
+        )
+    else:
+        mode = home.root.stat().st_mode & 0o777
+        checks.append(
+            _check(
+                "home",
+                "ok" if mode == 0o700 else "bad",
+                f"{home.root} mode {mode:o}" + ("" if mode == 0o700 else " (want 700)"),
+                None if mode == 0o700 else f"chmod 700 {home.root}",
+            )
+        )
+    try:
+        report = spawn_canary(home)
+        own = report["sid"] == report["pid"]
+        checks.append(
+            _check(
+                "supervisor spawn",
+                "ok" if own else "bad",
+                f"supervisor pid {report['pid']} ran in its own session"
+                if own
+                else f"supervisor did not get its own session: {report}",
+            )
+        )
+    except Exception as exc:  # a doctor reports, it does not crash
+        checks.append(_check("supervisor spawn", "bad", repr(exc)))
+    return checks
+
+
+def daemon_checks(session: Any) -> tuple[int | None, list[dict[str, Any]]]:
+    """(daemon pid, its checks); when no daemon can answer (an invalid config.toml: none is
+    started), why, and the config as this CLI reads it."""
+    from agent_run.config.model import load_config
+
+    try:
+        report = session.client.call("doctor")
+    except DomainError as exc:
+        from agent_run.rpc.client import DaemonStopped
+
+        fix = "agent-run api restart" if isinstance(exc, DaemonStopped) else None
+        checks = [_check("daemon", "bad", f"{exc.code}: {exc.message}", fix)]
+        try:
+            config = load_config(session.home)
+            checks.append(
+                _check("config", "ok", f"runtimes {', '.join(config.runtimes)} (read by this CLI)")
+            )
+        except DomainError as invalid:
+            checks.append(
+                _check(
+                    "config",
+                    "bad",
+                    f"{invalid.code}: {invalid.message}",
+                    f"fix `{invalid.field}` in {session.home.config_path}"
+                    if invalid.field
+                    else None,
+                )
+            )
+        return None, checks
+    pong = session.client.call("ping")
+    own = _check("daemon", "ok", f"pid {pong.pid} answers (version {pong.version})")
+    checks = [{**c.model_dump(mode="json"), "ok": c.level != "bad"} for c in report.checks]
+    return report.pid, [own, *checks]
+
+
+def _text_line(check: dict[str, Any]) -> str:
+    mark = {"ok": "ok  ", "warn": "WARN", "bad": "BAD "}[check["level"]]
+    line = f"{mark} {check['where']:<6} {check['check']:<22} {check['detail']}"
+    if check.get("fix"):
+        line += "\n" + "\n".join(f"{'':<12}| {fix}" for fix in check["fix"].splitlines())
+    return line
+
+
+# The `doctor` tool's doc (tools.py), word for word: the CLI verb shows the tool's help.
+DOCTOR_HELP = (
+    "Checks run in the daemon, with its PATH and environment: config (revision, refusal, "
+    "permissions), each runtime's binary and --version, auth variables set (never values), "
+    "native sign-in, base_url reachable, engine home writable; engine CLIs installed but "
+    "not configured, with the block to enable them."
+)
+
+
+@click.command("doctor", help=DOCTOR_HELP)
+@click.pass_context
+def doctor_cmd(ctx: click.Context) -> None:
+    session = ctx.obj
+    session.restart_stopped = False  # a stopped daemon is reported, not started
+    local = local_checks(session.home)  # first: starting a daemon tightens the home
+    pid, remote = daemon_checks(session)
+    checks = [{**c, "where": "daemon"} for c in remote] + [{**c, "where": "local"} for c in local]
+    ok = all(check["ok"] for check in checks)
+    if session.output == "json":
+        click.echo(json.dumps({"ok": ok, "daemon_pid": pid, "checks": checks}))
+    else:
+        click.echo("\n".join(_text_line(check) for check in checks))
+    sys.exit(0 if ok else 1)

@@ -1,0 +1,1 @@
+"""The daemon's composition root: services, loops and the tool table wired to the socket transport."""

@@ -1,0 +1,1 @@
+"""What agent-run uses of the machine: the home folder, log files, git, process identity."""
