@@ -6,7 +6,6 @@ import json
 import sqlite3
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,13 +16,9 @@ from agent_run.engines.stream_json import parse_stream_json_line
 from agent_run.services.capacity_sources import appserver_windows, backoff_delay
 from agent_run.store.db import connect, write
 from agent_run.store.samples import Sample, append_samples, sample_count, samples_since
-from agent_run.system.home import Home
 from tests.harness import (
-    DaemonProcess,
     cli_json,
     db_rows,
-    make_home,
-    remove_home,
     short_tmpdir,
     wait_for,
 )
@@ -166,22 +161,6 @@ limits_source = "command"
 auth = {{ env = "BETA_KEY" }}
 priority_multiplier = 3.0
 {extra}"""
-
-
-@pytest.fixture
-def daemon_for() -> Iterator:
-    started: list[tuple[Home, DaemonProcess]] = []
-
-    def start(config: str) -> tuple[Home, DaemonProcess]:
-        home = make_home(config)
-        daemon = DaemonProcess(home, env={"SECRET_OF_THE_DAEMON": "x"}).start()
-        started.append((home, daemon))
-        return home, daemon
-
-    yield start
-    for home, daemon in started:
-        daemon.stop()
-        remove_home(home)
 
 
 def test_command_collector_feeds_limits_and_capacity_order(daemon_for, tmp_path: Path) -> None:

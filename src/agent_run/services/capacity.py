@@ -20,7 +20,7 @@ from agent_run.domain.views import (
 )
 from agent_run.engines.accounts import account_identity
 from agent_run.engines.options import RuntimeOptions
-from agent_run.services.capacity_sources import collect_all, measured_accounts
+from agent_run.services.capacity_sources import Collected, collect_all, measured_accounts
 from agent_run.services.context import ServiceContext
 from agent_run.store import samples as samples_q
 from agent_run.store.db import write
@@ -203,19 +203,25 @@ async def capacity_order(ctx: ServiceContext, _p: EmptyParams) -> CapacityOrderR
 
 
 async def capacity_collect(ctx: ServiceContext, _p: EmptyParams) -> CollectResult:
-    """Ask every configured source once; a failing source is no evidence, never an error."""
+    """Ask every configured source once; a failing source is no evidence, never an error. Each
+    source's samples (and model roster) are stored as soon as it answers: a slow one delays
+    no other."""
     now = time.time()
-    collected = await collect_all(ctx.config, ctx.home, now)
     retention = ctx.config.capacity.sample_retention
-    samples = [sample for c in collected for sample in c.samples]
-    rosters = {c.roster.runtime: c.roster for c in collected if c.roster}  # one per runtime
 
-    def store(conn: Any) -> None:
-        with write(conn, "capacity samples and model rosters"):
-            samples_q.append_samples(conn, samples, retention)
-            put_rosters(conn, list(rosters.values()))
+    async def store(found: Collected | None) -> None:
+        samples = found.samples if found else []  # None: only trim (runs write samples too)
+        rosters = [found.roster] if found and found.roster else []
 
-    await ctx.db(store)
+        def write_rows(conn: Any) -> None:
+            with write(conn, "capacity samples and model rosters"):
+                samples_q.append_samples(conn, samples, retention)
+                put_rosters(conn, rosters)
+
+        await ctx.db(write_rows)
+
+    collected = await collect_all(ctx.config, ctx.home, now, store)
+    await store(None)
     return CollectResult(observed_at=now, sources=[c.outcome for c in collected])
 
 
