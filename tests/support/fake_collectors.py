@@ -112,6 +112,8 @@ def collector(mode: str) -> None:
             else [window("default", "5h", 10.0)]
         )
         print(json.dumps({"version": 1, "windows": windows}))
+    elif mode == "explained":  # every kind of explanation capacity_order gives
+        print(json.dumps({"version": 1, "windows": _explained(request["runtime"], now)}))
     elif mode == "slow":
         time.sleep(60)
     elif mode == "huge":
@@ -139,6 +141,33 @@ def collector(mode: str) -> None:
         leave_a_detached_child(folder)
 
 
+def _explained(runtime: str, now: float) -> list[dict]:
+    """alpha and its alias gamma (one key): 5h read twice, burning 10 %/h toward 50 % at its
+    reset, 2 reset credits; 7d one reading. beta: exhausted. delta: stale. broken: as alpha
+    (its binary is missing: never ranked)."""
+
+    def window(name: str, left: float, reset: float, seen: float, **more: object) -> dict:
+        return {
+            "lane": "default",
+            "window": name,
+            "remaining_percent": left,
+            "reset_at": reset,
+            "observed_at": seen,
+            "valid_until": seen + 600,
+            **more,
+        }
+
+    if runtime == "beta":
+        return [window("5h", 0.0, now + 3600, now)]
+    if runtime == "delta":
+        return [window("5h", 95.0, now + 3600, now - 2000)]
+    return [
+        window("5h", 100.0, now + 3 * 3600, now - 7200),
+        window("5h", 80.0, now + 3 * 3600, now, reset_credits=2),
+        window("7d", 90.0, now + 2 * 86400, now, reset_credits=2),
+    ]
+
+
 def _limits_reply(message_id: int, mode: str) -> dict:
     if mode == "refuse":
         return {"id": message_id, "error": {"code": -32600, "message": "API key auth"}}
@@ -155,6 +184,7 @@ def _limits_reply(message_id: int, mode: str) -> dict:
             "codex": {"primary": good, "secondary": bad},
             "codex_other": {"primary": {**good, "usedPercent": 10}},
         },
+        "rateLimitResetCredits": {"availableCount": 2, "credits": None},  # Codex 0.171.0's shape
     }
     return {"id": message_id, "result": result}
 

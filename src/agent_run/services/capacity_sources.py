@@ -16,7 +16,7 @@ from agent_run.domain.capacity import ENGINE_VALIDITY_SECONDS
 from agent_run.domain.views import CollectedSource
 from agent_run.engines.accounts import options_for_account
 from agent_run.engines.options import RuntimeOptions
-from agent_run.engines.quota import codex_windows
+from agent_run.engines.quota import codex_windows, reset_credits
 from agent_run.services.collector_process import Run, run_bounded
 from agent_run.store.rosters import Roster
 from agent_run.store.samples import Sample
@@ -45,6 +45,7 @@ class _Window(BaseModel):
     reset_at: float | None = None
     observed_at: float
     valid_until: float | None = None
+    reset_credits: int | None = Field(default=None, ge=0, le=1_000_000)
 
 
 class _CollectorOutput(BaseModel):
@@ -161,6 +162,7 @@ async def command_samples(
             w.observed_at,
             w.valid_until if w.valid_until is not None else w.observed_at + collector.valid_seconds,
             "command",
+            reset_credits=w.reset_credits,
         )
         for w in parsed.windows
     ]
@@ -285,6 +287,10 @@ async def appserver_samples(
         raise SourceFailed(
             f"account/rateLimits/read refused: {str(error.get('message'))[:200]}", roster
         )
+    result = message.get("result")
+    credits = reset_credits(
+        result.get("rateLimitResetCredits") if isinstance(result, dict) else None
+    )
     samples = [
         Sample(
             runtime,
@@ -296,8 +302,9 @@ async def appserver_samples(
             now,
             now + ENGINE_VALIDITY_SECONDS,
             "codex_appserver",
+            reset_credits=credits,
         )
-        for lane, window, remaining, reset in appserver_windows(message.get("result"))
+        for lane, window, remaining, reset in appserver_windows(result)
     ]
     return samples, roster
 
