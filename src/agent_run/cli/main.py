@@ -272,7 +272,7 @@ def verb_epilog(extras: dict[str, Any]) -> str:
         return cli_exits.epilog(extras["exit_codes"], "with --wait")
     if extras["follow"] and extras["exit_codes"]:
         return cli_exits.epilog(extras["exit_codes"], "with --follow")
-    return cli_exits.epilog({})
+    return cli_exits.epilog(extras["exit_codes"], outcomes=True)
 
 
 def make_command(tool: dict[str, Any]) -> click.Command:
@@ -301,7 +301,9 @@ def make_command(tool: dict[str, Any]) -> click.Command:
         if follow:
             sys.exit(FOLLOWERS[extras["follow"]](session, params, extras))
         if not wait_for_it:
-            session.run(name, params, tool["result"])
+            result = session.run(name, params, tool["result"])
+            if status := cli_exits.outcome_status(result, extras["exit_codes"]):
+                sys.exit(status)
             return
         result = session.call(name, params)
         session.emit(result)

@@ -49,9 +49,10 @@ class Session:
         """The tool's result model (imports the models: not for the plain-verb fast path)."""
         return self.client.call(tool, params)
 
-    def run(self, tool: str, params: dict[str, Any], result_model: str) -> None:
+    def run(self, tool: str, params: dict[str, Any], result_model: str) -> Any:
         """One call, printed without importing pydantic (a plain verb's start-up): JSON passes
-        the daemon's JSON through; text renders it as its result model (a `text.render.Record`)."""
+        the daemon's JSON through; text renders it as its result model (a `text.render.Record`).
+        The daemon's JSON, for the verb's exit status (`cli.exits.outcome_status`)."""
         result = self.client.call_raw(tool, params)
         if isinstance(result, dict) and isinstance(result.get("message"), str):
             result = {**result, "message": cli_words(result["message"], self.flags)}
@@ -61,6 +62,7 @@ class Session:
             from agent_run.text.render import Record, render
 
             click.echo(render(Record(result, result_model)))
+        return result
 
     def emit(self, result: Any) -> None:
         if self.output == "json":

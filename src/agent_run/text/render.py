@@ -8,6 +8,7 @@ verb, which must start without importing pydantic; see `cli.spec`).
 """
 
 import json
+import shlex
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -189,8 +190,11 @@ def run_merge(result: "bm.RunMergeResult") -> str:
     ]
     lines += [f"  conflict {path}" for path in result.conflicts]
     if result.followup_text:
-        lines.append(f"  follow up with: agent-run run followup {result.run_id} --text '...'")
-        lines.append(f"  suggested text: {result.followup_text}")
+        reopen = " --reopen" if result.followup_reopen else ""  # a locked run needs it
+        lines.append(
+            f"  follow up with: agent-run run followup {result.run_id}{reopen} --text "
+            f"{shlex.quote(result.followup_text)}"
+        )
     return "\n".join(lines)
 
 
@@ -219,7 +223,8 @@ def batch_clean(result: "bm.BatchCleanResult") -> str:
     """The plan or what was removed, then what to do next: the service's message, which names
     params as `confirm=true` (MCP's words) and which the CLI shows in its flags (`--confirm`)."""
     rows = [
-        f"{i.action:<12} {i.worktree}  dirty {len(i.dirty_files)}  unmerged {i.unmerged_commits}"
+        f"{i.action:<12} {i.worktree or i.branch}  dirty {len(i.dirty_files)}  unmerged "
+        f"{i.unmerged_commits}"
         for i in result.items
     ]
     return "\n".join(rows + [result.message])
