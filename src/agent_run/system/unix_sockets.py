@@ -11,7 +11,7 @@ the caller's own permissions, during the call, so the descriptor is closed right
 supervisor's nudge sender, `store/wake.py`, holds its own). That address is about 30 bytes
 whatever the home's path, and works inside the sandbox too (bubblewrap mounts a /proc of its
 own). A path that fits keeps its old address: nothing changes for a home that worked, and
-a connect costs no extra open. Not an abstract socket: that has
+a connect costs no extra open (bench/bench_unix_sockets.py). Not an abstract socket: that has
 no owner or mode, and a sandbox shares the network namespace, so any local process could
 reach it.
 
