@@ -71,7 +71,8 @@ def check_golden(name: str, text: str) -> None:
 
 
 def short_tmpdir(prefix: str = "art-") -> Path:
-    """A temp dir with a short path: a Unix socket path must fit in 107 bytes."""
+    """A temp dir with a short path under /tmp (homes of any length work too:
+    tests/test_long_home.py)."""
     path = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
     TMPDIRS_MADE.append(path)
     MADE_BY[path] = os.environ.get("PYTEST_CURRENT_TEST", "outside a test")

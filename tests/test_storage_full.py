@@ -33,7 +33,7 @@ STREAM = "steps: {steps}\nstep_seconds: 0.1\nanswer: streamed to the end\n" + "p
 
 
 class Tmpfs:
-    """An 8 MiB tmpfs mounted on a short path (the socket path must fit in 107 bytes)."""
+    """An 8 MiB tmpfs mounted on a temp folder of its own."""
 
     def __init__(self) -> None:
         self.root = short_tmpdir("arf-")

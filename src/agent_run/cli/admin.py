@@ -28,9 +28,11 @@ def _session(ctx: click.Context) -> Any:
 def init_cmd(ctx: click.Context, force: bool, detect: bool) -> None:
     """Create the home (0700) and a commented config.toml with the demo runtime enabled."""
     from agent_run.config.init_file import detect_into_config, init_config
+    from agent_run.system.unix_sockets import check_home
 
     session = _session(ctx)
     home = session.home
+    check_home(home.ensure())  # a home agents could not run in is refused now, not mid-agent
     if detect and not force and home.config_path.exists():
         added = detect_into_config(home)
         result = {"home": str(home.root), "config": str(home.config_path), "added": added}

@@ -163,6 +163,7 @@ def local_checks(home: Home) -> list[dict[str, Any]]:
                 None if mode == 0o700 else f"chmod 700 {home.root}",
             )
         )
+    checks.append(_sockets_check(home))
     try:
         report = spawn_canary(home)
         own = report["sid"] == report["pid"]
@@ -178,6 +179,17 @@ def local_checks(home: Home) -> list[dict[str, Any]]:
     except Exception as exc:  # a doctor reports, it does not crash
         checks.append(_check("supervisor spawn", "bad", repr(exc)))
     return checks
+
+
+def _sockets_check(home: Home) -> dict[str, Any]:
+    """Whether the sockets every agent needs (api.sock, wake.sock, its worker.sock) can be
+    bound and connected in this home (`unix_sockets.check_home`)."""
+    from agent_run.system.unix_sockets import check_home
+
+    try:
+        return _check("sockets", "ok", check_home(home))
+    except DomainError as exc:
+        return _check("sockets", "bad", exc.message, "use another home: --home or AGENT_RUN_HOME")
 
 
 def daemon_checks(session: Any) -> tuple[int | None, list[dict[str, Any]]]:

@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from agent_run.domain.errors import Conflict, DomainError, InvalidRequest
+from agent_run.domain.errors import Conflict, DomainError
 from agent_run.rpc import protocol as p
 from agent_run.rpc.server import Endpoint, RpcServer
 from agent_run.services.agents import adopt_orphan
@@ -23,8 +23,9 @@ from agent_run.services.integrity import scrub_once
 from agent_run.services.live_config import LiveConfig
 from agent_run.services.reconcile import reconcile_once
 from agent_run.store import wake
-from agent_run.system.home import MAX_SOCKET_PATH, Home, clear_stop_mark, read_stop_mark
+from agent_run.system.home import Home, clear_stop_mark, read_stop_mark
 from agent_run.system.logs import bound_appended, daemon_logger
+from agent_run.system.unix_sockets import check_home
 from agent_run.tools.table import ALL_TOOLS, Tool
 
 SCRUB_TICK_SECONDS = 10.0
@@ -121,12 +122,7 @@ class Daemon:
     def prepare(self) -> None:
         """What comes before the event loop: the lock, the fork server (its zygote forked from
         this process while it is still single-threaded, where it can be) and the migrated store."""
-        if len(str(self.home.socket_path)) > MAX_SOCKET_PATH:
-            raise InvalidRequest(
-                f"socket path {self.home.socket_path} is longer than {MAX_SOCKET_PATH} "
-                "bytes; choose a shorter --home",
-                field="home",
-            )
+        check_home(self.home)  # a home agents cannot run in is refused here, not mid-agent
         self.lock_fd = acquire_lock(self.home)
         self._honour_stop_mark(self.lock_fd)
         self.fd_limit = raise_fd_limit()

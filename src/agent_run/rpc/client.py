@@ -16,10 +16,12 @@ import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agent_run.domain.errors import DaemonUnavailable, ProtocolError
 from agent_run.rpc import protocol as p
+from agent_run.system import unix_sockets
 from agent_run.system.home import Home, clear_stop_mark, read_stop_mark
 
 if TYPE_CHECKING:
@@ -113,8 +115,8 @@ class Client:
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             self.sock.settimeout(timeout)
-            self.sock.connect(str(socket_path))
-        except OSError:
+            unix_sockets.connect(self.sock, Path(socket_path))  # a path of any length
+        except BaseException:
             self.sock.close()
             raise
         self.file = self.sock.makefile("rb")
@@ -212,10 +214,17 @@ async def call_once(home: Home, method: str, params: dict[str, Any] | None = Non
     import asyncio
 
     line = p.encode_request(1, method, params or {})  # LineTooLong before anything is sent
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        reader, writer = await asyncio.open_unix_connection(str(home.socket_path), limit=READ_LIMIT)
+        sock.setblocking(False)
+        await unix_sockets.connect_async(sock, home.socket_path)  # a path of any length
     except (FileNotFoundError, ConnectionRefusedError) as exc:
+        sock.close()
         raise NotConnected(f"no daemon answers at {home.socket_path}: {exc.strerror}") from None
+    except BaseException:
+        sock.close()
+        raise
+    reader, writer = await asyncio.open_unix_connection(sock=sock, limit=READ_LIMIT)
     try:
         writer.write(line)
         await writer.drain()

@@ -9,6 +9,7 @@ an `RpcFailure` as given, anything else as -32603 pointing at the daemon log.
 import asyncio
 import os
 import socket
+import sys
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +23,7 @@ from agent_run.domain.errors import (
     PermissionDenied,
 )
 from agent_run.rpc import protocol as p
+from agent_run.system import unix_sockets
 from agent_run.system.processes import current as current_processes
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
@@ -52,20 +54,26 @@ class RpcServer:
         )
 
     async def start(self) -> asyncio.AbstractServer:
-        """Listen (replacing a stale socket file: the caller holds the home's lock)."""
+        """Listen (replacing a stale socket file: the caller holds the home's lock). The socket
+        is bound by `unix_sockets` (a home of any length; 0600 before it listens) and handed to
+        asyncio. Python 3.13+ would stat, and at close unlink, the address it was bound at,
+        `/proc/self/fd/N/api.sock`, whose N is closed by then (NotADirectoryError when N is
+        reused for a file): so not there; the daemon removes the socket itself."""
         self.socket_path.unlink(missing_ok=True)
-        old_umask = os.umask(0o177)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            server = await asyncio.start_unix_server(
-                self._connection,
-                path=str(self.socket_path),
-                limit=p.MAX_LINE_BYTES,
-                backlog=socket.SOMAXCONN,
-            )
-        finally:
-            os.umask(old_umask)
-        os.chmod(self.socket_path, 0o600)
-        return server
+            unix_sockets.bind(sock, self.socket_path)
+        except BaseException:
+            sock.close()
+            raise
+        keep = {"cleanup_socket": False} if sys.version_info >= (3, 13) else {}
+        return await asyncio.start_unix_server(
+            self._connection,
+            sock=sock,
+            limit=p.MAX_LINE_BYTES,
+            backlog=socket.SOMAXCONN,
+            **keep,
+        )
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         write_lock = asyncio.Lock()

@@ -1,37 +1,44 @@
 """Nudges that the store's revision moved: a writer in another process (a supervisor) sends an
 empty datagram to the daemon's wake socket after each commit, so the daemon reads the revision
 at once instead of at its next poll. Only a hint, never the bus: a nudge lost (no daemon, a
-full buffer, a path too long) costs one poll interval, and the datagram carries nothing."""
+full buffer) costs one poll interval, and the datagram carries nothing. Both ends address the
+socket through `unix_sockets` (a home of any length)."""
 
-import os
 import socket
+from contextlib import ExitStack
 from pathlib import Path
+
+from agent_run.system import unix_sockets
 
 
 class Waker:
-    """The sending end, made once per writer; `wake` never raises and never blocks."""
+    """The sending end, made once per writer; `wake` never raises and never blocks. It holds
+    its address (`unix_sockets.address`: the home's folder open, for a path too long to be
+    one) for its life: a nudge follows every commit, so the folder is not opened for each."""
 
     def __init__(self, path: Path) -> None:
-        self.path = os.fsencode(path)
         self.sock: socket.socket | None = None
+        self.folder = ExitStack()
         try:
+            self.address = self.folder.enter_context(unix_sockets.address(path))
             self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
             self.sock.setblocking(False)
-        except OSError:
-            self.sock = None
+        except (OSError, unix_sockets.SocketPathTooLong):  # no home: the daemon only polls
+            self.close()
 
     def wake(self) -> None:
         if self.sock is None:
             return
         try:
-            self.sock.sendto(b"!", self.path)
-        except OSError:  # no daemon listening, its buffer full, a path too long: it polls
+            self.sock.sendto(b"!", self.address)
+        except OSError:  # no daemon listening, its buffer full: it polls
             pass
 
     def close(self) -> None:
         if self.sock is not None:
             self.sock.close()
             self.sock = None
+        self.folder.close()
 
 
 def listen(path: Path) -> socket.socket | None:
@@ -41,10 +48,9 @@ def listen(path: Path) -> socket.socket | None:
     path.unlink(missing_ok=True)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     try:
-        sock.bind(os.fsencode(path))
-        os.chmod(path, 0o600)
+        unix_sockets.bind(sock, path)
         sock.setblocking(False)
-    except OSError:
+    except (OSError, unix_sockets.SocketPathTooLong):
         sock.close()
         return None
     return sock

@@ -131,7 +131,8 @@ class Supervisor:
         self.engine: Engine = self.engine_spec.factory()
         self.spec: LaunchSpec | None = None
         self.gate: WorkerGate | None = None
-        self.sandbox_dir = self.dir / "sandbox"  # all the engine sees of the execution's folder
+        # all the engine sees of the execution's folder
+        self.sandbox_dir = home.sandbox_dir(self.plan.agent_id, execution_id)
         # The worker tools' capability: only its hash is stored, with the identity (so it is
         # committed before any engine can hold it, in no transaction of its own).
         self.worker_token = token_source.token_urlsafe(32)

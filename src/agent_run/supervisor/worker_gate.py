@@ -17,10 +17,12 @@ import traceback
 from pathlib import Path
 
 from agent_run.engines.base import WorkerMcp
+from agent_run.system import unix_sockets
+from agent_run.system.home import WORKER_SOCKET
 from agent_run.worker_tools import relay
 from agent_run.worker_tools.server import serve_connection
 
-SOCKET_NAME = "worker.sock"
+SOCKET_NAME = WORKER_SOCKET
 # How long `close` lets a call in flight finish (a `create_commit`'s git) before it cuts the
 # connections it still holds.
 REAP_SECONDS = 5.0
@@ -37,7 +39,7 @@ class WorkerGate:
         self.home, self.execution_id, self.token, self.tools = home, execution_id, token, tools
         self.path.unlink(missing_ok=True)
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.listener.bind(str(self.path))
+        unix_sockets.bind(self.listener, self.path)  # a path of any length (0600)
         self.listener.listen(MAX_CONNECTIONS)
         self.lock = threading.Lock()
         self.connections: dict[socket.socket, threading.Thread] = {}  # those being served

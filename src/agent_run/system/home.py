@@ -9,8 +9,8 @@ from typing import Any
 
 HOME_ENV = "AGENT_RUN_HOME"
 DEFAULT_HOME = "~/.agent-run"
-# sun_path is 108 bytes on Linux, including the terminating NUL.
-MAX_SOCKET_PATH = 107
+# An agent's worker-tools socket, in its sandbox folder (supervisor/worker_gate.py).
+WORKER_SOCKET = "worker.sock"
 
 
 @dataclass(frozen=True)
@@ -77,6 +77,10 @@ class Home:
 
     def execution_dir(self, agent_id: str, execution_id: str) -> Path:
         return self.agents_dir / agent_id / execution_id
+
+    def sandbox_dir(self, agent_id: str, execution_id: str) -> Path:
+        """All an execution's sandbox sees of its folder: the worker socket (`WORKER_SOCKET`)."""
+        return self.execution_dir(agent_id, execution_id) / "sandbox"
 
     def ensure(self) -> "Home":
         """Create the home and its folders 0700; tighten an existing home that is too open."""

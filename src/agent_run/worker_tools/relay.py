@@ -5,7 +5,8 @@ SOCKET` (`WorkerGate.mcp`); `python -m agent_run.worker_tools.relay SOCKET` work
 Every engine keeps one for its whole run, so it is as small as an interpreter gets: isolated,
 without `site`, by path (no package import), and importing only built-in modules: `_socket`,
 not `socket` (its enums), `_thread`, not `threading`. That is 1.5 MiB of PSS less than the same
-copy loop through `socket` and `threading` under `-m` (bench/README.md).
+copy loop through `socket` and `threading` under `-m` (bench/README.md). For the same reason
+it connects with its own few lines, not through `agent_run.system.unix_sockets`.
 """
 
 import _socket
@@ -31,10 +32,25 @@ def _pump_stdin(sock: _socket.socket) -> None:
         pass  # the supervisor closed the connection: the other direction sees it end
 
 
+def _connect(sock: _socket.socket, path: str) -> None:
+    """`agent_run.system.unix_sockets.connect`, copied (this file imports no package): a path that
+    fits in a socket address (107 bytes and a NUL) by itself; a longer one through its folder
+    opened O_PATH, `/proc/self/fd/N/worker.sock` (the sandbox mounts a /proc of its own)."""
+    if len(os.fsencode(path)) <= 107 or not hasattr(os, "O_PATH"):
+        sock.connect(path)  # without O_PATH (macOS), `check_home` refused a home too long
+        return
+    folder, name = path.rsplit("/", 1)
+    fd = os.open(folder or "/", os.O_PATH | os.O_DIRECTORY)
+    try:
+        sock.connect(f"/proc/self/fd/{fd}/{name}")
+    finally:
+        os.close(fd)
+
+
 def relay(path: str) -> int:
     sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
-        sock.connect(path)
+        _connect(sock, path)
     except OSError as exc:
         sys.stderr.write(f"worker-tools relay: cannot reach {path}: {exc.strerror}\n")
         return 1
