@@ -333,7 +333,10 @@ def kill_leftovers(home: Home) -> None:
                 row["supervisor_pid"], row["supervisor_start_ticks"], row["boot_id"]
             )
             if liveness(ident) is Liveness.ALIVE:
-                os.kill(ident.pid, signal.SIGKILL)
+                try:
+                    os.kill(ident.pid, signal.SIGKILL)
+                except ProcessLookupError:  # it ended between the look and the kill
+                    pass
 
 
 def supervisors_gone(home: Home) -> bool:

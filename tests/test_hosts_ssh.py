@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from agent_run import __version__
 from tests.harness import TEST_CONFIG, DaemonProcess, make_home, remove_home
 from tests.ssh_harness import RemoteHost, local_config, reachable, remote_host  # noqa: F401
 
@@ -33,7 +34,7 @@ def test_hosts_check_connects_through_the_bridge_and_starts_the_hosts_daemon(
     result = host_daemon.call("hosts", {"check": True})
     [box] = result["items"]
     assert box["connected"], box
-    assert box["version"] == "0.1.0" and box["remote_home"] == str(reachable.home)
+    assert box["version"] == __version__ and box["remote_home"] == str(reachable.home)
     assert box["last_error"] is None
     # The host's daemon runs as the host's user, from its own venv, in its own home.
     proc = Path(f"/proc/{box['daemon_pid']}")
@@ -64,7 +65,9 @@ def old_agent_run(host: RemoteHost) -> str:
     if not old.exists():
         shutil.copytree(site / "agent_run", old / "agent_run")
         init = old / "agent_run" / "__init__.py"
-        init.write_text(init.read_text().replace('__version__ = "0.1.0"', '__version__ = "0.0.9"'))
+        text = init.read_text().replace(f'__version__ = "{__version__}"', '__version__ = "0.0.9"')
+        assert "0.0.9" in text
+        init.write_text(text)
         subprocess.run(["chown", "-R", f"{host.user}:{host.user}", str(old)], check=True)
     return f'["/usr/bin/env", "PYTHONPATH={old}", "{host.venv}/bin/python", "-m", "agent_run"]'
 
@@ -86,7 +89,7 @@ def test_another_version_on_the_host_is_refused_at_connect_with_a_typed_error(
         [old] = daemon.call("hosts", {"check": True})["items"]
         assert not old["connected"]
         assert old["last_error_code"] == "HostVersionMismatch", old
-        assert "0.0.9" in old["last_error"] and "0.1.0" in old["last_error"]
+        assert "0.0.9" in old["last_error"] and __version__ in old["last_error"]
         # Refused before the bridge did anything: it started no daemon on the host.
         assert daemon_lock_free(reachable.home)
     finally:
