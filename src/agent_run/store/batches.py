@@ -14,6 +14,7 @@ from agent_run.domain.batch_states import (
     check_batch_transition,
     check_run_transition,
 )
+from agent_run.domain.errors import InvalidRequest
 from agent_run.store.db import one, sql_list
 from agent_run.store.events import append_event
 
@@ -27,14 +28,21 @@ def log_batch(conn: sqlite3.Connection, batch_id: str, data: dict[str, Any]) -> 
 
 
 def insert_batch(conn: sqlite3.Connection, row: dict[str, Any]) -> None:
+    """A queued batch, and its entry in the text search (`batch_search`, migration 0025)."""
     now = time.time()
+    row = {"base_branch": None, "title": "", **row}
     conn.execute(
-        "INSERT INTO batches (id, request_id, request_hash, workflow, config_json, project_root,"
-        " project_subdir, base_ref, base_sha, base_branch, worktree_root, state, created_at,"
-        " updated_at) VALUES (:id, :request_id, :request_hash, :workflow, :config_json,"
-        " :project_root, :project_subdir, :base_ref, :base_sha, :base_branch, :worktree_root,"
-        " :state, :now, :now)",
-        {"base_branch": None, **row, "state": BatchState.QUEUED.value, "now": now},
+        "INSERT INTO batches (id, request_id, request_hash, workflow, title, config_json,"
+        " project_root, project_subdir, base_ref, base_sha, base_branch, worktree_root, state,"
+        " created_at, updated_at) VALUES (:id, :request_id, :request_hash, :workflow, :title,"
+        " :config_json, :project_root, :project_subdir, :base_ref, :base_sha, :base_branch,"
+        " :worktree_root, :state, :now, :now)",
+        {**row, "state": BatchState.QUEUED.value, "now": now},
+    )
+    conn.execute(
+        "INSERT INTO batch_search (batch_id, title, prompt, project) VALUES"
+        " (:id, :title, json_extract(:config_json, '$.prompt'), :project_root)",
+        row,
     )
     log_batch(conn, row["id"], {"state": BatchState.QUEUED.value})
 
@@ -69,16 +77,21 @@ def live_batches(conn: sqlite3.Connection) -> list[sqlite3.Row]:
     ).fetchall()
 
 
-def list_batches(
-    conn: sqlite3.Connection,
-    *,
-    limit: int,
-    offset: int,
-    project: str | None = None,
-    states: list[str] | None = None,
-) -> tuple[list[sqlite3.Row], int]:
-    """A page of batches, newest first, and the exact total of those matching the filters."""
-    where: list[str] = []
+def search_query(q: str) -> str:
+    """`q` as an FTS5 query: each word a quoted prefix, all of them required (no FTS syntax
+    reaches SQLite from a caller)."""
+    words = [w for w in q.split() if any(ch.isalnum() for ch in w)]
+    if not words:
+        raise InvalidRequest("q has no word to search for", field="q")
+    return " ".join('"' + w.replace('"', '""') + '"*' for w in words)
+
+
+def _batch_filters(
+    project: str | None, states: list[str] | None, q: str | None, include_archived: bool
+) -> tuple[list[str], list[Any]]:
+    """A list's conditions; each keeps the page an index range (migration 0025): the shown
+    batches by time, a state by time, or the text search's matches sorted."""
+    where: list[str] = [] if include_archived else ["archived_at IS NULL"]
     params: list[Any] = []
     if project is not None:
         where.append("project_root = ?")
@@ -86,13 +99,51 @@ def list_batches(
     if states:
         where.append(f"state IN ({','.join('?' * len(states))})")
         params += states
+    if q is not None:
+        where.append("id IN (SELECT batch_id FROM batch_search WHERE batch_search MATCH ?)")
+        params.append(search_query(q))
+    return where, params
+
+
+def list_batches(
+    conn: sqlite3.Connection,
+    *,
+    limit: int,
+    offset: int = 0,
+    after: tuple[float, str] | None = None,
+    project: str | None = None,
+    states: list[str] | None = None,
+    q: str | None = None,
+    include_archived: bool = False,
+) -> tuple[list[sqlite3.Row], int]:
+    """A page of batches, newest first (after `after`: (created_at, id), a keyset cursor), and
+    the exact total of those matching the filters."""
+    where, params = _batch_filters(project, states, q, include_archived)
     clause = f" WHERE {' AND '.join(where)}" if where else ""
     total = conn.execute(f"SELECT count(*) FROM batches{clause}", params).fetchone()[0]
+    if after is not None:
+        where.append("(created_at, id) < (?, ?)")
+        params += list(after)
+    clause = f" WHERE {' AND '.join(where)}" if where else ""
     rows = conn.execute(
-        f"SELECT * FROM batches{clause} ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?",
+        "SELECT *, substr(json_extract(config_json, '$.prompt'), 1, 400) AS prompt_start"
+        f" FROM batches{clause} ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?",
         [*params, limit, offset],
     ).fetchall()
     return rows, total
+
+
+def run_counts(conn: sqlite3.Connection, batch_ids: list[str]) -> dict[str, dict[str, int]]:
+    """Each batch's runs by state, in one query for a page of batches."""
+    counts: dict[str, dict[str, int]] = {batch_id: {} for batch_id in batch_ids}
+    marks = ",".join("?" * len(batch_ids))
+    for row in conn.execute(
+        f"SELECT batch_id, state, count(*) AS n FROM batch_runs WHERE batch_id IN ({marks})"
+        " GROUP BY batch_id, state",
+        batch_ids,
+    ):
+        counts[row["batch_id"]][row["state"]] = row["n"]
+    return counts
 
 
 # A run row with its `prompt`: its own, or else its batch's (stored once, in the batch).

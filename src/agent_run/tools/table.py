@@ -15,6 +15,7 @@ from pydantic import BaseModel
 from agent_run import __version__
 from agent_run.domain import account_models as am
 from agent_run.domain import batch_models as bm
+from agent_run.domain import compare_models as cm
 from agent_run.domain import daemon_views as dv
 from agent_run.domain import host_models as hm
 from agent_run.domain import notices as nt
@@ -254,7 +255,10 @@ TOOLS: dict[str, Tool] = {
             bm.ListBatchesParams,
             bm.BatchList,
             f"{_B}:list_batches",
-            "List batches, newest first, with run counts per state.",
+            "List batches, newest first: each with its title, workflow, state, run counts per "
+            "state and the start of its prompt. Filters: project, state, q (words in the title, "
+            "prompt or project folder); archived batches only with include_archived. Pages: pass "
+            "next_cursor back as cursor.",
             read_only=True,
             verb="batch list",
         ),
@@ -263,12 +267,37 @@ TOOLS: dict[str, Tool] = {
             bm.BatchParams,
             bm.BatchView,
             f"{_B}:batch",
-            "One batch: state (queued, running, blocked, completed, failed, cancelled) and every run with "
-            "its state, attempts, worktree, score and rank.",
+            "One batch: its title, prompt (config.prompt), state (queued, running, blocked, completed, "
+            "failed, cancelled) and every run with its state, attempts, worktree and result: answer "
+            "excerpt, diff stats, verify, duration, tokens and cost, score, rank and how it came about "
+            "(ranking_rule), reviewers' reasons; a running run's current activity.",
             read_only=True,
             verb="batch show",
             positional=("batch_id",),
             cli=CliExtras(follow="batch", exit_codes=BATCH_EXIT),
+        ),
+        Tool(
+            "batch_archive",
+            bm.BatchArchiveParams,
+            bm.BatchView,
+            f"{_B}:batch_archive",
+            "Set an ended batch aside: list_batches leaves it out unless include_archived. "
+            "archived=false brings it back; a batch reopened by a rerun is listed again by itself.",
+            read_only=False,
+            verb="batch archive",
+            positional=("batch_id",),
+        ),
+        Tool(
+            "runs_compare",
+            bm.RunsCompareParams,
+            cm.RunsCompare,
+            "agent_run.batches.compare:runs_compare",
+            "Put 2 to 4 runs of a batch side by side: each one's answer, diff stats, verify, "
+            "score, rank and reviewers' reasons, and for every file any of them changed, each "
+            "run's diff of that file against the pinned base (bounded, cut with a marker).",
+            read_only=True,
+            verb="batch compare",
+            positional=("batch_id", "run_ids"),
         ),
         Tool(
             "batch_cancel",
