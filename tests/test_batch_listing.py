@@ -2,11 +2,13 @@
 prompt's first line), the list's title, prompt excerpt and counts, search by words through the
 FTS5 index, state filters and keyset cursors that compose with them, and archiving."""
 
+import json
 import sqlite3
 
 import pytest
 
 from agent_run.domain.errors import DomainError
+from agent_run.domain.run_results import default_title
 from agent_run.store import batches as batches_q
 from agent_run.store import db as store_db
 from tests.batch_harness import BatchProject, runs_of, wait_batch
@@ -57,6 +59,12 @@ def test_a_batch_is_titled_by_its_own_title_or_its_prompts_first_line(
         },
         "title",
     )
+
+
+def test_a_default_title_is_one_line_of_plain_text() -> None:
+    assert default_title("\n\t Fix it \r\nmore") == "Fix it"
+    assert default_title("\x1b[31mred\x07 alert\nmore") == "[31mred  alert"
+    assert len(default_title("x" * 500)) == 200
 
 
 def test_list_batches_finds_batches_by_words_and_composes_with_state(
@@ -183,11 +191,7 @@ def test_the_upgrade_titles_old_batches_and_indexes_them_for_search() -> None:
                 conn.execute(statement)
             conn.execute(f"PRAGMA user_version = {number}")
     for batch_id, prompt in (("bt_old", "\n\n  Tidy the parser \r\nsteps: 2"), ("bt_none", None)):
-        config = (
-            '{"prompt": "%s"}' % prompt.replace("\n", "\\n").replace("\r", "\\r")
-            if prompt
-            else "{}"
-        )
+        config = json.dumps({"prompt": prompt} if prompt else {})
         conn.execute(
             "INSERT INTO batches (id, request_hash, workflow, config_json, project_root,"
             " project_subdir, base_ref, base_sha, worktree_root, state, created_at, updated_at)"

@@ -233,7 +233,7 @@ def test_a_long_failure_reason_is_shown_whole_and_wrapped_at_words(
     assert all(len(line) <= 100 for line in lines[start : start + len(block)])
 
 
-def test_a_running_run_shows_its_elapsed_time_and_last_message(
+def test_a_running_run_shows_its_elapsed_time_and_what_it_is_doing(
     daemon: DaemonProcess, home: Home
 ) -> None:
     repo = make_repo()
@@ -252,9 +252,13 @@ def test_a_running_run_shows_its_elapsed_time_and_last_message(
 
         def running_with_a_message() -> str | None:
             text = cli(home, "--format", "text", "batch", "show", batch["id"]).stdout
-            return text if re.search(r"^      last \S", text, re.M) else None
+            return (
+                text
+                if re.search(r"^      doing \(message, \d+s ago\) step \d+/400$", text, re.M)
+                else None
+            )
 
-        shown = wait_for(running_with_a_message, timeout=60, what="a last message")
+        shown = wait_for(running_with_a_message, timeout=60, what="what it is doing")
         assert re.search(r"> rn_\w+ .* running\s+a1 .*running \d+(s|m\d\ds)$", shown, re.M), shown
     finally:
         daemon.call("batch_cancel", {"batch_id": batch["id"]})

@@ -14,9 +14,11 @@ EXCERPT_CHARS = 300  # an answer's excerpt, a running run's activity text at mos
 
 def default_title(prompt: str) -> str:
     """A batch's title when none is given: its prompt's first line, trimmed, at most
-    TITLE_CHARS (migration 0025 gives older batches the same)."""
-    lines = prompt.strip().split("\n")
-    return lines[0].strip(" \t\r")[:TITLE_CHARS] if lines else ""
+    TITLE_CHARS, a control character (a terminal's escape) made a space (migration 0025 gives
+    older batches the same, but for that)."""
+    first = prompt.strip().split("\n")[0]
+    shown = "".join(" " if ord(ch) < 32 or ord(ch) == 127 else ch for ch in first)
+    return shown.strip()[:TITLE_CHARS]
 
 
 def excerpt(text: str | None, limit: int = EXCERPT_CHARS) -> str | None:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from agent_run.domain.batch_states import RunState
 from agent_run.text.accounts import RENDERERS as ACCOUNT_RENDERERS
 from agent_run.text.batch import render_batch, wrapped
+from agent_run.text.compare import render_compare
 from agent_run.text.hosts import RENDERERS as HOST_RENDERERS
 
 if TYPE_CHECKING:
@@ -168,11 +169,14 @@ def agent_message(result: "vw.CancelResult | vw.SteerResult") -> str:
 
 
 def batch_list(page: "bm.BatchList") -> str:
+    """One line a batch (its title last: the longest), then the count and the next page."""
     rows = [
-        f"{i.id}  {_s(i.workflow):<9} {_s(i.state):<9} {i.runs:>3} runs  {_ago(i.created_at)}"
+        f"{i.id}  {_s(i.workflow):<9} {_s(i.state):<9} {i.runs:>3} runs  {_ago(i.created_at):>7}"
+        + (f"  {i.title}" if _get(i, "title") else "")
         for i in page.items
     ]
-    return "\n".join(rows + [f"{len(page.items)} of {page.total} batches"])
+    more = f"; older: --cursor {page.next_cursor}" if _get(page, "next_cursor") else ""
+    return "\n".join(rows + [f"{len(page.items)} of {page.total} batches{more}"])
 
 
 def run_action(result: "bm.RunActionResult") -> str:
@@ -399,6 +403,7 @@ RENDERERS: dict[str, Callable[[Any], str]] = {  # result model class name -> ren
     "SteerResult": agent_message,
     "DocResult": lambda d: d.text,
     "BatchView": render_batch,
+    "RunsCompare": render_compare,
     "BatchList": batch_list,
     "RunActionResult": run_action,
     "BatchReview": batch_review,
