@@ -337,7 +337,9 @@ TOOLS: dict[str, Tool] = {
             bm.RunParams,
             bm.RunActionResult,
             f"{_B}:run_stop",
-            "Stop one run of a batch (its agent is cancelled).",
+            "Stop one run of a batch (its agent is cancelled). In a ranked or validated batch a "
+            "stopped run is set aside: stopping the failed run it is blocked on unblocks it, and "
+            "the next stage goes on with the runs that remain.",
             read_only=False,
             destructive=True,
             verb="run stop",
