@@ -92,7 +92,7 @@ def _files(runs: list[bm.RunView], diffs: list[dict[str, cm.FileSide]]) -> list[
     ]
 
 
-async def runs_compare(ctx: ServiceContext, p: bm.RunsCompareParams) -> cm.RunsCompare:
+async def runs_compare(ctx: ServiceContext, p: cm.RunsCompareParams) -> cm.RunsCompare:
     view = await ctx.db(batch_view, p.batch_id)
     runs = _chosen(view, p.run_ids)
     answers = [await ctx.db(_answer, ctx.home, run) for run in runs]

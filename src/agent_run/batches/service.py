@@ -90,15 +90,21 @@ async def _check_request(ctx: ServiceContext, p: bm.BatchStartParams) -> None:
         choose_account(runtime, runtime_name, p.account)
 
 
+def _hashed_config(p: bm.BatchStartParams) -> tuple[dict[str, Any], str]:
+    """The batch's config and its request hash; a field left unset is left out, so a request
+    hashes as it did before that field existed (notify, host, title)."""
+    unset = {"request_id"} | ({"notify", "notify_runs"} if p.notify is None else set())
+    unset |= {"host"} if p.host is None else set()
+    unset |= {"title"} if p.title is None else set()
+    config = p.model_dump(exclude=unset)
+    return config, hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
+
+
 async def batch_start(ctx: ServiceContext, p: bm.BatchStartParams) -> bm.BatchView:
     # Everything that can be wrong is checked before a row, a branch or a folder exists.
     await _check_request(ctx, p)
     project, base_sha, base_branch, worktree_root = await asyncio.to_thread(_locate, p, ctx.home)
-    unset = {"request_id"} | ({"notify", "notify_runs"} if p.notify is None else set())
-    unset |= {"host"} if p.host is None else set()  # hashed as before hosts existed
-    unset |= {"title"} if p.title is None else set()  # hashed as before titles existed
-    config = p.model_dump(exclude=unset)  # without notify: hashed as before notify existed
-    request_hash = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
+    config, request_hash = _hashed_config(p)
     # The batch keeps the settings it was created with: a config reload never changes its runs.
     config[SETTINGS_KEY] = ctx.config.model_dump(mode="json")
     batch_id = new_id("bt")

@@ -5,6 +5,7 @@ import json
 import sqlite3
 import time
 from collections import Counter
+from typing import Any
 
 from agent_run.domain.batch_models import (
     AttemptView,
@@ -78,12 +79,10 @@ def duration(executions: list[sqlite3.Row]) -> float | None:
     return round(sum(spans), 3) if spans else None
 
 
-def reviews_of(run_id: str, siblings: list[sqlite3.Row]) -> list[ReviewNote]:
-    """The reviewers of a ranked candidate (runs whose parent it is), with score and reason."""
+def reviews_of(children: list[sqlite3.Row]) -> list[ReviewNote]:
+    """The reviewers of a ranked candidate (the runs whose parent it is), with score and reason."""
     notes = []
-    for r in siblings:
-        if r["parent_run_id"] != run_id:
-            continue
+    for r in children:
         result = batches_q.result(r) if r["state"] == RunState.SUCCEEDED else None
         result = result if isinstance(result, dict) else {}
         notes.append(
@@ -117,10 +116,10 @@ def run_view(
     *,
     attempts: list[sqlite3.Row] | None = None,
     latest: dict[str, sqlite3.Row] | None = None,
-    siblings: list[sqlite3.Row] | None = None,
+    children: list[sqlite3.Row] | None = None,
 ) -> RunView:
     """A run's view; `attempts`, `latest` (its agent's latest execution by agent id) and
-    `siblings` (its batch's runs) when the caller read them for a whole batch at once."""
+    `children` (the runs whose parent it is) when read for a whole batch at once."""
     agent_state = verified = started_at = last = account = route = activity = None
     if row["agent_id"]:
         latest_of = (
@@ -137,10 +136,6 @@ def run_view(
             message = last_message(conn, row["agent_id"])
             last = message["content"][:300] if message else None
             activity = activity_of(message)
-    if siblings is None and row["stage"] == "candidate":
-        siblings = batches_q.runs(conn, row["batch_id"])
-    answer_excerpt, diff, can_merge = measured(row)
-    executions = run_executions(conn, row["id"])
     return RunView(
         id=row["id"],
         stage=row["stage"],
@@ -172,15 +167,31 @@ def run_view(
         merged_into=row["merged_into"],
         account=account,
         route=route,
-        usage=usage_totals(executions),
-        answer_excerpt=answer_excerpt,
-        diff=diff,
-        duration_seconds=duration(executions),
         activity=activity,
-        reviews=reviews_of(row["id"], siblings or []),
-        rank_reason=row["rank_reason"],
-        can_merge=can_merge,
+        **_results(conn, row, children),
     )
+
+
+def _results(
+    conn: sqlite3.Connection, row: sqlite3.Row, children: list[sqlite3.Row] | None
+) -> dict[str, Any]:
+    """A run's result fields: measured when it settled, its executions' usage and duration,
+    a candidate's reviews and rank reason."""
+    if children is None and row["stage"] == "candidate":
+        children = [
+            r for r in batches_q.runs(conn, row["batch_id"]) if r["parent_run_id"] == row["id"]
+        ]
+    answer_excerpt, diff, can_merge = measured(row)
+    executions = run_executions(conn, row["id"])
+    return {
+        "usage": usage_totals(executions),
+        "answer_excerpt": answer_excerpt,
+        "diff": diff,
+        "duration_seconds": duration(executions),
+        "reviews": reviews_of(children or []),
+        "rank_reason": row["rank_reason"],
+        "can_merge": can_merge,
+    }
 
 
 def batch_view(conn: sqlite3.Connection, batch_id: str) -> BatchView:
@@ -193,8 +204,18 @@ def batch_view(conn: sqlite3.Connection, batch_id: str) -> BatchView:
         # Three queries for the whole batch, not three per run.
         attempts = batches_q.attempts_of_batch(conn, batch_id)
         latest = agents_q.latest_executions(conn, [r["agent_id"] for r in rows if r["agent_id"]])
+        children: dict[str, list[sqlite3.Row]] = {}
+        for r in rows:
+            if r["parent_run_id"]:
+                children.setdefault(r["parent_run_id"], []).append(r)
         runs = [
-            run_view(conn, r, attempts=attempts.get(r["id"], []), latest=latest, siblings=rows)
+            run_view(
+                conn,
+                r,
+                attempts=attempts.get(r["id"], []),
+                latest=latest,
+                children=children.get(r["id"], []),
+            )
             for r in rows
         ]
         return BatchView(

@@ -172,13 +172,6 @@ class BatchArchiveParams(Params):
     )
 
 
-class RunsCompareParams(Params):
-    batch_id: str = BatchId
-    run_ids: list[Annotated[str, Field(pattern=r"^rn_[0-9a-z]+$", max_length=64)]] = Field(
-        min_length=2, max_length=4, description="2 to 4 runs of the batch"
-    )
-
-
 class RunResumeParams(Params):
     run_id: str = RunId
     prompt: str = Field(
@@ -422,7 +415,26 @@ class RunMergeResult(View):
         description="the run's commits add nothing to merged_into: its tip, recorded as merged_sha",
     )
     followup_text: str | None = Field(
-        default=None, description="on a conflict: a run_followup text that asks for a rebase"
+        default=None,
+        description="on a conflict: a run_followup text that asks for a rebase; with only "
+        "uncommitted work: one that asks the run to commit it",
+    )
+    diff: str = Field(
+        default="",
+        description="exactly what lands on merged_into: the diff from its tip to the merge",
+    )
+    diff_truncated: bool = Field(default=False, description="the diff was cut at 200,000 bytes")
+    commit_message: str | None = Field(
+        default=None,
+        description="the message the commit has (or would have): `message`, else the batch's "
+        "title and the subjects of the run's own commits",
+    )
+    commit_subjects: list[str] = Field(
+        default_factory=list, description="the subjects of the commits that land, oldest first"
+    )
+    uncommitted: list[str] = Field(
+        default_factory=list,
+        description="files changed in the run's worktree but not committed: never merged",
     )
     message: str
 

@@ -1,13 +1,23 @@
 """`runs_compare`'s result: 2 to 4 runs of a batch side by side, their answers and, per file any
 of them changed, each run's diff of that file against the pinned base (each bounded)."""
 
+from typing import Annotated
+
 from pydantic import Field
 
-from agent_run.domain.batch_models import RunView, View
+from agent_run.domain.batch_models import BatchId, RunView, View
+from agent_run.domain.requests import Params
 
 ANSWER_CHARS = 4_000  # of each run's answer
 FILE_DIFF_CHARS = 12_000  # of one file's diff in one run
 MAX_FILES = 200  # files compared at most
+
+
+class RunsCompareParams(Params):
+    batch_id: str = BatchId
+    run_ids: list[Annotated[str, Field(pattern=r"^rn_[0-9a-z]+$", max_length=64)]] = Field(
+        min_length=2, max_length=4, description="2 to 4 runs of the batch"
+    )
 
 
 class CompareRun(View):

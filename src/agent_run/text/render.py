@@ -191,9 +191,26 @@ def run_merge(result: "bm.RunMergeResult") -> str:
         f"  ahead {result.ahead}  behind {result.behind}",
     ]
     lines += [f"  conflict {path}" for path in result.conflicts]
+    lines += [f"  uncommitted {path}" for path in _get(result, "uncommitted") or []]
     if result.followup_text:
         lines.append(f"  follow up with: agent-run run followup {result.run_id} --text '...'")
         lines.append(f"  suggested text: {result.followup_text}")
+    if _get(result, "commit_message") and not result.new_sha:  # what --message would replace
+        lines.append("  commit message:")
+        lines += [f"    {line}" for line in result.commit_message.splitlines()]
+    if _get(result, "diff"):
+        lines += ["  lands:", result.diff.rstrip("\n")]
+        if result.diff_truncated:
+            lines.append("(diff truncated)")
+    return "\n".join(lines)
+
+
+def run_push(result: Any) -> str:
+    """What was pushed where, and the pull request (or where to open one, or why not)."""
+    lines = [f"{result.run_id}: {result.message}", f"  remote {result.remote} {result.remote_url}"]
+    pr = result.pull_request
+    if pr is not None:
+        lines.append(f"  pull request: {pr.message}" + (f" {pr.url}" if pr.created else ""))
     return "\n".join(lines)
 
 
@@ -408,6 +425,7 @@ RENDERERS: dict[str, Callable[[Any], str]] = {  # result model class name -> ren
     "RunActionResult": run_action,
     "BatchReview": batch_review,
     "RunMergeResult": run_merge,
+    "RunPushResult": run_push,
     "BatchCleanResult": batch_clean,
     "PruneResult": prune_result,
     "DirListing": dir_listing,

@@ -19,6 +19,7 @@ from agent_run.domain import compare_models as cm
 from agent_run.domain import daemon_views as dv
 from agent_run.domain import host_models as hm
 from agent_run.domain import notices as nt
+from agent_run.domain import push_models as pm
 from agent_run.domain import requests as rq
 from agent_run.domain import views as vw
 from agent_run.domain.batch_states import BatchState
@@ -289,7 +290,7 @@ TOOLS: dict[str, Tool] = {
         ),
         Tool(
             "runs_compare",
-            bm.RunsCompareParams,
+            cm.RunsCompareParams,
             cm.RunsCompare,
             "agent_run.batches.compare:runs_compare",
             "Put 2 to 4 runs of a batch side by side: each one's answer, diff stats, verify, "
@@ -393,6 +394,20 @@ TOOLS: dict[str, Tool] = {
             read_only=False,
             idempotent=False,
             verb="run merge",
+            positional=("run_id",),
+        ),
+        Tool(
+            "run_push",
+            pm.RunPushParams,
+            pm.RunPushResult,
+            "agent_run.batches.push:run_push",
+            "Push a settled run's branch (merged=true: the branch run_merge merged it into) to a "
+            "git remote of the project, never forced; pull_request=true then opens a pull request "
+            "into the batch's base branch with `gh pr create` (gh installed, remote on GitHub), or "
+            "returns the compare page to open one, or says why not.",
+            read_only=False,
+            idempotent=False,
+            verb="run push",
             positional=("run_id",),
         ),
         Tool(
