@@ -16,6 +16,7 @@ Run:  uv run python bench/bench_batch_view.py --ref d077f44 [--runs 50] [--round
 
 import argparse
 import contextlib
+import os
 import shutil
 import time
 from typing import Any
@@ -72,6 +73,20 @@ def timed(fn: Any) -> float:
     return time.perf_counter() - t0
 
 
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process (/proc/PID/stat): what it spent, whatever else ran."""
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_per_call(pids: dict[str, int], calls: int, fn: Any) -> dict[str, float]:
+    """Each process's CPU seconds per call over `calls` calls of `fn`."""
+    before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+    for _ in range(calls):
+        fn()
+    return {name: (cpu_seconds(pid) - before[name]) / calls for name, pid in pids.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=50)
@@ -96,7 +111,15 @@ def main() -> None:
             rpc = daemon.client()
             stack.enter_context(rpc)
             batch_id = run_batch(daemon, args.runs, repos)
-            trees[name] = {"rpc": rpc, "web": client, "batch": batch_id, "tool": [], "page": []}
+            pids = {"daemon": daemon.call("ping")["pid"], "web": web.proc.pid}
+            trees[name] = {
+                "rpc": rpc,
+                "web": client,
+                "batch": batch_id,
+                "tool": [],
+                "page": [],
+                "pids": pids,
+            }
         for tree in trees.values():  # warm: imports, templates, caches
             for _ in range(3):
                 tree["rpc"].call("batch", {"batch_id": tree["batch"]})
@@ -109,6 +132,17 @@ def main() -> None:
                 tree["page"].append(
                     timed(lambda t=tree: t["web"].get(f"/batches/{t['batch']}").raise_for_status())
                 )
+        for tree in trees.values():  # CPU per call: robust to a loaded machine
+            tree["cpu_tool"] = cpu_per_call(
+                tree["pids"],
+                args.rounds,
+                lambda t=tree: t["rpc"].call("batch", {"batch_id": t["batch"]}),
+            )
+            tree["cpu_page"] = cpu_per_call(
+                tree["pids"],
+                args.rounds,
+                lambda t=tree: t["web"].get(f"/batches/{t['batch']}").raise_for_status(),
+            )
     this = trees["this tree"]
     rows = []
     for name, tree in trees.items():
@@ -126,6 +160,17 @@ def main() -> None:
             )
     print(f"a {args.runs}-run batch's view, {args.rounds} rounds interleaved")
     print_table(["tree", "what", "p50 ms", "p95 ms", "this tree / it (p50)"], rows)
+    cpu_rows = []
+    for name, tree in trees.items():
+        for what in ("cpu_tool", "cpu_page"):
+            for proc, secs in tree[what].items():
+                mine = this[what][proc]
+                label = "`batch` call" if what == "cpu_tool" else "web page"
+                cpu_rows.append(
+                    [name, label, proc, f"{secs * 1000:.1f}", f"{ratio(mine, secs):.2f}x"]
+                )
+    print("CPU per call (utime + stime)")
+    print_table(["tree", "what", "process", "CPU ms", "this tree / it"], cpu_rows)
     write_results(
         "batch_view",
         {
@@ -135,6 +180,9 @@ def main() -> None:
             "summary": {
                 n: {"tool": summary(t["tool"]), "page": summary(t["page"])}
                 for n, t in trees.items()
+            },
+            "cpu_per_call": {
+                n: {"tool": t["cpu_tool"], "page": t["cpu_page"]} for n, t in trees.items()
             },
         },
     )

@@ -3,6 +3,7 @@ stats measured once when a run settles, duration, tokens and cost, a running run
 how a ranked batch's order came about, ties included; and unblocking a staged batch by
 stopping its failed run, which the next stage then goes on without."""
 
+import json
 from pathlib import Path
 
 from agent_run.domain.run_results import Candidate, rank_candidates
@@ -137,6 +138,15 @@ def test_equal_scores_rank_by_fewer_lines_changed_in_the_batch_view(
     )
     assert [(r["score"], r["reason"]) for r in candidates[1]["reviews"]] == [(50, "demo review")]
     assert all(c["can_merge"] for c in candidates.values())  # each committed once
+    # Measured by the judge, in the write that made each run succeeded (before any ranking
+    # could read it), never by a write of its own afterwards.
+    events = db_rows(
+        batch_project.daemon.home,
+        "SELECT data FROM events WHERE kind = 'batch' AND agent_id = ?",
+        (done["id"],),
+    )
+    measuring = [json.loads(e["data"]) for e in events if "measured_attempt" in e["data"]]
+    assert len(measuring) == 6 and all(m["state"] == "succeeded" for m in measuring), measuring
 
 
 # -- unblock by stopping ---------------------------------------------------------------------

@@ -19,7 +19,7 @@ from agent_run.store.db import one, sql_list
 from agent_run.store.events import append_event
 
 ENDED_BATCH_SQL = sql_list(BATCH_ENDED)
-_RUN_LOGGED = ("state", "score", "rank", "attempt", "merged_sha")
+_RUN_LOGGED = ("state", "score", "rank", "attempt", "merged_sha", "measured_attempt")
 
 
 def log_batch(conn: sqlite3.Connection, batch_id: str, data: dict[str, Any]) -> None:
