@@ -157,7 +157,13 @@ def _fail_then_rerun_all_but_the_second(bp: BatchProject, workflow: str, **param
     run 2 stays failed: the batch is blocked on it, the others done."""
     daemon = bp.daemon
     batch = bp.start(workflow, runs=3, **params)
-    blocked = wait_batch(daemon, batch["id"], ("blocked",))
+
+    def all_failed() -> dict | None:  # blocked at the first failure: wait for the other two
+        view = daemon.call("batch", {"batch_id": batch["id"]})
+        return view if [r["state"] for r in view["runs"]] == ["failed"] * 3 else None
+
+    blocked = wait_for(all_failed, timeout=120, what="every run failed")
+    assert blocked["state"] == "blocked"
     first = [r for r in blocked["runs"] if r["index"] in (1, 3)]
     for run in first:
         (Path(run["workdir"]) / "GO").write_text("go\n")

@@ -149,7 +149,7 @@ def test_the_batch_page_shows_its_title_prompt_and_each_runs_result(web, daemon)
     first = next(r for r in _runs(batch, "candidate") if r["rank"] == 1)
     result = page.split(f'data-result="{first["id"]}">', 1)[1].split("</td>", 1)[0]
     assert html.escape(first["answer_excerpt"]) in result
-    assert '1 file <span class="add">+1</span>' in result and "1 commit" in result
+    assert "1 file +1 −0 · 1 commit" in result
     assert f"{first['usage']['total_tokens']} tokens" in result
     assert "Why #1: score 80" in result
     assert "tidy &lt;script&gt;x&lt;/script&gt;" in page  # a reviewer's reason, escaped

@@ -28,7 +28,8 @@ def log_batch(conn: sqlite3.Connection, batch_id: str, data: dict[str, Any]) -> 
 
 
 def insert_batch(conn: sqlite3.Connection, row: dict[str, Any]) -> None:
-    """A queued batch, and its entry in the text search (`batch_search`, migration 0025)."""
+    """A queued batch, and its entry in the text search (`batch_search`, migration 0025: the
+    index only, keyed by the batch's `search_rowid`)."""
     now = time.time()
     row = {"base_branch": None, "title": "", **row}
     conn.execute(
@@ -39,10 +40,16 @@ def insert_batch(conn: sqlite3.Connection, row: dict[str, Any]) -> None:
         " :worktree_root, :state, :now, :now)",
         {**row, "state": BatchState.QUEUED.value, "now": now},
     )
+    conn.execute(  # the next search key (under the write lock: BEGIN IMMEDIATE)
+        "UPDATE batches SET search_rowid = (SELECT coalesce(max(search_rowid), 0) + 1"
+        " FROM batches) WHERE id = ?",
+        (row["id"],),
+    )
     conn.execute(
-        "INSERT INTO batch_search (batch_id, title, prompt, project) VALUES"
-        " (:id, :title, json_extract(:config_json, '$.prompt'), :project_root)",
-        row,
+        "INSERT INTO batch_search (rowid, title, prompt, project) SELECT search_rowid, title,"
+        " coalesce(json_extract(config_json, '$.prompt'), ''), project_root FROM batches"
+        " WHERE id = ?",
+        (row["id"],),
     )
     log_batch(conn, row["id"], {"state": BatchState.QUEUED.value})
 
@@ -100,7 +107,7 @@ def _batch_filters(
         where.append(f"state IN ({','.join('?' * len(states))})")
         params += states
     if q is not None:
-        where.append("id IN (SELECT batch_id FROM batch_search WHERE batch_search MATCH ?)")
+        where.append("search_rowid IN (SELECT rowid FROM batch_search WHERE batch_search MATCH ?)")
         params.append(search_query(q))
     return where, params
 

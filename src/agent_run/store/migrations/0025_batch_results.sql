@@ -16,13 +16,18 @@ CREATE INDEX batches_shown ON batches (created_at, id) WHERE archived_at IS NULL
 CREATE INDEX batches_created ON batches (created_at, id);
 CREATE INDEX batches_state ON batches (state, created_at, id);
 
--- list_batches' `q`: full-text search over each batch's title, prompt and project folder.
--- Written with the batch (batches are never deleted); the batch id is kept, not indexed.
+-- list_batches' `q`: full-text search over each batch's title, prompt and project folder. The
+-- index only (contentless): the prompt stays stored once, in config_json. Its rows are keyed by
+-- `search_rowid`, a column of the batch's own (a rowid that VACUUM could renumber is not);
+-- written with the batch, which is never deleted.
+ALTER TABLE batches ADD COLUMN search_rowid INTEGER;
+UPDATE batches SET search_rowid = rowid;
+CREATE UNIQUE INDEX batches_search_rowid ON batches (search_rowid);
 CREATE VIRTUAL TABLE batch_search USING fts5 (
-    batch_id UNINDEXED, title, prompt, project, tokenize = 'unicode61 remove_diacritics 2'
+    title, prompt, project, content = '', tokenize = 'unicode61 remove_diacritics 2'
 );
-INSERT INTO batch_search (batch_id, title, prompt, project)
-    SELECT id, title, coalesce(json_extract(config_json, '$.prompt'), ''), project_root
+INSERT INTO batch_search (rowid, title, prompt, project)
+    SELECT search_rowid, title, coalesce(json_extract(config_json, '$.prompt'), ''), project_root
     FROM batches;
 
 -- Each run's result, measured once when it settles (so a batch view reads it, never git):
