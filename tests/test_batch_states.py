@@ -56,6 +56,7 @@ RUN_ALLOWED = {
     (R.SUCCEEDED, R.QUEUED),
     (R.FAILED, R.RUNNING),
     (R.FAILED, R.QUEUED),
+    (R.FAILED, R.CANCELLED),  # a staged batch's blocking run stopped: set aside
     (R.CANCELLED, R.RUNNING),
     (R.CANCELLED, R.QUEUED),
 }
@@ -320,10 +321,19 @@ def test_a_batch_whose_next_stage_is_due_is_running_not_completed(
     conn.close()
 
 
-@pytest.mark.parametrize("workflow, stage", [("ranked", "candidate"), ("validated", "worker")])
-def test_a_staged_batch_with_a_stopped_run_is_blocked_not_completed(tmp_path, workflow, stage):
-    """A stopped validated worker or ranked candidate left the batch `completed` with no verdict
-    (or a ranking over a score of 0): its next stage needs every run."""
+@pytest.mark.parametrize(
+    "workflow, stage, reason",
+    [
+        ("ranked", "candidate", "no candidate succeeded: every one was stopped, nothing to rank"),
+        ("validated", "worker", "every worker was stopped: nothing to validate"),
+    ],
+)
+def test_a_staged_batch_whose_every_run_was_stopped_fails_never_completes(
+    tmp_path, workflow, stage, reason
+):
+    """A stopped validated worker or ranked candidate once left the batch `completed` with no
+    verdict (or a ranking over a score of 0). A stopped run is set aside now (the next stage goes
+    on with the runs that remain); with none left the batch fails, saying why."""
     cfg = {"prompt": "p", "runs": 1, "reviewers": 1, "profile": "write"}
     conn = connect(tmp_path / "state.db")
     with write(conn):
@@ -342,8 +352,8 @@ def test_a_staged_batch_with_a_stopped_run_is_blocked_not_completed(tmp_path, wo
             failure="stopped",
         )
     assert settled_state(workflow_named(workflow), cfg, batches_q.runs(conn, "bt_c")) == (
-        B.BLOCKED,
-        "worker 1 was stopped; rerun or resume it to continue",
+        B.FAILED,
+        reason,
     )
     conn.close()
 

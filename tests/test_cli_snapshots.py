@@ -26,6 +26,7 @@ def mask(text: str, paths: dict[str, str]) -> str:
     text = re.sub(r"\b[0-9a-f]{64}\b", "SHA256", text)
     text = re.sub(r"\b[0-9a-f]{12}\b", "SHA12", text)
     text = re.sub(r" *\b\d+[smh] ago\b", " N ago", text)  # the padding varies with the width
+    text = re.sub(r"\bran \d+[smh][\dm]*", "ran N", text)  # how long a run ran
     text = re.sub(r"\bpid \d+", "pid N", text)
     text = re.sub(r"\bversion \d+\.\d+\.\d+[\w.+-]*", "version V", text)
     return re.sub(r"  events \d+", "  events N", text)
@@ -92,6 +93,7 @@ def test_batch_renderers_match_their_snapshots(daemon: DaemonProcess, home: Home
                 "runs": 2,
                 "runtime": "demo",
                 "prompt": "write: NOTE.md = hi\nanswer: wrote it",
+                "title": "Notes: pick the best",
             },
         )
         wait_batch(daemon, batch.id)
@@ -152,6 +154,11 @@ def test_batch_show_of_each_workflow_and_its_review_match_their_snapshots(
             text = cli_text(home, "batch", "show", batch.id)
             check(f"batch_show_{workflow}", mask(text, paths))
             same_as_the_model(client, "batch", params, text)
+            if workflow == "ranked":  # its two candidates side by side
+                one, two = (r.id for r in client.call("batch", params).runs[:2])
+                text = cli_text(home, "batch", "compare", batch.id, one, two)
+                check("batch_compare", mask(text, paths))
+                same_as_the_model(client, "runs_compare", {**params, "run_ids": [one, two]}, text)
             if workflow == "validated":  # untracked files, previewed
                 text = cli_text(home, "batch", "review", batch.id)
                 check("batch_review_validated", mask(text, paths))

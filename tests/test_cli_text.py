@@ -9,11 +9,12 @@ import json
 import re
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from agent_run.system.home import Home
 from agent_run.text.render import RENDERERS
 from agent_run.tools.table import ALL_TOOLS, TOOLS
-from tests.batch_harness import make_repo, runs_of, wait_batch
+from tests.batch_harness import git, make_repo, runs_of, wait_batch
 from tests.harness import (
     TEST_CONFIG,
     DaemonProcess,
@@ -50,6 +51,9 @@ def _args(tool_name: str, ids: dict[str, str]) -> list[str]:
     for name, field in tool.params.model_fields.items():
         value = ids.get(name) or VALUES.get(name)
         if value is None or not (field.is_required() or name in tool.positional):
+            continue
+        if isinstance(value, list):  # a positional list: `batch compare BATCH RUN RUN`
+            args += value
             continue
         args += [value] if name in tool.positional else [f"--{name.replace('_', '-')}", value]
     return args
@@ -89,16 +93,18 @@ def _every_verb(daemon: DaemonProcess, home: Home, workdir: Path, repo: Path) ->
     done = cli_json(home, "start", "--task", "answer: hi", "--workdir", str(workdir), "--wait")
     batch = daemon.call(
         "batch_start",
-        {"workflow": "repeated", "project": str(repo), "runs": 1, "prompt": "answer: run"},
+        {"workflow": "repeated", "project": str(repo), "runs": 2, "prompt": "answer: run"},
     )
-    run = wait_batch(daemon, batch["id"])["runs"][0]
-    ids = {
+    run, other = wait_batch(daemon, batch["id"])["runs"]
+    ids: dict[str, Any] = {
         "agent_id": done["agent"]["id"],
         "batch_id": batch["id"],
         "run_id": run["id"],
         "workdir": str(workdir),
         "project": str(repo),
         "path": str(repo),
+        "run_ids": [run["id"], other["id"]],
+        "remote": "origin",
     }
     reads = [_args(name, ids) for name in TOOLS if name not in MUTATING] + ADMIN
     with ThreadPoolExecutor(4) as pool:  # settled agent and batch: nothing they read moves
@@ -143,8 +149,16 @@ def _every_change(daemon: DaemonProcess, home: Home, ids: dict[str, str], repo: 
     for name in ("run_rerun", "run_followup"):  # each on the settled run, which it restarts
         _change(home, name, ids)
         wait_batch(daemon, ids["batch_id"])
+    worktree = Path(daemon.call("run_show", {"run_id": ids["run_id"]})["run"]["worktree"])
+    (worktree / "made.txt").write_text("made\n")  # a commit to merge and to push
+    git(worktree, "add", "made.txt")
+    git(worktree, "commit", "-q", "-m", "make it")
+    git(repo.parent, "init", "-q", "--bare", "remote.git")
+    git(repo, "remote", "add", "origin", str(repo.parent / "remote.git"))
     _change(home, "run_merge", ids)
+    _change(home, "run_push", ids)
     _change(home, "batch_clean", ids)
+    _change(home, "batch_archive", ids)
     _change(home, "batch_start", ids)
     _change(home, "capacity_collect", ids)
     _change(home, "prune", ids)
@@ -233,7 +247,7 @@ def test_a_long_failure_reason_is_shown_whole_and_wrapped_at_words(
     assert all(len(line) <= 100 for line in lines[start : start + len(block)])
 
 
-def test_a_running_run_shows_its_elapsed_time_and_last_message(
+def test_a_running_run_shows_its_elapsed_time_and_what_it_is_doing(
     daemon: DaemonProcess, home: Home
 ) -> None:
     repo = make_repo()
@@ -252,9 +266,13 @@ def test_a_running_run_shows_its_elapsed_time_and_last_message(
 
         def running_with_a_message() -> str | None:
             text = cli(home, "--format", "text", "batch", "show", batch["id"]).stdout
-            return text if re.search(r"^      last \S", text, re.M) else None
+            return (
+                text
+                if re.search(r"^      doing \(message, \d+s ago\) step \d+/400$", text, re.M)
+                else None
+            )
 
-        shown = wait_for(running_with_a_message, timeout=60, what="a last message")
+        shown = wait_for(running_with_a_message, timeout=60, what="what it is doing")
         assert re.search(r"> rn_\w+ .* running\s+a1 .*running \d+(s|m\d\ds)$", shown, re.M), shown
     finally:
         daemon.call("batch_cancel", {"batch_id": batch["id"]})

@@ -84,7 +84,10 @@ def test_clean_squash_after_a_dry_run_moves_the_checked_out_base_and_its_files(b
     assert git(repo, "rev-parse", "main") == new and parents(repo, new) == [base]
     assert (repo / "feature.txt").read_text() == "a feature\n"
     assert git(repo, "status", "--porcelain", "--untracked-files=all") == ""  # nothing staged
-    assert git(repo, "log", "-1", "--format=%B", new).startswith(run["title"])
+    # the batch's title (its prompt's first line here), then the agent's own commit subjects
+    assert git(repo, "log", "-1", "--format=%B", new).startswith(
+        f"{done['title']}\n\n- add the feature\n"
+    )
     shown = daemon.call("batch", {"batch_id": done["id"]})
     [after] = runs_of(shown, "candidate")
     assert (after["merged_sha"], after["merged_into"]) == (new, "main")

@@ -120,3 +120,60 @@ def test_a_large_diff_is_cut_with_a_note_on_the_changes_tab(web, daemon):
     assert "README.md" in changes and "an uncommitted line" in changes
     assert "The diff was truncated." in changes
     assert changes.count("an uncommitted line") < big.count("\n")
+
+
+def test_the_batch_page_shows_its_title_prompt_and_each_runs_result(web, daemon):
+    """Issue 37: the title and prompt lead; each run shows its answer's start, its diff stats,
+    tokens and how its rank came about; a candidate with nothing to land offers no Merge."""
+    repo = make_repo()
+    prompt = "<b>Add</b> the feature\nwrite: feature.txt = a feature\ncommit: add the feature"
+    started = daemon.call(
+        "batch_start",
+        {
+            "workflow": "ranked",
+            "title": "Feature <i>pick</i>",
+            "project": str(repo),
+            "runs": 2,
+            "reviewers": 1,
+            "runtime": "demo",
+            "prompt": prompt,
+            "review_prompt": "score: 80\nscore_reason: tidy <script>x</script>",
+        },
+    )
+    batch = wait_batch(daemon, started["id"])
+    assert batch["state"] == "completed", batch["state_reason"]
+    client = web.client()
+    page = client.get(f"/batches/{batch['id']}").text
+    assert "<h1>Feature &lt;i&gt;pick&lt;/i&gt; " in page  # escaped, never markup
+    assert html.escape(prompt) in page
+    first = next(r for r in _runs(batch, "candidate") if r["rank"] == 1)
+    result = page.split(f'data-result="{first["id"]}">', 1)[1].split("</td>", 1)[0]
+    assert html.escape(first["answer_excerpt"]) in result
+    assert "1 file +1 −0 · 1 commit" in result
+    assert f"{first['usage']['total_tokens']} tokens" in result
+    assert "Why #1: score 80" in result
+    assert "tidy &lt;script&gt;x&lt;/script&gt;" in page  # a reviewer's reason, escaped
+    assert 'id="ranking-rule"' in page
+    assert f'href="/batches/{batch["id"]}/runs/{first["id"]}/merge"' in page
+    home = client.get("/").text
+    assert 'class="batch-title">Feature &lt;i&gt;pick&lt;/i&gt;</div>' in home
+
+    # A candidate that never committed (it failed) is offered no Merge.
+    failed = wait_batch(
+        daemon,
+        daemon.call(
+            "batch_start",
+            {
+                "workflow": "ranked",
+                "project": str(make_repo()),
+                "runs": 1,
+                "reviewers": 1,
+                "runtime": "demo",
+                "prompt": "answer: no commit",
+                "review_prompt": "score: 1",
+            },
+        )["id"],
+    )
+    assert failed["state"] == "blocked"
+    page = client.get(f"/batches/{failed['id']}").text
+    assert "/merge" not in page

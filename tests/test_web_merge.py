@@ -55,3 +55,27 @@ def test_merge_page_shows_the_dry_run_then_merges_on_a_csrf_checked_post(
         if r["id"] == run["id"]
     ]
     assert after["merged_sha"] == new
+
+
+def test_the_merge_page_shows_what_lands_and_the_message_to_edit(web, daemon):
+    """Issue 37: the dry run's exact diff, and the default message (the batch's title and the
+    agent's commit subjects) in the box, escaped."""
+    from tests.batch_harness import make_repo, runs_of, wait_batch
+
+    batch = daemon.call(
+        "batch_start",
+        {
+            "workflow": "ranked",
+            "title": "Greet <everyone>",
+            "project": str(make_repo()),
+            "runs": 1,
+            "reviewers": 1,
+            "runtime": "demo",
+            "prompt": "write: feature.txt = <b>hi</b>\ncommit: add the greeting",
+            "review_prompt": "score: 50",
+        },
+    )
+    [run] = runs_of(wait_batch(daemon, batch["id"]), "candidate")
+    page = web.client().get(f"/batches/{batch['id']}/runs/{run['id']}/merge").text
+    assert 'id="merge-diff"' in page and "+&lt;b&gt;hi&lt;/b&gt;" in page
+    assert ">Greet &lt;everyone&gt;\n\n- add the greeting\n" in page

@@ -11,9 +11,9 @@ from pathlib import Path
 from agent_run.batches.run_rows import write_run
 from agent_run.batches.service import _run_context, _settled, scheduler
 from agent_run.domain import batch_models as bm
-from agent_run.domain.errors import InvalidRequest
+from agent_run.domain.errors import GitError, InvalidRequest
 from agent_run.services.context import ServiceContext
-from agent_run.system import git_merge
+from agent_run.system import git, git_merge
 
 # Merges in this daemon go one at a time, so a second merge plans against the tip the first one
 # left (a merge from outside the daemon meanwhile is still caught by update-ref's compare-and-swap).
@@ -35,12 +35,47 @@ def _target(batch_row: sqlite3.Row, run: sqlite3.Row, p: bm.RunMergeParams) -> s
     return str(into)
 
 
-def _message(run: sqlite3.Row, p: bm.RunMergeParams, plan: git_merge.MergePlan) -> str:
+def _message(
+    batch_row: sqlite3.Row,
+    run: sqlite3.Row,
+    p: bm.RunMergeParams,
+    plan: git_merge.MergePlan,
+    subjects: list[str],
+) -> str:
+    """`message`, else the batch's title, the run's own commit subjects, and where it came from."""
     if p.message:
         return p.message
+    title = batch_row["title"] or run["title"]
+    listed = "".join(f"- {subject}\n" for subject in subjects)
     return (
-        f"{run['title']}\n\nMerged from run {run['id']} (branch {run['branch']}, "
-        f"{plan.ahead} commit(s), {p.strategy}) by agent-run."
+        f"{title}\n\n{listed}{chr(10) if listed else ''}Merged from run {run['id']} "
+        f"({run['title']}, branch {run['branch']}, {plan.ahead} commit(s), {p.strategy}) by "
+        "agent-run."
+    )
+
+
+def _uncommitted(run: sqlite3.Row) -> list[str]:
+    """Files changed in the run's worktree but not committed (none once it was removed)."""
+    worktree = Path(run["worktree"]) if run["worktree"] else None
+    if worktree is None or not worktree.is_dir():
+        return []
+    try:
+        return git.dirty_files(worktree)
+    except GitError:
+        return []
+
+
+def _left_out(uncommitted: list[str]) -> str:
+    return (
+        f"{len(uncommitted)} uncommitted file(s) ({', '.join(uncommitted[:5])}"
+        f"{', ...' if len(uncommitted) > 5 else ''})"
+    )
+
+
+def _commit_them(uncommitted: list[str]) -> str:
+    return (
+        "Commit your uncommitted changes in your worktree (git add and git commit), so they can "
+        f"be merged: {', '.join(uncommitted[:20])}."
     )
 
 
@@ -71,6 +106,7 @@ def _merge(
         conflicts=plan.conflicts,
         ahead=plan.ahead,
         behind=plan.behind,
+        uncommitted=_uncommitted(run),
         message="",
     )
     if plan.conflicts:
@@ -81,22 +117,53 @@ def _merge(
                 "message": f"{len(plan.conflicts)} conflicting path(s); nothing was changed",
             }
         )
-    if plan.tree is None and plan.ahead == 0:
-        return result.model_copy(update={"message": f"nothing to merge: {into} has it all"})
-    if plan.tree is None:  # commits whose changes `into` already has: recorded, no new commit
-        return result.model_copy(
-            update={
-                "already_merged_at": plan.old,
-                "message": f"nothing to merge: {into} already has these changes",
-            }
-        )
+    if plan.tree is None:
+        return _nothing_to_merge(result, into, plan)
+    subjects = git_merge.subjects(root, plan)
+    diff, cut = git_merge.landing_diff(root, plan, git.MAX_DIFF_BYTES)
+    message = _message(batch_row, run, p, plan, subjects)
+    result = result.model_copy(
+        update={
+            "diff": diff,
+            "diff_truncated": cut,
+            "commit_message": message,
+            "commit_subjects": subjects,
+        }
+    )
+    left = f"; {_left_out(result.uncommitted)} left out" if result.uncommitted else ""
     if p.dry_run:
         git_merge.check_worktrees_can_follow(root, plan, plan.tree)
-        return result.model_copy(update={"message": f"would merge cleanly into {into}"})
-    new = git_merge.make_commit(root, plan, p.strategy, _message(run, p, plan))
+        hint = ": ask the run to commit them, or merge the committed part" if left else ""
+        return result.model_copy(update={"message": f"would merge cleanly into {into}{left}{hint}"})
+    new = git_merge.make_commit(root, plan, p.strategy, message)
     git_merge.apply_merge(root, plan, new)
+    what = "the committed part " if left else ""
     return result.model_copy(
-        update={"new_sha": new, "message": f"merged into {into} as {new[:12]}"}
+        update={"new_sha": new, "message": f"merged {what}into {into} as {new[:12]}{left}"}
+    )
+
+
+def _nothing_to_merge(
+    result: bm.RunMergeResult, into: str, plan: git_merge.MergePlan
+) -> bm.RunMergeResult:
+    """No commit to land: uncommitted work is named (never "nothing to merge"), else `into`
+    has it all (commits whose changes it already has are recorded, no new commit)."""
+    if result.uncommitted and plan.ahead == 0:
+        return result.model_copy(
+            update={
+                "followup_text": _commit_them(result.uncommitted),
+                "message": f"{_left_out(result.uncommitted)} and nothing committed: ask the run "
+                "to commit them, then merge",
+            }
+        )
+    left = f"; {_left_out(result.uncommitted)} not merged" if result.uncommitted else ""
+    if plan.ahead == 0:
+        return result.model_copy(update={"message": f"nothing to merge: {into} has it all"})
+    return result.model_copy(
+        update={
+            "already_merged_at": plan.old,
+            "message": f"nothing to merge: {into} already has these changes{left}",
+        }
     )
 
 

@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from agent_run.batches import results
 from agent_run.batches.budget import batch_caps, spend_group
 from agent_run.batches.evidence import agent_sandboxed, evidence_for, run_verify
 from agent_run.batches.run_rows import (
@@ -28,6 +29,7 @@ from agent_run.domain.batch_states import RUN_ACTIVE, BatchState, RunState
 from agent_run.domain.errors import AnswerIntegrity, DomainError
 from agent_run.domain.notices import run_notify
 from agent_run.domain.requests import CancelParams, StartParams
+from agent_run.domain.run_results import excerpt
 from agent_run.domain.states import ExecutionState
 from agent_run.services import agent_commands
 from agent_run.services import agents as agent_service
@@ -41,36 +43,30 @@ SETTINGS_KEY = "settings"  # in a batch's config_json: the daemon config it was 
 
 TICK_SECONDS = 0.5
 IDLE_SECONDS = 5.0
+MEASURING = 2  # settled runs measured at once (a daemon upgraded with many old runs: a trickle)
 
 
 def settled_state(
     workflow: Workflow, cfg: dict[str, Any], runs: list[sqlite3.Row]
 ) -> tuple[BatchState, str | None]:
-    """The batch's state (and reason) that its runs make: blocked when a staged workflow's run
-    failed or was stopped, live while a run waits or runs or a next stage is still to be added (a validator,
-    reviewers, generated workers), then failed or completed."""
+    """The batch's state (and reason) that its runs make: blocked while its workflow says a run
+    blocks it (a staged workflow's failed run, until rerun, resumed or stopped), live while a
+    run waits or runs or a next stage is still to be added (a validator, reviewers, generated
+    workers), then failed (a run failed, or its runs were all stopped) or completed."""
     if not runs:  # its first runs are not made yet
         return BatchState.QUEUED, None
-    failed = [r for r in runs if r["state"] == RunState.FAILED]
-    if workflow.staged and failed:
-        first = failed[0]
-        return (
-            BatchState.BLOCKED,
-            f"{first['title']} failed ({first['failure']}); rerun or resume it to continue",
-        )
-    stopped = [r for r in runs if r["state"] == RunState.CANCELLED]
-    if workflow.staged and stopped:  # its next stage needs every run: no verdict without it
-        return (
-            BatchState.BLOCKED,
-            f"{stopped[0]['title']} was stopped; rerun or resume it to continue",
-        )
+    if reason := workflow.blocker(runs):
+        return BatchState.BLOCKED, reason
     if any(RunState(r["state"]) in RUN_ACTIVE for r in runs):
         started = any(r["state"] == RunState.RUNNING or r["attempt"] for r in runs)
         return (BatchState.RUNNING if started else BatchState.QUEUED), None
     if workflow.follow_on_runs(cfg, runs):  # its next stage is due: the next decision adds it
         return BatchState.RUNNING, None
+    failed = [r for r in runs if r["state"] == RunState.FAILED]
     if failed:
         return BatchState.FAILED, f"{len(failed)} run(s) failed"
+    if reason := workflow.shortfall(cfg, runs):
+        return BatchState.FAILED, reason
     return BatchState.COMPLETED, None
 
 
@@ -90,6 +86,7 @@ class BatchScheduler:
         self.lock = asyncio.Lock()  # one decision about batch state at a time (scheduler or a tool)
         self.wake = asyncio.Event()  # set when a batch is started or a run is redone
         self.busy: set[str] = set()  # runs with an action in flight outside the lock
+        self.measuring: set[str] = set()  # settled runs whose result is being measured
         self._tasks: set[asyncio.Task[None]] = set()
         self.log: Any = None
 
@@ -122,7 +119,30 @@ class BatchScheduler:
                     self.log.exception("batch.advance_error", batch_id=batch["id"], error=repr(exc))
                 with contextlib.suppress(Exception):  # best effort: the log has it already
                     await self.ctx.db(say_stalled, batch["id"], exc)
+        await self.sweep_results()
         return len(batches)
+
+    async def sweep_results(self) -> None:
+        """Measure, in the background, settled runs whose result is not measured at their
+        attempt (a failed or stopped run; any a restarted daemon left), a few at a time."""
+        room = MEASURING - len(self.measuring)
+        if room <= 0:
+            return
+        due = await self.ctx.db(results.unmeasured)
+        for run_id in [r for r in due if r not in self.measuring and r not in self.busy][:room]:
+            self.measuring.add(run_id)
+            task = asyncio.create_task(self._measure(run_id))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _measure(self, run_id: str) -> None:
+        try:
+            await results.measure(self.ctx, run_id)
+        except Exception as exc:  # the next pass tries again
+            if self.log is not None:
+                self.log.exception("batch.measure_error", run_id=run_id, error=repr(exc))
+        finally:
+            self.measuring.discard(run_id)
 
     async def advance(self, batch_id: str) -> None:
         """Decide under the lock, then start agents (awaited) and judge runs (in the background)."""
@@ -338,10 +358,12 @@ class BatchScheduler:
                 return await self._fail_run(
                     run, workflow, outcome.failure or "the workflow judged the run a failure"
                 )
+        stats = await asyncio.to_thread(results.diff_stats, batch, run)  # a ranking reads it
         fields: dict[str, Any] = {
             "state": RunState.SUCCEEDED,
             "failure": None,
             "result_json": json.dumps(outcome.result) if outcome.result is not None else None,
+            **results.result_fields(excerpt(evidence.answer), stats, action.attempt),
         }
         if check := workflow.post_success_check(run, cfg):
             sandbox = await self.ctx.db(agent_sandboxed, run["agent_id"])

@@ -5,6 +5,7 @@ import asyncio
 import hashlib
 import json
 import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from agent_run.batches.scheduler import SETTINGS_KEY, BatchScheduler, say_stalle
 from agent_run.batches.views import batch_summary, batch_view, get_run_or_raise, run_view
 from agent_run.batches.workflows import Workflow, workflow_named
 from agent_run.domain import batch_models as bm
+from agent_run.domain import pages
 from agent_run.domain.batch_states import RUN_ACTIVE, BatchState, RunState
 from agent_run.domain.errors import (
     BatchNotFound,
@@ -31,6 +33,7 @@ from agent_run.domain.errors import (
 from agent_run.domain.ids import new_id
 from agent_run.domain.notices import check_target
 from agent_run.domain.requests import CancelParams, ResumeParams
+from agent_run.domain.run_results import default_title
 from agent_run.engines.accounts import choose_account
 from agent_run.services import agent_commands
 from agent_run.services import agents as agent_service
@@ -93,6 +96,16 @@ async def _check_request(ctx: ServiceContext, p: bm.BatchStartParams) -> None:
         choose_account(runtime, runtime_name, p.account)
 
 
+def _hashed_config(p: bm.BatchStartParams) -> tuple[dict[str, Any], str]:
+    """The batch's config and its request hash; a field left unset is left out, so a request
+    hashes as it did before that field existed (notify, host, title)."""
+    unset = {"request_id"} | ({"notify", "notify_runs"} if p.notify is None else set())
+    unset |= {"host"} if p.host is None else set()
+    unset |= {"title"} if p.title is None else set()
+    config = p.model_dump(exclude=unset)
+    return config, hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
+
+
 async def batch_start(ctx: ServiceContext, p: bm.BatchStartParams) -> bm.BatchView:
     """All or nothing, then resumable: the batch and its first runs (naming their worktrees and
     branches) commit in one transaction; git makes the worktrees after. A kill in between leaves
@@ -100,10 +113,7 @@ async def batch_start(ctx: ServiceContext, p: bm.BatchStartParams) -> bm.BatchVi
     # Everything that can be wrong is checked before a row, a branch or a folder exists.
     await _check_request(ctx, p)
     project, base_sha, base_branch, worktree_root = await asyncio.to_thread(_locate, p, ctx.home)
-    unset = {"request_id"} | ({"notify", "notify_runs"} if p.notify is None else set())
-    unset |= {"host"} if p.host is None else set()  # hashed as before hosts existed
-    config = p.model_dump(exclude=unset)  # without notify: hashed as before notify existed
-    request_hash = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
+    config, request_hash = _hashed_config(p)
     # The batch keeps the settings it was created with: a config reload never changes its runs.
     config[SETTINGS_KEY] = ctx.config.model_dump(mode="json")
     draft = {
@@ -111,6 +121,7 @@ async def batch_start(ctx: ServiceContext, p: bm.BatchStartParams) -> bm.BatchVi
         "request_id": p.request_id,
         "request_hash": request_hash,
         "workflow": p.workflow,
+        "title": p.title or default_title(p.prompt),
         "config_json": json.dumps(config),
         "project_root": str(project.root),
         "project_subdir": project.subdir,
@@ -200,20 +211,64 @@ async def batch(ctx: ServiceContext, p: bm.BatchParams) -> bm.BatchView:
 
 
 async def list_batches(ctx: ServiceContext, p: bm.ListBatchesParams) -> bm.BatchList:
+    if p.cursor is not None and p.offset:
+        raise InvalidRequest("give cursor or offset, not both", field="offset")
+
     def read(conn: sqlite3.Connection) -> bm.BatchList:
-        revision = current_revision(conn)
-        rows, total = batches_q.list_batches(
-            conn, limit=p.limit, offset=p.offset, project=p.project, states=p.state
-        )
+        conn.execute("BEGIN")  # the page, its total and its revision from one snapshot
+        try:
+            revision = current_revision(conn)
+            rows, total = batches_q.list_batches(
+                conn,
+                limit=p.limit + 1,
+                offset=p.offset,
+                after=pages.after(p.cursor),
+                project=p.project,
+                states=p.state,
+                q=p.q,
+                include_archived=p.include_archived,
+            )
+            counts = batches_q.run_counts(conn, [r["id"] for r in rows[: p.limit]])
+        finally:
+            conn.execute("COMMIT")
+        last = rows[p.limit - 1] if len(rows) > p.limit else None
         return bm.BatchList(
-            items=[batch_summary(conn, r) for r in rows],
+            items=[batch_summary(r, counts[r["id"]]) for r in rows[: p.limit]],
             total=total,
             limit=p.limit,
             offset=p.offset,
+            next_cursor=pages.cursor_of(last["created_at"], last["id"]) if last else None,
             revision=revision,
         )
 
     return await ctx.db(read)
+
+
+async def batch_archive(ctx: ServiceContext, p: bm.BatchArchiveParams) -> bm.BatchView:
+    """Set an ended batch aside from list_batches' default view (archived=false: back)."""
+
+    def mark(conn: sqlite3.Connection) -> None:
+        with write(conn):
+            row = batches_q.get_batch(conn, p.batch_id)
+            if row is None:
+                raise BatchNotFound(f"no batch {p.batch_id}", field="batch_id")
+            if p.archived and not BatchState(row["state"]).ended:
+                raise Conflict(
+                    f"batch {p.batch_id} is {row['state']}; only a completed, failed or "
+                    "cancelled batch is archived",
+                    field="batch_id",
+                    state=row["state"],
+                )
+            if (row["archived_at"] is not None) != p.archived:
+                batches_q.update_batch(
+                    conn, p.batch_id, archived_at=time.time() if p.archived else None
+                )
+                batches_q.log_batch(conn, p.batch_id, {"archived": p.archived})
+
+    sched = scheduler(ctx)
+    async with sched.lock:  # not while a decision reopens it
+        await ctx.db(mark)
+    return await ctx.db(batch_view, p.batch_id)
 
 
 async def batch_cancel(ctx: ServiceContext, p: bm.BatchParams) -> bm.BatchView:
@@ -254,8 +309,15 @@ def _reopen_batch(conn: sqlite3.Connection, batch_id: str) -> None:
     batch_row = batches_q.get_batch(conn, batch_id)
     state = BatchState(batch_row["state"])
     if state in (BatchState.COMPLETED, BatchState.FAILED, BatchState.BLOCKED):
+        # live again: an archived batch is listed again too
         batches_q.move_batch(
-            conn, batch_id, expect=state, to=BatchState.RUNNING, state_reason=None, ended_at=None
+            conn,
+            batch_id,
+            expect=state,
+            to=BatchState.RUNNING,
+            state_reason=None,
+            ended_at=None,
+            archived_at=None,
         )
 
 
@@ -288,10 +350,46 @@ async def run_stop(ctx: ServiceContext, p: bm.RunParams) -> bm.RunActionResult:
                 failure="stopped",
             )
             message = "stopped while its agent was starting"
+        elif workflow_named(batch_row["workflow"]).stop_sets_aside(run):
+            message = await _set_aside(ctx, sched, batch_row, run)
         else:
             message = f"run is {run['state']}; nothing to stop"
     sched.wake.set()
     return await _result(ctx, p.run_id, message)
+
+
+async def _set_aside(
+    ctx: ServiceContext, sched: BatchScheduler, batch_row: sqlite3.Row, run: sqlite3.Row
+) -> str:
+    """Stop a failed run that blocks a staged batch: it is set aside (cancelled), the batch is
+    live again and its next stage goes on with the runs that remain (the Agents Runner rule).
+    Under the scheduler's lock; a run being changed elsewhere is refused."""
+    _batch_open(batch_row, "be stopped")
+    if run["id"] in sched.busy:
+        raise Conflict(
+            f"run {run['id']} is being changed by another request; try again",
+            field="run_id",
+            state=run["state"],
+        )
+
+    def set_aside(conn: sqlite3.Connection) -> bool:
+        with write(conn):
+            fresh = batches_q.get_run(conn, run["id"])
+            if not batches_q.update_run_if(
+                conn,
+                fresh,
+                expect_state=RunState.FAILED,
+                expect_attempt=run["attempt"],
+                state=RunState.CANCELLED,
+                failure=f"stopped after it failed: {run['failure']}"[:1000],
+            ):
+                return False
+            _reopen_batch(conn, batch_row["id"])
+            return True
+
+    if not await ctx.db(set_aside):
+        raise Conflict(f"run {run['id']} changed meanwhile; look again", field="run_id")
+    return "stopped: set aside, the batch goes on with the runs that remain"
 
 
 def _cancelled(batch_row: sqlite3.Row) -> bool:
@@ -380,7 +478,7 @@ async def run_rerun(ctx: ServiceContext, p: bm.RunParams) -> bm.RunActionResult:
                             state=RunState.QUEUED,
                         )
                 conn.execute(
-                    "UPDATE batch_runs SET score = NULL, rank = NULL WHERE batch_id = ?",
+                    "UPDATE batch_runs SET score = NULL, rank = NULL, rank_reason = NULL WHERE batch_id = ?",
                     (batch_row["id"],),
                 )
                 _reopen_batch(conn, batch_row["id"])

@@ -1,8 +1,11 @@
-"""Batch and run views read from the store (one read transaction each)."""
+"""Batch and run views read from the store (one read transaction each). A run's result (answer
+excerpt, diff stats) was measured when it settled (`batches/results.py`): a view runs no git."""
 
 import json
 import sqlite3
+import time
 from collections import Counter
+from typing import Any
 
 from agent_run.domain.batch_models import (
     AttemptView,
@@ -11,8 +14,16 @@ from agent_run.domain.batch_models import (
     RunView,
     UsageTotals,
 )
-from agent_run.domain.batch_states import RunState
+from agent_run.domain.batch_states import RUN_SETTLED, RunState
 from agent_run.domain.errors import BatchNotFound, RunNotFound
+from agent_run.domain.run_results import (
+    RANKING_RULE,
+    ActivityKind,
+    DiffStats,
+    ReviewNote,
+    RunActivity,
+    excerpt,
+)
 from agent_run.services.integrity import answer_verified
 from agent_run.store import agents as agents_q
 from agent_run.store import batches as batches_q
@@ -41,16 +52,75 @@ def usage_totals(rows: list[sqlite3.Row]) -> UsageTotals:
     )
 
 
+_ACTIVITY: dict[str, ActivityKind] = {
+    "assistant": "message",
+    "tool_call": "tool_call",
+    "tool": "tool_result",
+}
+
+
+def activity_of(message: sqlite3.Row | None) -> RunActivity | None:
+    """A running run's latest message as what it is doing now, and since when."""
+    if message is None:
+        return None
+    return RunActivity(
+        kind=_ACTIVITY.get(message["role"], "user"),
+        tool=message["name"] if message["role"] == "tool_call" else None,
+        text=excerpt(message["content"]) or "",
+        since=message["ts"],
+    )
+
+
+def duration(executions: list[sqlite3.Row]) -> float | None:
+    """How long a run's agents ran: each started execution until it ended (or now)."""
+    spans = [
+        (e["ended_at"] or time.time()) - e["started_at"] for e in executions if e["started_at"]
+    ]
+    return round(sum(spans), 3) if spans else None
+
+
+def reviews_of(children: list[sqlite3.Row]) -> list[ReviewNote]:
+    """The reviewers of a ranked candidate (the runs whose parent it is), with score and reason."""
+    notes = []
+    for r in children:
+        result = batches_q.result(r) if r["state"] == RunState.SUCCEEDED else None
+        result = result if isinstance(result, dict) else {}
+        notes.append(
+            ReviewNote(
+                run_id=r["id"],
+                title=r["title"],
+                state=r["state"],
+                score=result.get("score"),
+                reason=result.get("reason"),
+            )
+        )
+    return notes
+
+
+def measured(row: sqlite3.Row) -> tuple[str | None, DiffStats | None, bool]:
+    """(answer excerpt, diff stats, whether run_merge has something to land) as measured."""
+    diff = DiffStats.model_validate_json(row["diff_json"]) if row["diff_json"] else None
+    can_merge = (
+        RunState(row["state"]) in RUN_SETTLED
+        and bool(row["branch"])
+        and diff is not None
+        and diff.commits > 0
+        and (row["merged_head"] is None or row["merged_head"] != diff.head)
+    )
+    return row["answer_excerpt"], diff, can_merge
+
+
 def run_view(
     conn: sqlite3.Connection,
     row: sqlite3.Row,
     *,
     attempts: list[sqlite3.Row] | None = None,
     latest: dict[str, sqlite3.Row] | None = None,
+    children: list[sqlite3.Row] | None = None,
 ) -> RunView:
-    """A run's view; `attempts` and `latest` (its agent's latest execution by agent id) when
-    the caller read them for a whole batch at once."""
-    agent_state = verified = started_at = last = account = route = None
+    """A run's view; `attempts`, `latest` (its agent's latest execution by agent id) and
+    `children` (the runs whose parent it is) when read for a whole batch at once."""
+    agent_state = verified = started_at = last = account = route = activity = None
     if row["agent_id"]:
         latest_of = (
             agents_q.latest_execution(conn, row["agent_id"])
@@ -65,6 +135,7 @@ def run_view(
         if row["state"] == RunState.RUNNING:
             message = last_message(conn, row["agent_id"])
             last = message["content"][:300] if message else None
+            activity = activity_of(message)
     return RunView(
         id=row["id"],
         stage=row["stage"],
@@ -96,8 +167,31 @@ def run_view(
         merged_into=row["merged_into"],
         account=account,
         route=route,
-        usage=usage_totals(run_executions(conn, row["id"])),
+        activity=activity,
+        **_results(conn, row, children),
     )
+
+
+def _results(
+    conn: sqlite3.Connection, row: sqlite3.Row, children: list[sqlite3.Row] | None
+) -> dict[str, Any]:
+    """A run's result fields: measured when it settled, its executions' usage and duration,
+    a candidate's reviews and rank reason."""
+    if children is None and row["stage"] == "candidate":
+        children = [
+            r for r in batches_q.runs(conn, row["batch_id"]) if r["parent_run_id"] == row["id"]
+        ]
+    answer_excerpt, diff, can_merge = measured(row)
+    executions = run_executions(conn, row["id"])
+    return {
+        "usage": usage_totals(executions),
+        "answer_excerpt": answer_excerpt,
+        "diff": diff,
+        "duration_seconds": duration(executions),
+        "reviews": reviews_of(children or []),
+        "rank_reason": row["rank_reason"],
+        "can_merge": can_merge,
+    }
 
 
 def batch_view(conn: sqlite3.Connection, batch_id: str) -> BatchView:
@@ -110,9 +204,23 @@ def batch_view(conn: sqlite3.Connection, batch_id: str) -> BatchView:
         # Three queries for the whole batch, not three per run.
         attempts = batches_q.attempts_of_batch(conn, batch_id)
         latest = agents_q.latest_executions(conn, [r["agent_id"] for r in rows if r["agent_id"]])
-        runs = [run_view(conn, r, attempts=attempts.get(r["id"], []), latest=latest) for r in rows]
+        children: dict[str, list[sqlite3.Row]] = {}
+        for r in rows:
+            if r["parent_run_id"]:
+                children.setdefault(r["parent_run_id"], []).append(r)
+        runs = [
+            run_view(
+                conn,
+                r,
+                attempts=attempts.get(r["id"], []),
+                latest=latest,
+                children=children.get(r["id"], []),
+            )
+            for r in rows
+        ]
         return BatchView(
             id=batch["id"],
+            title=batch["title"],
             workflow=batch["workflow"],
             state=batch["state"],
             state_reason=batch["state_reason"],
@@ -126,6 +234,8 @@ def batch_view(conn: sqlite3.Connection, batch_id: str) -> BatchView:
             counts=dict(Counter(r.state for r in runs)),
             usage=usage_totals(batch_executions(conn, batch_id)),
             runs=runs,
+            ranking_rule=RANKING_RULE if batch["workflow"] == "ranked" else None,
+            archived_at=batch["archived_at"],
             created_at=batch["created_at"],
             updated_at=batch["updated_at"],
             ended_at=batch["ended_at"],
@@ -135,16 +245,21 @@ def batch_view(conn: sqlite3.Connection, batch_id: str) -> BatchView:
         conn.execute("COMMIT")
 
 
-def batch_summary(conn: sqlite3.Connection, batch: sqlite3.Row) -> BatchSummary:
-    runs = batches_q.runs(conn, batch["id"])
+def batch_summary(batch: sqlite3.Row, counts: dict[str, int]) -> BatchSummary:
+    """A list's row: `batch` as `store.batches.list_batches` read it (with `prompt_start`)."""
     return BatchSummary(
         id=batch["id"],
+        title=batch["title"],
         workflow=batch["workflow"],
         state=batch["state"],
+        state_reason=batch["state_reason"],
         project_root=batch["project_root"],
-        runs=len(runs),
-        counts=dict(Counter(r["state"] for r in runs)),
+        prompt_excerpt=excerpt(batch["prompt_start"], 200) or "",
+        runs=sum(counts.values()),
+        counts=counts,
+        archived_at=batch["archived_at"],
         created_at=batch["created_at"],
+        ended_at=batch["ended_at"],
     )
 
 

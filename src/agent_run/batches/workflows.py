@@ -8,13 +8,13 @@ import json
 import re
 import sqlite3
 from dataclasses import dataclass, field
-from statistics import mean
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from agent_run.domain.batch_states import RunState
+from agent_run.domain.batch_states import RUN_BLOCKING, RUN_SET_ASIDE, RunState
 from agent_run.domain.errors import InvalidRequest
+from agent_run.domain.run_results import Candidate, rank_candidates
 
 
 @dataclass(frozen=True)
@@ -149,6 +149,30 @@ class Workflow:
 
     def redo_refusal(self, run: sqlite3.Row, runs: list[sqlite3.Row]) -> str | None:
         """Why `run` may not be rerun or followed up now (None: it may)."""
+        return None
+
+    def blocker(self, runs: list[sqlite3.Row]) -> str | None:
+        """Why the batch waits on the user (`blocked`), or None. Only a staged workflow blocks:
+        its next stage needs every run that failed to be redone or set aside."""
+        if not self.staged:
+            return None
+        failed = [r for r in runs if RunState(r["state"]) in RUN_BLOCKING]
+        if not failed:
+            return None
+        first = failed[0]
+        return (
+            f"{first['title']} failed ({first['failure']}); rerun or resume it to continue, or "
+            "stop it to go on without it"
+        )
+
+    def stop_sets_aside(self, run: sqlite3.Row) -> bool:
+        """Whether run_stop of this settled run sets it aside (failed -> cancelled): a run
+        that blocks a staged batch; the next stage goes on with the runs that remain."""
+        return self.staged and RunState(run["state"]) in RUN_BLOCKING
+
+    def shortfall(self, cfg: dict[str, Any], runs: list[sqlite3.Row]) -> str | None:
+        """Why a batch with nothing left to run still has no result (its runs were all
+        stopped): it ends failed, saying so. None: it completes."""
         return None
 
 
@@ -290,22 +314,42 @@ class Ranked(Workflow):
         return [], []
 
     def rank(self, runs: list[sqlite3.Row]) -> dict[str, dict[str, Any]]:
-        candidates = [r for r in runs if r["stage"] == "candidate"]
-        scores = {}
-        for c in candidates:
-            reviews = [
-                json.loads(r["result_json"])["score"]
-                for r in runs
-                if r["parent_run_id"] == c["id"] and r["result_json"]
-            ]
-            scores[c["id"]] = round(mean(reviews), 2) if reviews else 0.0
-        # Candidates whose verify_command failed rank after every other one.
-        order = sorted(
-            candidates, key=lambda c: (c["verify_passed"] == 0, -scores[c["id"]], c["idx"])
-        )
+        """Each candidate's score, rank and reason (domain.run_results.RANKING_RULE): those
+        that succeeded, each over the reviews that did; a stopped one gets none."""
+        candidates = [
+            Candidate(
+                run_id=c["id"],
+                index=c["idx"],
+                scores=tuple(
+                    float(json.loads(r["result_json"])["score"])
+                    for r in runs
+                    if r["parent_run_id"] == c["id"]
+                    and r["state"] == RunState.SUCCEEDED
+                    and r["result_json"]
+                ),
+                verify_passed=None if c["verify_passed"] is None else bool(c["verify_passed"]),
+                lines_changed=_lines_changed(c),
+            )
+            for c in runs
+            if c["stage"] == "candidate" and c["state"] == RunState.SUCCEEDED
+        ]
         return {
-            c["id"]: {"score": scores[c["id"]], "rank": n} for n, c in enumerate(order, start=1)
+            r.run_id: {"score": r.score, "rank": r.rank, "rank_reason": r.reason}
+            for r in rank_candidates(candidates)
         }
+
+    def shortfall(self, cfg: dict[str, Any], runs: list[sqlite3.Row]) -> str | None:
+        if any(r["stage"] == "candidate" and r["state"] == RunState.SUCCEEDED for r in runs):
+            return None
+        return "no candidate succeeded: every one was stopped, nothing to rank"
+
+
+def _lines_changed(run: sqlite3.Row) -> int | None:
+    """Lines added and removed by a run, as measured when it settled (None: not measured)."""
+    if not run["diff_json"]:
+        return None
+    diff = json.loads(run["diff_json"])
+    return int(diff["insertions"]) + int(diff["deletions"])
 
 
 class Validated(Workflow):
@@ -326,7 +370,7 @@ class Validated(Workflow):
         return runs
 
     def follow_on_runs(self, cfg: dict[str, Any], runs: list[sqlite3.Row]) -> list[RunSpec]:
-        workers = [r for r in runs if r["stage"] == "worker"]
+        workers = _remaining_workers(runs)  # a stopped worker is set aside
         if (
             not workers
             or any(r["stage"] == "validator" for r in runs)
@@ -350,9 +394,7 @@ class Validated(Workflow):
 
     def read_roots(self, run: sqlite3.Row, runs: list[sqlite3.Row]) -> list[str]:
         return (
-            [r["workdir"] for r in runs if r["stage"] == "worker"]
-            if run["stage"] == "validator"
-            else []
+            [r["workdir"] for r in _remaining_workers(runs)] if run["stage"] == "validator" else []
         )
 
     def judge(self, run: sqlite3.Row, evidence: Evidence, cfg: dict[str, Any]) -> RunOutcome:
@@ -380,6 +422,19 @@ class Validated(Workflow):
         if run["stage"] == "worker":
             return [r["id"] for r in runs if r["stage"] == "validator"], []
         return [], []
+
+    def shortfall(self, cfg: dict[str, Any], runs: list[sqlite3.Row]) -> str | None:
+        if not _remaining_workers(runs):
+            return "every worker was stopped: nothing to validate"
+        validator = next((r for r in runs if r["stage"] == "validator"), None)
+        if validator is not None and validator["state"] != RunState.SUCCEEDED:
+            return "the validator was stopped: no verdict"
+        return None
+
+
+def _remaining_workers(runs: list[sqlite3.Row]) -> list[sqlite3.Row]:
+    """A validated batch's workers but those stopped (set aside)."""
+    return [r for r in runs if r["stage"] == "worker" and RunState(r["state"]) not in RUN_SET_ASIDE]
 
 
 WORKFLOWS: dict[str, Workflow] = {

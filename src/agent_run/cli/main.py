@@ -107,8 +107,9 @@ def click_params(
         name, ctype, required = p["name"], click_type(p["type"]), p["required"]
         if name in PATH_PARAMS:
             p = {**p, "help": _path_help(p["help"])}
-        if p["kind"] == "argument":
-            params.append(click.Argument([name], type=ctype, required=required))
+        if p["kind"] == "argument":  # a list (`batch compare BATCH RUN RUN...`) takes the rest
+            nargs = -1 if p["multiple"] else 1
+            params.append(click.Argument([name], type=ctype, required=required, nargs=nargs))
         elif p["kind"] == "flag":
             flag = name.replace("_", "-")
             params.append(

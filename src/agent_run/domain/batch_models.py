@@ -5,7 +5,9 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from agent_run.domain.notices import NotifyTarget
+from agent_run.domain.pages import CURSOR_PATTERN
 from agent_run.domain.requests import MAX_INT, Params
+from agent_run.domain.run_results import TITLE_CHARS, DiffStats, ReviewNote, RunActivity
 
 Workflow = Literal["repeated", "generated", "ranked", "validated"]
 BatchState = Literal["queued", "running", "blocked", "completed", "failed", "cancelled"]
@@ -20,6 +22,14 @@ RunId = Field(min_length=1, max_length=64, pattern=r"^rn_[0-9a-z]+$", descriptio
 
 class BatchStartParams(Params):
     workflow: Workflow = Field(description="repeated | generated | ranked | validated")
+    title: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=TITLE_CHARS,
+        pattern=r"^[^\x00-\x1f\x7f]*[^\x00-\x20\x7f][^\x00-\x1f\x7f]*$",
+        description="what the batch is called in lists (default: the prompt's first line, "
+        "trimmed); one line",
+    )
     project: str = Field(
         min_length=1,
         max_length=4096,
@@ -136,12 +146,36 @@ class ListBatchesParams(Params):
     state: list[BatchState] | None = Field(
         default=None, max_length=6, description="only batches in these states"
     )
+    q: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=200,
+        description="only batches whose title, prompt or project folder has these words "
+        "(each word also as a prefix: `flak test` finds `flaky tests`)",
+    )
+    include_archived: bool = Field(
+        default=False, description="also the batches batch_archive set aside"
+    )
     limit: int = Field(default=50, ge=1, le=500)
-    offset: int = Field(default=0, ge=0, le=MAX_INT)
+    offset: int = Field(default=0, ge=0, le=MAX_INT, description="skip this many (or: cursor)")
+    cursor: str | None = Field(
+        default=None,
+        max_length=100,
+        pattern=CURSOR_PATTERN,
+        description="next_cursor of the previous page: the page after it, read as an index "
+        "range however many batches there are; omit for the first (newest) page",
+    )
 
 
 class RunParams(Params):
     run_id: str = RunId
+
+
+class BatchArchiveParams(Params):
+    batch_id: str = BatchId
+    archived: bool = Field(
+        default=True, description="false: bring an archived batch back into the default list"
+    )
 
 
 class RunResumeParams(Params):
@@ -273,10 +307,35 @@ class RunView(View):
     usage: UsageTotals = Field(
         default_factory=UsageTotals, description="over every execution of every attempt's agent"
     )
+    # Its result, measured once when it settled (issue 37); null until then.
+    answer_excerpt: str | None = Field(
+        default=None, description="the start of its agent's sealed answer, plain text (300 chars)"
+    )
+    diff: DiffStats | None = Field(
+        default=None, description="its change against the pinned base (a run with a worktree)"
+    )
+    duration_seconds: float | None = Field(
+        default=None, description="how long its agents ran, over every attempt (running: so far)"
+    )
+    activity: RunActivity | None = Field(
+        default=None, description="a running run: its agent's latest message or tool call"
+    )
+    reviews: list[ReviewNote] = Field(
+        default_factory=list, description="a ranked candidate: each reviewer's score and reason"
+    )
+    rank_reason: str | None = Field(
+        default=None, description="how its score and rank came about (ranking_rule)"
+    )
+    can_merge: bool = Field(
+        default=False,
+        description="a settled run whose branch has commits not merged yet: run_merge has "
+        "something to land",
+    )
 
 
 class BatchView(View):
     id: str
+    title: str = Field(description="batch_start's title, or its prompt's first line")
     workflow: Workflow
     state: BatchState
     state_reason: str | None = None
@@ -295,6 +354,12 @@ class BatchView(View):
         description="over every execution of the batch's agents, running ones included",
     )
     runs: list[RunView]
+    ranking_rule: str | None = Field(
+        default=None, description="a ranked batch: how its candidates are ordered, ties included"
+    )
+    archived_at: float | None = Field(
+        default=None, description="when batch_archive set it aside (null: listed)"
+    )
     created_at: float
     updated_at: float
     ended_at: float | None = None
@@ -303,19 +368,27 @@ class BatchView(View):
 
 class BatchSummary(View):
     id: str
+    title: str
     workflow: Workflow
     state: BatchState
+    state_reason: str | None = None
     project_root: str
+    prompt_excerpt: str = Field(description="the start of its prompt, one line (200 chars)")
     runs: int
     counts: dict[str, int]
+    archived_at: float | None = None
     created_at: float
+    ended_at: float | None = None
 
 
 class BatchList(View):
-    items: list[BatchSummary]
-    total: int
+    items: list[BatchSummary] = Field(description="newest first")
+    total: int = Field(description="exact number of batches matching the filters")
     limit: int
     offset: int
+    next_cursor: str | None = Field(
+        default=None, description="pass as `cursor` for the next (older) page; null: no more"
+    )
     revision: int
 
 
@@ -350,12 +423,30 @@ class RunMergeResult(View):
     followup_text: str | None = Field(
         default=None,
         description="on a conflict: a run_followup text that asks the run's agent to merge"
-        " merged_into into its branch and resolve the conflicts",
+        " merged_into into its branch and resolve the conflicts; with only uncommitted work: one"
+        " that asks the run to commit it",
     )
     followup_reopen: bool = Field(
         default=False,
         description="on a conflict: the run is locked (ranked, validated), so that run_followup"
         " needs reopen=true",
+    )
+    diff: str = Field(
+        default="",
+        description="exactly what lands on merged_into: the diff from its tip to the merge",
+    )
+    diff_truncated: bool = Field(default=False, description="the diff was cut at 200,000 bytes")
+    commit_message: str | None = Field(
+        default=None,
+        description="the message the commit has (or would have): `message`, else the batch's "
+        "title and the subjects of the run's own commits",
+    )
+    commit_subjects: list[str] = Field(
+        default_factory=list, description="the subjects of the commits that land, oldest first"
+    )
+    uncommitted: list[str] = Field(
+        default_factory=list,
+        description="files changed in the run's worktree but not committed: never merged",
     )
     message: str
 

@@ -7,7 +7,7 @@ from enum import StrEnum
 class BatchState(StrEnum):
     QUEUED = "queued"
     RUNNING = "running"
-    BLOCKED = "blocked"  # a staged workflow's run failed: rerun or resume it to continue
+    BLOCKED = "blocked"  # a staged workflow's run failed: rerun, resume or stop it to go on
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
@@ -37,6 +37,11 @@ BATCH_SETTLED = BATCH_ENDED | {BatchState.BLOCKED}
 # Runs that are not queued or running: what a rerun, resume or follow-up starts from.
 RUN_SETTLED = frozenset({RunState.SUCCEEDED, RunState.FAILED, RunState.CANCELLED})
 RUN_ACTIVE = frozenset({RunState.QUEUED, RunState.RUNNING})
+# In a staged workflow (ranked, validated) a failed run blocks the next stage until it is
+# rerun, resumed or stopped; a stopped (cancelled) run is set aside: the next stage goes on
+# with the runs that remain (the Agents Runner rule).
+RUN_BLOCKING = frozenset({RunState.FAILED})
+RUN_SET_ASIDE = frozenset({RunState.CANCELLED})
 
 _B = BatchState
 BATCH_TRANSITIONS: dict[BatchState, frozenset[BatchState]] = {
@@ -56,7 +61,8 @@ RUN_TRANSITIONS: dict[RunState, frozenset[RunState]] = {
     # A settled run starts its next attempt (rerun, resume, follow-up, a workflow's retry) or
     # waits again when a rerun elsewhere resets it.
     _R.SUCCEEDED: frozenset({_R.RUNNING, _R.QUEUED}),
-    _R.FAILED: frozenset({_R.RUNNING, _R.QUEUED}),
+    # A failed run that blocks a staged batch is stopped (set aside): the batch goes on without it.
+    _R.FAILED: frozenset({_R.RUNNING, _R.QUEUED, _R.CANCELLED}),
     _R.CANCELLED: frozenset({_R.RUNNING, _R.QUEUED}),
 }
 

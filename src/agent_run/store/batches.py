@@ -14,11 +14,12 @@ from agent_run.domain.batch_states import (
     check_batch_transition,
     check_run_transition,
 )
+from agent_run.domain.errors import InvalidRequest
 from agent_run.store.db import one, sql_list
 from agent_run.store.events import append_event
 
 ENDED_BATCH_SQL = sql_list(BATCH_ENDED)
-_RUN_LOGGED = ("state", "score", "rank", "attempt", "merged_sha")
+_RUN_LOGGED = ("state", "score", "rank", "attempt", "merged_sha", "measured_attempt")
 
 
 def log_batch(conn: sqlite3.Connection, batch_id: str, data: dict[str, Any]) -> None:
@@ -27,14 +28,28 @@ def log_batch(conn: sqlite3.Connection, batch_id: str, data: dict[str, Any]) -> 
 
 
 def insert_batch(conn: sqlite3.Connection, row: dict[str, Any]) -> None:
+    """A queued batch, and its entry in the text search (`batch_search`, migration 0019: the
+    index only, keyed by the batch's `search_rowid`)."""
     now = time.time()
+    row = {"base_branch": None, "title": "", **row}
     conn.execute(
-        "INSERT INTO batches (id, request_id, request_hash, workflow, config_json, project_root,"
-        " project_subdir, base_ref, base_sha, base_branch, worktree_root, state, created_at,"
-        " updated_at) VALUES (:id, :request_id, :request_hash, :workflow, :config_json,"
-        " :project_root, :project_subdir, :base_ref, :base_sha, :base_branch, :worktree_root,"
-        " :state, :now, :now)",
-        {"base_branch": None, **row, "state": BatchState.QUEUED.value, "now": now},
+        "INSERT INTO batches (id, request_id, request_hash, workflow, title, config_json,"
+        " project_root, project_subdir, base_ref, base_sha, base_branch, worktree_root, state,"
+        " created_at, updated_at) VALUES (:id, :request_id, :request_hash, :workflow, :title,"
+        " :config_json, :project_root, :project_subdir, :base_ref, :base_sha, :base_branch,"
+        " :worktree_root, :state, :now, :now)",
+        {**row, "state": BatchState.QUEUED.value, "now": now},
+    )
+    conn.execute(  # the next search key (under the write lock: BEGIN IMMEDIATE)
+        "UPDATE batches SET search_rowid = (SELECT coalesce(max(search_rowid), 0) + 1"
+        " FROM batches) WHERE id = ?",
+        (row["id"],),
+    )
+    conn.execute(
+        "INSERT INTO batch_search (rowid, title, prompt, project) SELECT search_rowid, title,"
+        " coalesce(json_extract(config_json, '$.prompt'), ''), project_root FROM batches"
+        " WHERE id = ?",
+        (row["id"],),
     )
     log_batch(conn, row["id"], {"state": BatchState.QUEUED.value})
 
@@ -77,16 +92,21 @@ def live_batches(conn: sqlite3.Connection) -> list[sqlite3.Row]:
     ).fetchall()
 
 
-def list_batches(
-    conn: sqlite3.Connection,
-    *,
-    limit: int,
-    offset: int,
-    project: str | None = None,
-    states: list[str] | None = None,
-) -> tuple[list[sqlite3.Row], int]:
-    """A page of batches, newest first, and the exact total of those matching the filters."""
-    where: list[str] = []
+def search_query(q: str) -> str:
+    """`q` as an FTS5 query: each word a quoted prefix, all of them required (no FTS syntax
+    reaches SQLite from a caller)."""
+    words = [w for w in q.split() if any(ch.isalnum() for ch in w)]
+    if not words:
+        raise InvalidRequest("q has no word to search for", field="q")
+    return " ".join('"' + w.replace('"', '""') + '"*' for w in words)
+
+
+def _batch_filters(
+    project: str | None, states: list[str] | None, q: str | None, include_archived: bool
+) -> tuple[list[str], list[Any]]:
+    """A list's conditions; each keeps the page an index range (migration 0019): the shown
+    batches by time, a state by time, or the text search's matches sorted."""
+    where: list[str] = [] if include_archived else ["archived_at IS NULL"]
     params: list[Any] = []
     if project is not None:
         where.append("project_root = ?")
@@ -94,13 +114,51 @@ def list_batches(
     if states:
         where.append(f"state IN ({','.join('?' * len(states))})")
         params += states
+    if q is not None:
+        where.append("search_rowid IN (SELECT rowid FROM batch_search WHERE batch_search MATCH ?)")
+        params.append(search_query(q))
+    return where, params
+
+
+def list_batches(
+    conn: sqlite3.Connection,
+    *,
+    limit: int,
+    offset: int = 0,
+    after: tuple[float, str] | None = None,
+    project: str | None = None,
+    states: list[str] | None = None,
+    q: str | None = None,
+    include_archived: bool = False,
+) -> tuple[list[sqlite3.Row], int]:
+    """A page of batches, newest first (after `after`: (created_at, id), a keyset cursor), and
+    the exact total of those matching the filters."""
+    where, params = _batch_filters(project, states, q, include_archived)
     clause = f" WHERE {' AND '.join(where)}" if where else ""
     total = conn.execute(f"SELECT count(*) FROM batches{clause}", params).fetchone()[0]
+    if after is not None:
+        where.append("(created_at, id) < (?, ?)")
+        params += list(after)
+    clause = f" WHERE {' AND '.join(where)}" if where else ""
     rows = conn.execute(
-        f"SELECT * FROM batches{clause} ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?",
+        "SELECT *, substr(json_extract(config_json, '$.prompt'), 1, 400) AS prompt_start"
+        f" FROM batches{clause} ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?",
         [*params, limit, offset],
     ).fetchall()
     return rows, total
+
+
+def run_counts(conn: sqlite3.Connection, batch_ids: list[str]) -> dict[str, dict[str, int]]:
+    """Each batch's runs by state, in one query for a page of batches."""
+    counts: dict[str, dict[str, int]] = {batch_id: {} for batch_id in batch_ids}
+    marks = ",".join("?" * len(batch_ids))
+    for row in conn.execute(
+        f"SELECT batch_id, state, count(*) AS n FROM batch_runs WHERE batch_id IN ({marks})"
+        " GROUP BY batch_id, state",
+        batch_ids,
+    ):
+        counts[row["batch_id"]][row["state"]] = row["n"]
+    return counts
 
 
 # A run row with its `prompt`: its own, or else its batch's (stored once, in the batch).

@@ -76,7 +76,8 @@ def batch_executions(conn: sqlite3.Connection, batch_id: str) -> list[sqlite3.Ro
 def run_executions(conn: sqlite3.Connection, run_id: str) -> list[sqlite3.Row]:
     """Every execution of every agent a batch run has had (each attempt's, and its current)."""
     return conn.execute(
-        "SELECT e.id, e.usage_json, e.cost_usd, e.cost_source FROM executions e"
+        "SELECT e.id, e.usage_json, e.cost_usd, e.cost_source, e.started_at, e.ended_at"
+        " FROM executions e"
         " WHERE e.agent_id IN (SELECT agent_id FROM batch_attempts WHERE run_id = :run"
         " UNION SELECT agent_id FROM batch_runs WHERE id = :run AND agent_id IS NOT NULL)"
         " ORDER BY e.created_at",

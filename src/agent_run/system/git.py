@@ -277,12 +277,53 @@ def _preview(worktree: Path, name: str) -> str | None:
     return data.decode("utf-8", errors="replace")
 
 
-def diff_against(worktree: Path, base_sha: str) -> tuple[str, bool]:
-    """Committed and uncommitted changes of tracked files against the base: (diff, truncated)."""
-    text = git(worktree, "diff", "--no-ext-diff", base_sha, "--")
+def diff_against(
+    worktree: Path, base_sha: str, *paths: str, renames: bool = True
+) -> tuple[str, bool]:
+    """Committed and uncommitted changes of tracked files against the base (only `paths`,
+    when given): (diff, truncated)."""
+    text = git(
+        worktree,
+        "diff",
+        "--no-ext-diff",
+        *([] if renames else ["--no-renames"]),
+        base_sha,
+        "--",
+        *paths,
+    )
     if len(text.encode()) > MAX_DIFF_BYTES:
         return text.encode()[:MAX_DIFF_BYTES].decode(errors="ignore"), True
     return text, False
+
+
+@dataclass(frozen=True)
+class FileStat:
+    path: str
+    added: int  # 0 for a binary file
+    removed: int
+
+
+def numstat(worktree: Path, base_sha: str) -> list[FileStat]:
+    """Each tracked file changed in the worktree against the base (committed or not), as
+    `diff_against` shows them: its lines added and removed. Renames are not followed (a
+    renamed file is one removed and one added), so the order and count match diff_against."""
+    out = git(worktree, "diff", "--no-ext-diff", "--no-renames", "--numstat", "-z", base_sha, "--")
+    stats = []
+    for entry in filter(None, out.split("\0")):
+        added, removed, path = entry.split("\t", 2)
+        stats.append(
+            FileStat(
+                path, int(added) if added.isdigit() else 0, int(removed) if removed.isdigit() else 0
+            )
+        )
+    return stats
+
+
+def branch_tip(root: Path, branch: str) -> str | None:
+    out = git(
+        root, "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}^{{commit}}", check=False
+    )
+    return out.strip() or None
 
 
 def dirty_files(worktree: Path) -> list[str]:

@@ -112,6 +112,25 @@ def plan_merge(root: Path, into: str, branch: str) -> MergePlan:
     return MergePlan(into, old, head, tree, conflicts, ahead, behind)
 
 
+def subjects(root: Path, plan: MergePlan, limit: int = 50) -> list[str]:
+    """The subjects of the branch's commits that `into` lacks, oldest first (at most `limit`)."""
+    out = git(root, "log", "--reverse", "--format=%s", f"{plan.old}..{plan.head}")
+    found = [line for line in out.splitlines() if line.strip()]
+    return found[:limit]
+
+
+def landing_diff(root: Path, plan: MergePlan, max_bytes: int) -> tuple[str, bool]:
+    """Exactly what the merge changes on `into`: the diff from its tip to the merged tree
+    (empty without one), cut at `max_bytes`: (diff, truncated)."""
+    if plan.tree is None:
+        return "", False
+    text = git(root, "diff", "--no-ext-diff", plan.old, plan.tree, "--")
+    data = text.encode()
+    if len(data) > max_bytes:
+        return data[:max_bytes].decode(errors="ignore"), True
+    return text, False
+
+
 def make_commit(root: Path, plan: MergePlan, strategy: Strategy, message: str) -> str:
     """The merge commit (parents: into, branch) or the squash commit (parent: into), by the
     configured identity, else agent-run's."""

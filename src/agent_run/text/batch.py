@@ -55,9 +55,49 @@ def wrapped(label: str, text: str, indent_by: int = 6) -> list[str]:
     )
 
 
+def diff_line(diff: Any) -> str:
+    """`2 files +12 -3, 1 commit, 3 uncommitted`: a run's change against the base."""
+    files = (
+        f"{diff.files} file{'' if diff.files == 1 else 's'} +{diff.insertions} -{diff.deletions}"
+    )
+    commits = f"{diff.commits} commit{'' if diff.commits == 1 else 's'}"
+    left = f", {diff.uncommitted_files} uncommitted" if diff.uncommitted_files else ""
+    return f"{files}, {commits}{left}"
+
+
+def result_line(run: Any) -> str | None:
+    """A settled run's result on one line: diff stats, verify, tokens and cost, how long it
+    ran; None for a run that has none yet."""
+    parts = []
+    diff = getattr(run, "diff", None)
+    if diff is not None:
+        parts.append(diff_line(diff))
+    if run.verify_passed is not None:
+        parts.append("verify ok" if run.verify_passed else "verify FAILED")
+    usage = getattr(run, "usage", None)
+    if usage is not None and usage.executions:
+        cost = "" if usage.cost_usd is None else f" ${usage.cost_usd:.4f}"
+        parts.append(f"{usage.total_tokens} tokens{cost}")
+    took = getattr(run, "duration_seconds", None)
+    if took is not None and _s(run.state) != RunState.RUNNING:
+        parts.append(f"ran {_duration(took)}")
+    return "  ".join(parts) if parts else None
+
+
+def _doing(run: Any) -> list[str]:
+    """A running run's activity: its latest message or tool call, and for how long."""
+    activity = getattr(run, "activity", None)
+    if activity is None:
+        last = getattr(run, "last_message", None)
+        return wrapped("last", last) if last else []
+    what = f"{_s(activity.kind)} {activity.tool}" if activity.tool else _s(activity.kind)
+    return wrapped(f"doing ({what}, {_duration(time.time() - activity.since)} ago)", activity.text)
+
+
 def run_lines(run: Any, width: int = 12) -> list[str]:
-    """One run: its mark, id, title, state, attempt and agent; then its worktree, a running
-    run's elapsed time and last message, a failed one's whole reason."""
+    """One run: its mark, id, title, state, attempt and agent; then its result (answer, diff
+    stats, verify, tokens), reviews and why it ranks there, its worktree, what a running run is
+    doing, a failed one's whole reason."""
     extra = [f"agent {run.agent_id}"] if run.agent_id else []
     if getattr(run, "account", None):
         extra.append(f"account {run.account}")
@@ -67,8 +107,6 @@ def run_lines(run: Any, width: int = 12) -> list[str]:
         extra.append(f"score {run.score:g}")
     if run.rank is not None:
         extra.append(f"rank {run.rank}")
-    if run.verify_passed is not None:
-        extra.append("verify ok" if run.verify_passed else "verify FAILED")
     if run.answer_verified is False:
         extra.append("answer NOT VERIFIED")
     state = _s(run.state)
@@ -77,14 +115,27 @@ def run_lines(run: Any, width: int = 12) -> list[str]:
         extra.append(f"running {_duration(time.time() - started)}")
     head = f"  {_MARK.get(state, '?')} {run.id}  {run.title:<{width}} {state:<9} a{run.attempt}"
     lines = ["  ".join([head, *extra])]
+    if (result := result_line(run)) is not None:
+        lines.append(f"      result {result}")
+    if excerpt := getattr(run, "answer_excerpt", None):
+        lines += wrapped("answer", excerpt)
+    for review in getattr(run, "reviews", None) or []:
+        score = "-" if review.score is None else f"{review.score:g}"
+        who = (
+            review.title
+            if _s(review.state) == RunState.SUCCEEDED
+            else f"{review.title}, {review.state}"
+        )
+        lines += wrapped(f"review {score}", f"{review.reason or ''} ({who})")
+    if reason := getattr(run, "rank_reason", None):
+        lines += wrapped("why", reason)
     if run.worktree:
         lines.append(f"      worktree {run.worktree}")
     merged = getattr(run, "merged_sha", None)
     if merged:
         lines.append(f"      merged into {run.merged_into} as {merged[:12]}")
-    last = getattr(run, "last_message", None)
-    if state == RunState.RUNNING and last:
-        lines += wrapped("last", last)
+    if state == RunState.RUNNING:
+        lines += _doing(run)
     if run.failure:
         lines += wrapped("failure", run.failure)
     return lines
@@ -111,12 +162,22 @@ def render_verdict(b: Any) -> list[str]:
     return lines
 
 
+def first_line(text: str | None) -> str:
+    """A prompt's first line that says something, trimmed to WIDTH."""
+    line = next((ln.strip() for ln in (text or "").splitlines() if ln.strip()), "")
+    return line if len(line) <= WIDTH else line[: WIDTH - 1] + "…"
+
+
 def render_batch(b: Any) -> str:
-    """A `BatchView`: its state, project and base, each run, a validated batch's verdict and the
-    legend of the state marks."""
-    lines = [
+    """A `BatchView`: its title and prompt's first line, state, project and base, each run with
+    its result, a validated batch's verdict, a ranked one's rule and the legend of the marks."""
+    config = _plain(b.config)
+    title, prompt = getattr(b, "title", None), first_line(config.get("prompt"))
+    lines = [title] if title else []
+    lines += [
         f"{b.id}  {_s(b.workflow)}  {_s(b.state)}"
         + (f"  ({b.state_reason})" if b.state_reason else ""),
+        *([f"  prompt  {prompt}"] if prompt != title else []),
         f"  project {b.project_root}{'/' + b.project_subdir if b.project_subdir else ''}"
         f"  base {b.base_ref} @ {b.base_sha[:12]}",
     ]
@@ -126,7 +187,9 @@ def render_batch(b: Any) -> str:
     width = max((len(run.title) for run in b.runs), default=0)
     for run in b.runs:
         lines += run_lines(run, width)
-    return "\n".join(lines + render_verdict(b) + [LEGEND])
+    rule = getattr(b, "ranking_rule", None)
+    ranking = textwrap.wrap(f"ranking: {rule}", WIDTH, subsequent_indent="  ") if rule else []
+    return "\n".join(lines + render_verdict(b) + ranking + [LEGEND])
 
 
 def usage_line(usage: Any) -> str:

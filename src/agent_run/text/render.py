@@ -17,6 +17,7 @@ from agent_run.domain.batch_states import RunState
 from agent_run.text.accounts import RENDERERS as ACCOUNT_RENDERERS
 from agent_run.text.batch import render_batch, wrapped
 from agent_run.text.capacity import RENDERERS as CAPACITY_RENDERERS
+from agent_run.text.compare import render_compare
 from agent_run.text.hosts import RENDERERS as HOST_RENDERERS
 
 if TYPE_CHECKING:
@@ -170,11 +171,14 @@ def agent_message(result: "vw.CancelResult | vw.SteerResult") -> str:
 
 
 def batch_list(page: "bm.BatchList") -> str:
+    """One line a batch (its title last: the longest), then the count and the next page."""
     rows = [
-        f"{i.id}  {_s(i.workflow):<9} {_s(i.state):<9} {i.runs:>3} runs  {_ago(i.created_at)}"
+        f"{i.id}  {_s(i.workflow):<9} {_s(i.state):<9} {i.runs:>3} runs  {_ago(i.created_at):>7}"
+        + (f"  {i.title}" if _get(i, "title") else "")
         for i in page.items
     ]
-    return "\n".join(rows + [f"{len(page.items)} of {page.total} batches"])
+    more = f"; older: --cursor {page.next_cursor}" if _get(page, "next_cursor") else ""
+    return "\n".join(rows + [f"{len(page.items)} of {page.total} batches{more}"])
 
 
 def run_action(result: "bm.RunActionResult") -> str:
@@ -189,12 +193,29 @@ def run_merge(result: "bm.RunMergeResult") -> str:
         f"  ahead {result.ahead}  behind {result.behind}",
     ]
     lines += [f"  conflict {path}" for path in result.conflicts]
+    lines += [f"  uncommitted {path}" for path in _get(result, "uncommitted") or []]
     if result.followup_text:
         reopen = " --reopen" if result.followup_reopen else ""  # a locked run needs it
         lines.append(
             f"  follow up with: agent-run run followup {result.run_id}{reopen} --text "
             f"{shlex.quote(result.followup_text)}"
         )
+    if _get(result, "commit_message") and not result.new_sha:  # what --message would replace
+        lines.append("  commit message:")
+        lines += [f"    {line}" for line in result.commit_message.splitlines()]
+    if _get(result, "diff"):
+        lines += ["  lands:", result.diff.rstrip("\n")]
+        if result.diff_truncated:
+            lines.append("(diff truncated)")
+    return "\n".join(lines)
+
+
+def run_push(result: Any) -> str:
+    """What was pushed where, and the pull request (or where to open one, or why not)."""
+    lines = [f"{result.run_id}: {result.message}", f"  remote {result.remote} {result.remote_url}"]
+    pr = result.pull_request
+    if pr is not None:
+        lines.append(f"  pull request: {pr.message}" + (f" {pr.url}" if pr.created else ""))
     return "\n".join(lines)
 
 
@@ -356,10 +377,12 @@ RENDERERS: dict[str, Callable[[Any], str]] = {  # result model class name -> ren
     "SteerResult": agent_message,
     "DocResult": lambda d: d.text,
     "BatchView": render_batch,
+    "RunsCompare": render_compare,
     "BatchList": batch_list,
     "RunActionResult": run_action,
     "BatchReview": batch_review,
     "RunMergeResult": run_merge,
+    "RunPushResult": run_push,
     "BatchCleanResult": batch_clean,
     "PruneResult": prune_result,
     "DirListing": dir_listing,

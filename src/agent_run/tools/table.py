@@ -15,9 +15,11 @@ from pydantic import BaseModel
 from agent_run import __version__
 from agent_run.domain import account_models as am
 from agent_run.domain import batch_models as bm
+from agent_run.domain import compare_models as cm
 from agent_run.domain import daemon_views as dv
 from agent_run.domain import host_models as hm
 from agent_run.domain import notices as nt
+from agent_run.domain import push_models as pm
 from agent_run.domain import requests as rq
 from agent_run.domain import views as vw
 from agent_run.domain.batch_states import BatchState
@@ -256,7 +258,10 @@ TOOLS: dict[str, Tool] = {
             bm.ListBatchesParams,
             bm.BatchList,
             f"{_B}:list_batches",
-            "List batches, newest first, with run counts per state.",
+            "List batches, newest first: each with its title, workflow, state, run counts per "
+            "state and the start of its prompt. Filters: project, state, q (words in the title, "
+            "prompt or project folder); archived batches only with include_archived. Pages: pass "
+            "next_cursor back as cursor.",
             read_only=True,
             verb="batch list",
         ),
@@ -265,12 +270,37 @@ TOOLS: dict[str, Tool] = {
             bm.BatchParams,
             bm.BatchView,
             f"{_B}:batch",
-            "One batch: state (queued, running, blocked, completed, failed, cancelled) and every run with "
-            "its state, attempts, worktree, score and rank.",
+            "One batch: its title, prompt (config.prompt), state (queued, running, blocked, completed, "
+            "failed, cancelled) and every run with its state, attempts, worktree and result: answer "
+            "excerpt, diff stats, verify, duration, tokens and cost, score, rank and how it came about "
+            "(ranking_rule), reviewers' reasons; a running run's current activity.",
             read_only=True,
             verb="batch show",
             positional=("batch_id",),
             cli=CliExtras(follow="batch", exit_codes=BATCH_EXIT),
+        ),
+        Tool(
+            "batch_archive",
+            bm.BatchArchiveParams,
+            bm.BatchView,
+            f"{_B}:batch_archive",
+            "Set an ended batch aside: list_batches leaves it out unless include_archived. "
+            "archived=false brings it back; a batch reopened by a rerun is listed again by itself.",
+            read_only=False,
+            verb="batch archive",
+            positional=("batch_id",),
+        ),
+        Tool(
+            "runs_compare",
+            cm.RunsCompareParams,
+            cm.RunsCompare,
+            "agent_run.batches.compare:runs_compare",
+            "Put 2 to 4 runs of a batch side by side: each one's answer, diff stats, verify, "
+            "score, rank and reviewers' reasons, and for every file any of them changed, each "
+            "run's diff of that file against the pinned base (bounded, cut with a marker).",
+            read_only=True,
+            verb="batch compare",
+            positional=("batch_id", "run_ids"),
         ),
         Tool(
             "batch_cancel",
@@ -310,7 +340,9 @@ TOOLS: dict[str, Tool] = {
             bm.RunParams,
             bm.RunActionResult,
             f"{_B}:run_stop",
-            "Stop one run of a batch (its agent is cancelled).",
+            "Stop one run of a batch (its agent is cancelled). In a ranked or validated batch a "
+            "stopped run is set aside: stopping the failed run it is blocked on unblocks it, and "
+            "the next stage goes on with the runs that remain.",
             read_only=False,
             destructive=True,
             verb="run stop",
@@ -366,6 +398,20 @@ TOOLS: dict[str, Tool] = {
             verb="run merge",
             positional=("run_id",),
             cli=CliExtras(exit_codes=MERGE_EXIT),
+        ),
+        Tool(
+            "run_push",
+            pm.RunPushParams,
+            pm.RunPushResult,
+            "agent_run.batches.push:run_push",
+            "Push a settled run's branch (merged=true: the branch run_merge merged it into) to a "
+            "git remote of the project, never forced; pull_request=true then opens a pull request "
+            "into the batch's base branch with `gh pr create` (gh installed, remote on GitHub), or "
+            "returns the compare page to open one, or says why not.",
+            read_only=False,
+            idempotent=False,
+            verb="run push",
+            positional=("run_id",),
         ),
         Tool(
             "batch_review",
