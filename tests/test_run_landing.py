@@ -141,6 +141,21 @@ def test_credentials_in_a_remote_url_are_never_shown(batch_project: BatchProject
     assert "s3cr3t" not in refusal.message and "s3cr3t" not in json.dumps(refusal.details)
 
 
+def test_a_run_whose_worktree_was_removed_is_pushed_from_its_branch(
+    batch_project: BatchProject,
+):
+    """A push reads only the run's branch: a worktree the user removed by hand is no obstacle."""
+    repo, daemon = batch_project.repo, batch_project.daemon
+    bare = _bare(repo.parent)
+    git(repo, "remote", "add", "origin", str(bare))
+    [run] = runs_of(wait_batch(daemon, batch_project.start_ranked_pair()["id"]), "candidate")
+    git(repo, "worktree", "remove", "--force", run["worktree"])
+    pushed = daemon.call("run_push", {"run_id": run["id"], "remote": "origin"})
+    assert (
+        _remote_tip(bare, run["branch"]) == pushed["sha"] == git(repo, "rev-parse", run["branch"])
+    )
+
+
 def test_a_run_with_nothing_committed_is_not_pushed(batch_project: BatchProject):
     repo, daemon = batch_project.repo, batch_project.daemon
     git(repo, "remote", "add", "origin", str(_bare(repo.parent)))

@@ -214,7 +214,7 @@ async def run_push(ctx: ServiceContext, p: pm.RunPushParams) -> pm.RunPushResult
     sched = scheduler(ctx)
     async with sched.lock:
         batch_row, run = await _run_context(ctx, p.run_id)
-        _settled(sched, run, "push")
+        _settled(sched, run, "push", needs_worktree=False)  # a push reads only the branch
         sched.busy.add(run["id"])
     try:
         return await asyncio.to_thread(_push, batch_row, run, p)
