@@ -41,10 +41,13 @@ def test_event_log_says_when_its_held_events_are_due(tmp_path: Path) -> None:
         )
         log.flush()
         assert log.due_in() is None  # nothing held: no reason to wake
+        held_at = time.monotonic()
         log.raw(b'{"type": "x"}\n')
         due_in = log.due_in()
-        assert due_in is not None and 0 < due_in <= FLUSH_INTERVAL_SECONDS
-        assert not log.due()
+        assert due_in is not None and due_in <= FLUSH_INTERVAL_SECONDS
+        # Due one interval after it was held: a loaded machine may have let that pass already.
+        if time.monotonic() - held_at < FLUSH_INTERVAL_SECONDS:
+            assert due_in > -0.001
         wait_for(log.due, timeout=10, interval=0.01, what="the held line to fall due")
         assert log.due_in() <= 0
         log.flush()
