@@ -19,6 +19,7 @@ from agent_run.cli import exits as cli_exits
 from agent_run.cli import spec as cli_spec
 from agent_run.cli.exits import EXIT_ERROR, EXIT_USAGE
 from agent_run.cli.session import Session, cli_words
+from agent_run.cli.text_input import TEXT_HELP, TextValue
 from agent_run.domain.errors import DomainError
 
 # Params naming a folder: a relative one is resolved against the CLI's current directory (the
@@ -55,6 +56,7 @@ _CLICK_TYPES = {
     "float": click.FLOAT,
     "bool": click.BOOL,
     "string": click.STRING,
+    "text": TextValue(),  # a Prose param: inline, @FILE or - (stdin)
     "json": JsonObject(),
 }
 
@@ -118,6 +120,8 @@ def click_params(
             shown = _with_default(p)
             if p["type"] == "json":
                 shown = f"{shown or ''} (a JSON object, or @FILE holding one)".strip()
+            elif p["type"] == "text":
+                shown = f"{shown or ''} ({TEXT_HELP})".strip()
             params.append(
                 click.Option(
                     option_names(name, aliases) + [name],
