@@ -197,6 +197,8 @@ def test_demo_in_a_fresh_home_verifies_every_answer_and_shows_where_to_look(
         ranking = re.findall(r"^\s+#(\d)\s+candidate \d\s+score\s+[\d.]+", result.stdout, re.M)
         assert ranking == ["1", "2", "3"], result.stdout
         assert "look further:" in result.stdout
+        # piped, the live view is one line per change, never the whole batch again
+        assert result.stdout.count("\n  project ") == 1, result.stdout
         batch_id = re.search(r"batch show (bt_[0-9a-z]+) --format text", result.stdout).group(1)
         first = re.search(r"answer (ag_[0-9a-z]+) --format text", result.stdout)
         assert first, result.stdout
