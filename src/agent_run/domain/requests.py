@@ -11,7 +11,6 @@ from agent_run.domain.states import ExecutionState, Verdict
 MAX_INT = 2**63 - 1
 
 
-
 class _Prose:
     """Marks a text a person writes, at any length (a task, a prompt, a message): the CLI takes
     it inline, from `@FILE` or from stdin (`-`), since a long one cannot pass as an argument
