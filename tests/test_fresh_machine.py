@@ -322,3 +322,20 @@ def test_agents_md_links_nothing_outside_the_repository() -> None:
         assert "://" not in target, target
         assert (REPO / target.split("#")[0]).resolve().is_relative_to(REPO), target
     assert "../shared" not in text and "/work/" not in text
+
+
+def test_the_readme_starts_with_the_two_commands_and_its_links_resolve() -> None:
+    import re
+
+    text = (REPO / "README.md").read_text()
+    block = text.split("```sh\n", 1)[1].split("```", 1)[0].splitlines()
+    assert [line.split("#")[0].strip() for line in block] == ["scripts/quickstart", "scripts/test"]
+    assert all("# " in line for line in block)  # each with its short comment
+    assert text.index("agent-run is a local-first supervisor") < 1000
+    assert len(text.encode()) < 8_000, "keep README short: details go to docs/"
+    for page in [REPO / "README.md", *(REPO / "docs").glob("*.md")]:
+        for target in re.findall(r"\]\(([^)]+)\)", page.read_text()):
+            if "://" in target or target.startswith("#"):
+                continue
+            assert (page.parent / target.split("#")[0]).exists(), (page.name, target)
+    assert "uv run agent-run" not in text  # no uv on a fresh machine's PATH
