@@ -480,9 +480,14 @@ class Supervisor:
             self.turns_outstanding += 1
         self._write_stdin(data)
         self.log.message("user", text, "steer")
+        # Claude Code (and the demo's fold_steers) may still take it into the running turn:
+        # which one happens is known only later (a `steer_joined` event), so say both.
         return (
             "delivered",
-            "added to the running turn" if joins else "queued as the engine's next turn",
+            "added to the running turn"
+            if joins
+            else "delivered to the engine: answered in the running turn if the engine takes it "
+            "in mid-turn (event steer_joined), else as its next turn",
         )
 
     def _request_stop(self, engine: Engine, reason: str, failure: FailureKind | None) -> None:
