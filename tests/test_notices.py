@@ -123,19 +123,59 @@ def test_command_timeout_is_killed_with_evidence(daemon, workdir):
 
 
 def test_command_missing_binary_is_a_spawn_failure_with_errno(daemon, workdir):
-    missing = str(workdir / "no-such-program")
+    """The program was there at admission and is gone when the agent ends."""
+    program = workdir.parent / f"{workdir.name}-notifier"
+    program.write_text("#!/bin/sh\nexit 0\n")
+    program.chmod(0o755)
+    go = workdir / "go"
     agent = start(
         daemon,
         workdir,
-        "answer: x",
-        {"transport": "command", "argv": [missing, "--flag"], "max_attempts": 1},
+        f"steps: 3000\nstep_seconds: 0.1\nuntil: {go}\nanswer: x",
+        {"transport": "command", "argv": [str(program), "--flag"], "max_attempts": 1},
     )
-    status = status_when(daemon, agent["id"], {"failed"})
+    program.unlink()
+    go.touch()
+    status = status_when(daemon, agent["id"], {"failed"}, timeout=120)
     evidence = status["last_attempt"]
     assert evidence["classifier"] == "spawn"
     assert evidence["errno"] == 2
     assert evidence["exit_status"] is None
     assert status["last_error"].startswith("the program could not be started")
+
+
+@pytest.mark.parametrize(
+    ("notify", "field", "said"),
+    [
+        ({"argv": ["{missing}", "--flag"]}, "notify.command.argv", "is not an executable file"),
+        ({"argv": ["{workdir}"]}, "notify.command.argv", "is not an executable file"),
+        ({"argv": ["agent-run-no-such-notifier"]}, "notify.command.argv", "daemon's PATH"),
+        (
+            {"transport": "codex_queue", "thread_id": "t1", "binary": "{missing}"},
+            "notify.codex_queue.binary",
+            "is not an executable file",
+        ),
+    ],
+)
+def test_a_notice_program_that_cannot_start_is_refused_at_admission(
+    daemon, home, workdir, notify, field, said
+):
+    """Checked when the agent is admitted, not discovered when it ends: nothing is admitted."""
+    names = {"missing": str(workdir / "no-such-program"), "workdir": str(workdir)}
+    target = {"transport": "command", **notify}
+    target = json.loads(json.dumps(target).replace("{missing}", names["missing"]).replace(
+        "{workdir}", names["workdir"]))  # fmt: skip
+    for tool, params in (
+        ("start", {"task": "answer: x", "workdir": str(workdir)}),
+        ("batch_start", {"workflow": "repeated", "project": str(workdir), "runs": 1,
+                         "prompt": "answer: x"}),  # fmt: skip
+    ):
+        with pytest.raises(DomainError) as info:
+            daemon.call(tool, {**params, "notify": target})
+        assert (info.value.code, info.value.field) == ("InvalidRequest", field), info.value
+        assert said in info.value.message
+    assert db_rows(home, "SELECT count(*) AS n FROM agents")[0]["n"] == 0
+    assert db_rows(home, "SELECT count(*) AS n FROM batches")[0]["n"] == 0
 
 
 def test_notify_is_validated_naming_the_field(daemon, home, workdir):

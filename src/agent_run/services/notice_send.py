@@ -11,11 +11,13 @@ from dataclasses import asdict, dataclass
 
 from pydantic import ValidationError
 
+from agent_run.domain.errors import InvalidRequest
 from agent_run.domain.notices import (
     NOTICE_MAX_BYTES,
     Classifier,
     CodexQueueTarget,
     CommandTarget,
+    check_target,
     escape_controls,
     summary_line,
 )
@@ -226,6 +228,30 @@ async def send_command(target: CommandTarget, body: str) -> Evidence:
         _environment({"AGENT_RUN_NOTICE_ID": notice_id}),
         [body, *target.argv[1:]],
     )
+
+
+def check_notify(target: object) -> None:
+    """A notify target, at admission: what its model cannot say alone (`check_target`), and
+    that its program can be started by this daemon (a path that is an executable file, or a
+    name on the daemon's PATH): a typo would otherwise surface only when the agent ends."""
+    check_target(target)
+    if isinstance(target, CommandTarget):
+        program, field = target.argv[0], "notify.command.argv"
+    elif isinstance(target, CodexQueueTarget):
+        program, field = target.binary or "codex", "notify.codex_queue.binary"
+    else:
+        return
+    if "/" in program:
+        found = os.path.isfile(program) and os.access(program, os.X_OK)
+    else:
+        found = shutil.which(program) is not None
+    if not found:
+        where = "is not an executable file" if "/" in program else "is not on the daemon's PATH"
+        raise InvalidRequest(
+            f"the notice program {program!r} {where}: give an absolute path to an executable, "
+            "or a program on the PATH of the daemon (`agent-run doctor` shows it)",
+            field=field,
+        )
 
 
 async def send_codex_queue(target: CodexQueueTarget, body: str) -> Evidence:
