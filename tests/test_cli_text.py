@@ -295,3 +295,27 @@ def test_run_show_and_run_answer_find_a_run_by_its_id(daemon: DaemonProcess, hom
     assert by_run["text"] == "from the run"
     missing = cli_json(home, "run", "show", "rn_nope")["error"]
     assert missing["code"] == "RunNotFound" and missing["field"] == "run_id"
+
+
+def test_capacity_order_text_names_the_account_of_every_route() -> None:
+    """Two accounts of one runtime are two routes: a deferred or omitted one says which."""
+    from agent_run.domain.views import CapacityOrderResult, SetAsideRoute
+
+    aside = {"runtime": "codex", "lane": "gpt-5-codex"}
+    result = CapacityOrderResult(
+        observed_at=0.0,
+        routes=[],
+        omitted=[SetAsideRoute(**aside, account="work", reason="5h reads 0 %")],
+        deferred=[
+            SetAsideRoute(**aside, account="ci", reason="no fresh reading"),
+            SetAsideRoute(**aside, reason="no fresh reading"),
+        ],
+        unavailable_runtimes=[],
+        insufficient_diversity=True,
+    )
+    lines = RENDERERS["CapacityOrderResult"](result).splitlines()
+    assert lines[:3] == [
+        "omitted  codex/work  gpt-5-codex: 5h reads 0 %",
+        "deferred codex/ci  gpt-5-codex: no fresh reading",
+        "deferred codex  gpt-5-codex: no fresh reading",
+    ]

@@ -339,14 +339,19 @@ def _limiting(r: Any) -> str:
     return f"{r.limiting_lane}/{r.limiting_window}"
 
 
+def _route(r: Any) -> str:
+    """`runtime/account` (the account when the route has one: two accounts are two routes)."""
+    return f"{r.runtime}{'/' + r.account if r.account else ''}"
+
+
 def capacity_order(result: Any) -> str:
     rows = [
-        f"{n}. {r.runtime}{'/' + r.account if r.account else ''}  {r.lane}  priority {r.priority:.2f}"
+        f"{n}. {_route(r)}  {r.lane}  priority {r.priority:.2f}"
         f"  (score {r.score:.2f} x weight {r.weight:g}; {_limiting(r)} {_pct(r.remaining_percent).strip()})"
         for n, r in enumerate(result.routes, 1)
     ]
-    rows += [f"omitted  {a.runtime}  {a.lane}: {a.reason}" for a in result.omitted]
-    rows += [f"deferred {a.runtime}  {a.lane}: {a.reason}" for a in result.deferred]
+    for kind, items in (("omitted ", result.omitted), ("deferred", result.deferred)):
+        rows += [f"{kind} {_route(a)}  {a.lane}: {a.reason}" for a in items]
     rows += [f"unavailable {name}: no reading" for name in result.unavailable_runtimes]
     if result.insufficient_diversity:
         rows.append("insufficient diversity: fewer than two pools can take new work")
