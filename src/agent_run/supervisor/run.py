@@ -377,8 +377,11 @@ class Supervisor:
                 "retry",
                 {"status": event.status, "attempt": event.attempt, "message": event.message[:500]},
             )
-            kind = {429: "rate_limited"}.get(event.status or 0, "retry")
-            self.log.signal(kind, event.status, None, event.message)
+            if self.credentials is None or self.credentials.broker is None:
+                # Behind a broker the provider's response itself is the signal (with its
+                # headers, `record_signals`): the engine's retry of it is not a second one.
+                kind = {429: "rate_limited"}.get(event.status or 0, "retry")
+                self.log.signal(kind, event.status, None, event.message)
             verdict = self.retries.retry(event)
             if verdict is not None:
                 self._request_stop(self.engine, verdict.reason, verdict.kind)
