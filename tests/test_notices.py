@@ -167,8 +167,10 @@ def test_a_notice_program_that_cannot_start_is_refused_at_admission(
         "{workdir}", names["workdir"]))  # fmt: skip
     for tool, params in (
         ("start", {"task": "answer: x", "workdir": str(workdir)}),
-        ("batch_start", {"workflow": "repeated", "project": str(workdir), "runs": 1,
-                         "prompt": "answer: x"}),  # fmt: skip
+        (
+            "batch_start",
+            {"workflow": "repeated", "project": str(workdir), "runs": 1, "prompt": "answer: x"},
+        ),  # fmt: skip
     ):
         with pytest.raises(DomainError) as info:
             daemon.call(tool, {**params, "notify": target})

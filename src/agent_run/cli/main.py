@@ -242,7 +242,8 @@ def extra_params(extras: dict[str, Any]) -> list[click.Parameter]:
             click.Option(
                 ["--wait", "wait_for_it"],
                 is_flag=True,
-                help="wait until the agent ends; exit 0/2/3/4 like `wait`",
+                help="wait until the agent ends, then print what `wait` prints (the id goes to "
+                "stderr at once); exit 0/2/3/4 like `wait`",
             )
         )
     if extras["follow"]:
@@ -307,8 +308,10 @@ def make_command(tool: dict[str, Any]) -> click.Command:
         if not wait_for_it:
             session.run(name, params, tool["result"])
             return
+        # One object on stdout, the same as `wait` prints; the id at once on stderr, for
+        # whoever wants to steer or cancel it meanwhile.
         result = session.call(name, params)
-        session.emit(result)
+        click.echo(f"agent-run: started {result.id}; waiting for it to end", err=True)
         sys.exit(_wait_until_done(session, result.id, None, extras))
 
     doc = cli_words(tool["doc"], flags)  # `confirm=true` in the table's doc: `--confirm` here
