@@ -339,3 +339,12 @@ def test_the_readme_starts_with_the_two_commands_and_its_links_resolve() -> None
                 continue
             assert (page.parent / target.split("#")[0]).exists(), (page.name, target)
     assert "uv run agent-run" not in text  # no uv on a fresh machine's PATH
+
+
+def test_the_suite_runs_without_a_git_identity_and_sets_none_on_the_machine() -> None:
+    """A contributor's git config is theirs: scripts set nothing global, and the tests see no
+    global or system config (each test repository that commits names its own identity)."""
+    for script in (REPO / "scripts").iterdir():
+        assert "--global" not in script.read_text(), script.name
+    name = subprocess.run(["git", "config", "--get", "user.name"], capture_output=True, cwd="/")
+    assert name.returncode == 1, name.stdout  # no identity: none set, none inherited
