@@ -76,11 +76,10 @@ def test_command_notice_delivered_with_evidence_and_only_trusted_fields(daemon, 
     text = log.read_text()
     assert TASK_MARK not in text and ANSWER_MARK not in text
     assert len(text.encode()) <= NOTICE_MAX_BYTES + 1
-    # The tail is redacted: the notice the receiver echoed is not repeated, nor argv values.
-    assert evidence["stdout_tail"].startswith(f"received {len(text)} bytes {notice['notice_id']}")
-    assert "[REDACTED]" in evidence["stdout_tail"]
-    assert notice["answer_sha256"] not in evidence["stdout_tail"]
-    assert "\\u000aargv [REDACTED]\\u000a" in evidence["stdout_tail"], evidence["stdout_tail"]
+    # The tail is what the receiver printed, the notice it echoed included (trusted fields, the
+    # status's `body`), its newlines as newlines; argv values (they may hold a secret) redacted.
+    tail = evidence["stdout_tail"]
+    assert tail == f"received {len(text)} bytes {notice['notice_id']} {text}\nargv [REDACTED]\n"
     assert str(log) not in json.dumps(status["last_attempt"])
     log.unlink()
 
@@ -104,6 +103,21 @@ def test_command_nonzero_exit_retries_with_backoff_then_fails(daemon, home, work
     assert final["attempts"] == 2
     rows = db_rows(home, "SELECT updated_at FROM notices")
     assert rows[0]["updated_at"] >= wait_at  # the second send waited for its backoff
+
+
+def test_delivery_status_shows_what_the_receiver_printed_once_escaped(daemon, workdir):
+    """The README's receiver (`tee`) echoes the notice: the tail is that notice as JSON, not
+    `[REDACTED]\\u000a`; a control character it prints is still shown escaped, never raw."""
+    log = workdir.parent / f"{workdir.name}-tee.log"
+    printf = "printf 'bell\\007 tab\\tend\\n'"
+    argv = ["/bin/sh", "-c", f"/usr/bin/tee -a {log}; {printf}"]
+    agent = start(daemon, workdir, "answer: x", {"transport": "command", "argv": argv})
+    status = status_when(daemon, agent["id"], {"delivered"})
+    tail = status["last_attempt"]["stdout_tail"]
+    first, second = tail.splitlines()
+    assert json.loads(first) == status["notices"][0]["body"] == json.loads(log.read_text())
+    assert second == "bell\\u0007 tab\tend" and "[REDACTED]" not in tail
+    log.unlink()
 
 
 def test_command_timeout_is_killed_with_evidence(daemon, workdir):

@@ -24,7 +24,8 @@ from agent_run.domain.notices import (
 from agent_run.supervisor.redact import Redactor
 
 TAIL_BYTES = 2048  # each of stdout and stderr: the two tails together stay within 4 KiB
-# Kept raw before redaction: a notice (<= 4 KiB) cut by the window's start is never in the tail.
+# Kept raw before redaction: a hidden value (an argument, <= 4 KiB) cut by the window's start
+# is never in the tail.
 KEPT_BYTES = TAIL_BYTES + 2 * NOTICE_MAX_BYTES
 CODEX_QUEUE_TIMEOUT_SECONDS = 60.0
 # What a notice program inherits from the daemon: never its whole environment (keys live there).
@@ -62,9 +63,10 @@ class Evidence:
 
 
 def _tail(data: bytes, redact: Redactor) -> str:
-    """The last TAIL_BYTES bytes (UTF-8) of the output, redacted and escaped; a character the
-    cut splits is dropped."""
-    text = escape_controls(redact(data.decode("utf-8", errors="replace")))
+    """The last TAIL_BYTES bytes (UTF-8) of the output, redacted, its control characters but
+    newlines and tabs escaped (JSON carries those; an escape sequence never reaches a terminal);
+    a character the cut splits is dropped."""
+    text = escape_controls(redact(data.decode("utf-8", errors="replace")), keep="\n\t")
     return text.encode()[-TAIL_BYTES:].decode("utf-8", errors="ignore")
 
 
@@ -83,8 +85,9 @@ async def run_program(
 ) -> Evidence:
     """Run `argv` in its own process group with `stdin`; kill the group at `timeout`. The
     program's own exit decides the outcome: its output is read until it ends, at most
-    OUTPUT_GRACE_SECONDS past that exit. `hidden` (the notice, argv values, the thread id)
-    never reaches the evidence's tails."""
+    OUTPUT_GRACE_SECONDS past that exit. `hidden` (argv values, the thread id, which may carry
+    a secret) never reaches the evidence's tails; the notice, trusted fields only and shown as
+    the status's `body`, may (a receiver that echoes it shows it as received)."""
     redact = Redactor([value for value in hidden if value])
     started = time.monotonic()
     pipes = _Pipes(stdin)
@@ -226,7 +229,7 @@ async def send_command(target: CommandTarget, body: str) -> Evidence:
         body.encode() + b"\n",
         target.timeout_seconds,
         _environment({"AGENT_RUN_NOTICE_ID": notice_id}),
-        [body, *target.argv[1:]],
+        list(target.argv[1:]),
     )
 
 
@@ -266,5 +269,5 @@ async def send_codex_queue(target: CodexQueueTarget, body: str) -> Evidence:
         b"",
         CODEX_QUEUE_TIMEOUT_SECONDS,
         _environment(extra),
-        [message, body, target.thread_id, *(extra.values())],
+        [target.thread_id, *(extra.values())],
     )

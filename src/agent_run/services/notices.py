@@ -152,7 +152,7 @@ class NoticeDispatcher:
             else:  # mcp_channel notices are taken by their session's poll, never claimed here
                 evidence = Evidence(Classifier.SPAWN, 0.0, error="not a dispatched transport")
         except Exception as exc:
-            hidden = [row["body_json"], *map(str, raw.get("argv", []))]
+            hidden = list(map(str, raw.get("argv", [])))
             hidden += [str(raw[key]) for key in ("thread_id", "codex_home") if raw.get(key)]
             evidence = failure_evidence(exc, started, hidden)
             if self.log is not None:
