@@ -161,7 +161,8 @@ def _run_state(daemon: DaemonProcess, batch_id: str) -> str:
 
 def test_the_admin_verbs_render_text_where_they_succeed(daemon: DaemonProcess, home: Home) -> None:
     fresh = Home(short_tmpdir() / "h")
-    assert _text(fresh, "init") == f"wrote {fresh.config_path}\n"  # a fresh home: no error
+    said = _text(fresh, "init")  # a fresh home: no error
+    assert said.startswith(f"wrote {fresh.config_path}\nenabled runtime(s): demo\n"), said
     native = make_home(
         TEST_CONFIG + '[runtimes.cx]\nengine = "codex"\nauth = { login = "native" }\n'
     )

@@ -267,13 +267,28 @@ def test_init_detect_in_a_fresh_home_writes_the_engines_found_enabled(user_home:
     home = Home(short_tmpdir() / "h")
     try:
         result = cli(home, "--format", "text", "init", "--detect", env=env)
-        assert result.returncode == 0 and result.stdout == f"wrote {home.config_path}\n", result
+        assert result.returncode == 0, result
+        # it says which runtimes it enabled, and with which binary
+        assert result.stdout.splitlines() == [
+            f"wrote {home.config_path}",
+            f"enabled runtime(s): codex ({codex}), demo, qwen ({qwen})",
+        ]
+        assert cli_json(Home(short_tmpdir() / "h"), "init", "--detect", env=env)["enabled"] == [
+            "codex",
+            "demo",
+            "qwen",
+        ]
         config = parse_config(home.config_path.read_text())
         assert config.runtimes["codex"].enabled and config.runtimes["codex"].binary == str(codex)
         assert config.runtimes["qwen"].binary == str(qwen)
         plain = Home(short_tmpdir() / "h")
-        cli(plain, "init", env=env)
+        said = cli(plain, "--format", "text", "init", env=env).stdout.splitlines()
         assert set(parse_config(plain.config_path.read_text()).runtimes) == {"demo"}
+        assert said[1:] == [
+            "enabled runtime(s): demo",
+            f"found, left commented out: codex ({codex}), qwen ({qwen}); "
+            "`agent-run init --detect` enables them",
+        ]
         refused = cli_json(plain, "init", env=env)["error"]
         assert (
             refused["field"] == "config" and "`agent-run init --detect` adds" in refused["message"]
