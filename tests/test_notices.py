@@ -136,6 +136,23 @@ def test_command_timeout_is_killed_with_evidence(daemon, workdir):
     assert "started" in evidence["stdout_tail"]
 
 
+def test_a_receiver_slower_than_its_timeout_gets_the_notice_once(daemon, workdir):
+    """It read the whole notice, then outlived its timeout: the notice reached it, so it ends
+    `delivered` (`received_timeout`, the slowness said in last_error), never sent again. One
+    that had not read it is sent again (`timeout`, test_command_timeout_is_killed_...)."""
+    log = workdir.parent / f"{workdir.name}-slow.log"
+    argv = ["/bin/sh", "-c", f"cat >> {log}; exec sleep 60"]
+    notify = {"transport": "command", "argv": argv, "timeout_seconds": 1, "max_attempts": 3}
+    agent = start(daemon, workdir, "answer: x", notify)
+    status = status_when(daemon, agent["id"], {"delivered", "failed"}, timeout=120)
+    assert (status["state"], status["attempts"]) == ("delivered", 1), status
+    assert status["last_attempt"]["classifier"] == "received_timeout"
+    assert status["last_error"].startswith("the program read the whole notice, then was killed")
+    [received] = [json.loads(line) for line in log.read_text().splitlines()]
+    assert received == status["notices"][0]["body"]
+    log.unlink()
+
+
 def test_command_missing_binary_is_a_spawn_failure_with_errno(daemon, workdir):
     """The program was there at admission and is gone when the agent ends."""
     program = workdir.parent / f"{workdir.name}-notifier"

@@ -158,7 +158,9 @@ class Classifier(StrEnum):
 
     SUCCESS = "success"
     EXIT = "exit"  # the program ran and exited non-zero
-    TIMEOUT = "timeout"  # killed after its timeout
+    TIMEOUT = "timeout"  # killed after its timeout, the notice not all read: sent again
+    # It read the whole notice, then outlived its timeout (killed): received, so not sent again
+    RECEIVED_TIMEOUT = "received_timeout"
     SPAWN = "spawn"  # could not be started (missing binary, permission): errno says why
     AMBIGUOUS = "ambiguous"  # the daemon died while sending: it may or may not have arrived
     ERROR = "error"  # agent-run itself failed during the send (`error` says what was raised)

@@ -2,10 +2,13 @@
 classifier, exit status or errno, duration, byte counts and redacted output tails."""
 
 import asyncio
+import fcntl
 import json
 import os
 import shutil
 import signal
+import struct
+import termios
 import time
 from dataclasses import asdict, dataclass
 
@@ -57,6 +60,11 @@ class Evidence:
             return f"the program exited with status {self.exit_status}"
         if self.classifier == Classifier.TIMEOUT:
             return f"the program was killed after {self.duration_seconds:.1f}s (timeout)"
+        if self.classifier == Classifier.RECEIVED_TIMEOUT:
+            return (
+                f"the program read the whole notice, then was killed after "
+                f"{self.duration_seconds:.1f}s (timeout): delivered, not sent again"
+            )
         if self.classifier == Classifier.ERROR:
             return f"the send failed inside agent-run: {self.error}"
         return f"the program could not be started: {self.error}"
@@ -117,6 +125,11 @@ async def run_program(
         await asyncio.wait_for(proc.wait(), timeout)
         classifier = Classifier.SUCCESS if proc.returncode == 0 else Classifier.EXIT
     except TimeoutError:
+        # A receiver slower than its timeout that took the notice in has it: sending it again
+        # would hand it the same notice on every attempt (the notice is on stdin; codex_queue's
+        # is in argv, where nothing says it was read).
+        if stdin and pipes.unread_stdin() == 0:
+            classifier = Classifier.RECEIVED_TIMEOUT
         try:
             os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:
@@ -136,6 +149,7 @@ class _Pipes:
 
     def __init__(self, stdin: bytes) -> None:
         self.child_stdin, stdin_w = os.pipe()
+        self.stdin_probe = os.dup(self.child_stdin)  # how much of stdin is still unread
         self.out_r, self.child_stdout = os.pipe()
         self.err_r, self.child_stderr = os.pipe()
         self.transports: list[asyncio.BaseTransport] = []
@@ -165,12 +179,20 @@ class _Pipes:
         self.out_r = self.err_r = -1
         return reading
 
+    def unread_stdin(self) -> int:
+        """Bytes of stdin the program has not read yet (FIONREAD on the pipe)."""
+        return int(
+            struct.unpack("i", fcntl.ioctl(self.stdin_probe, termios.FIONREAD, b"\0" * 4))[0]
+        )
+
     def close(self) -> None:
         for transport in self.transports:
             transport.close()
-        for fd in (self.child_stdin, self.child_stdout, self.child_stderr, self.out_r, self.err_r):
+        fds = (self.child_stdin, self.child_stdout, self.child_stderr, self.out_r, self.err_r)
+        for fd in (*fds, self.stdin_probe):
             if fd >= 0:
                 os.close(fd)
+        self.stdin_probe = -1
 
 
 class _Output:

@@ -167,7 +167,7 @@ class NoticeDispatcher:
         self, conn: sqlite3.Connection, row: dict[str, Any], max_attempts: int, ev: Evidence
     ) -> None:
         now = time.time()
-        if ev.classifier == Classifier.SUCCESS:
+        if ev.classifier in (Classifier.SUCCESS, Classifier.RECEIVED_TIMEOUT):
             state, when = NoticeState.DELIVERED, now
         elif row["attempts"] >= max_attempts:
             state, when = NoticeState.FAILED, now
