@@ -75,6 +75,24 @@ def daemon(home: Home) -> Iterator[DaemonProcess]:
 
 
 @pytest.fixture
+def daemon_for() -> Iterator:
+    """start(config text) -> (home, daemon): a daemon on a home of its own with that config.toml,
+    whose environment holds a variable nothing it starts for capacity may see."""
+    started: list[tuple[Home, DaemonProcess]] = []
+
+    def start(config: str) -> tuple[Home, DaemonProcess]:
+        home = make_home(config)
+        daemon = DaemonProcess(home, env={"SECRET_OF_THE_DAEMON": "x"}).start()
+        started.append((home, daemon))
+        return home, daemon
+
+    yield start
+    for home, daemon in started:
+        daemon.stop()
+        remove_home(home)
+
+
+@pytest.fixture
 def workdir() -> Iterator[Path]:
     path = short_tmpdir("arw-")
     yield path

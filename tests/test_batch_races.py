@@ -358,8 +358,9 @@ def test_a_batch_that_cannot_advance_says_why_and_stalls_no_other(
     batch_project: BatchProject,
 ) -> None:
     """A generated batch whose workers' worktrees git cannot add (its worktree root became a
-    file) fails every decision about it: the batch says why and is retried, and the batches
-    after it are still scheduled; once the fault is gone it goes on to the end."""
+    file) fails every decision about it: the batch says why and is retried (its workers'
+    rows wait, never started), and the batches after it are still scheduled; once the fault is
+    gone it goes on to the end."""
     daemon = batch_project.daemon
     root = Path(short_tmpdir()) / "worktrees"
     root.mkdir()
@@ -378,7 +379,10 @@ def test_a_batch_that_cannot_advance_says_why_and_stalls_no_other(
             return view if "cannot advance, retrying" in (view["state_reason"] or "") else None
 
         view = wait_for(says_why, timeout=90, what="the stuck batch to say why")
-        assert view["state"] == "running" and runs_of(view, "worker") == []
+        [worker] = runs_of(view, "worker")  # its row names the worktree git cannot make yet
+        assert view["state"] == "running", view
+        assert (worker["state"], worker["attempt"], worker["agent_id"]) == ("queued", 0, None)
+        assert not Path(worker["worktree"]).exists()
         other = batch_project.finish("repeated", runs=1, prompt="answer: after", timeout=90)
         assert other["state"] == "completed", other  # scheduled though the first one stalls
         root.unlink()
@@ -417,9 +421,10 @@ def test_a_worktree_add_that_failed_after_making_its_branch_is_retried_and_a_mov
 def test_a_batch_admitted_without_its_runs_gets_them_after_a_restart(
     batch_project: BatchProject,
 ) -> None:
-    """batch_start commits the batch, then makes its runs (git work): a daemon killed between
-    the two left a live batch with no runs, which settled `completed` (repeated) or got a
-    validator over no workers (validated). The restarted daemon makes its first runs instead."""
+    """An older agent-run committed the batch, then made its runs (git work): a daemon killed
+    between the two left a live batch with no runs, which settled `completed` (repeated) or got
+    a validator over no workers (validated). The restarted daemon makes its first runs instead
+    (with worktrees that kill had made: tests/test_batch_admission.py)."""
     daemon = batch_project.daemon
     model = batch_project.finish(
         "validated",

@@ -4,6 +4,8 @@ file's or a sign-in folder's resolved path) and the provider, never from an acco
 never from the secret's value. Config text in, through the real config loader, samples in,
 routes out."""
 
+import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -21,7 +23,12 @@ HEAD = 'schema_version = 1\ndefault_runtime = "a"\n'
 
 
 def runtimes(text: str):
-    return parse_config(HEAD + text)
+    """The config, every engine CLI in it present (this Python stands for it): a runtime whose
+    binary is missing is never ranked, which tests/test_capacity_runtimes.py tests on its own."""
+    present = re.sub(
+        r'^(engine = "(?!demo)[a-z]+")$', rf'\1\nbinary = "{sys.executable}"', text, flags=re.M
+    )
+    return parse_config(HEAD + present)
 
 
 def sample(runtime: str, account: str | None, remaining: float, window: str = "5h") -> Sample:
@@ -61,12 +68,13 @@ def test_a_reading_of_one_credential_counts_for_every_alias_and_for_no_other() -
     config = runtimes(TWO_RUNTIMES)
     found = readings(config, [sample("a", "work", 40.0), sample("a", "spare", 90.0)], HOME)
     order = capacity_order(route_specs(config, found, HOME), found, NOW)
-    ranked = {(r.runtime, r.account): r.remaining_percent for r in order.routes}
-    assert ranked == {
-        ("a", "work"): 40.0,
-        ("b", "job"): 40.0,  # KEY_ONE, read through runtime a's label `work`
-        ("a", "spare"): 90.0,
-        ("b", "work"): 90.0,  # KEY_TWO: b's `work` is a's `spare`, not a's `work`
+    ranked = {
+        (r.runtime, r.account): (r.remaining_percent, [(a.runtime, a.account) for a in r.aliases])
+        for r in order.routes
+    }
+    assert ranked == {  # one choice per credential, listed once with its aliases
+        ("a", "work"): (40.0, [("a", "work"), ("b", "job")]),  # KEY_ONE, read through a/work
+        ("a", "spare"): (90.0, [("a", "spare"), ("b", "work")]),  # KEY_TWO: b's work is a's spare
     }
 
 
@@ -89,8 +97,12 @@ def test_aliases_of_one_credential_take_the_larger_weight_never_the_sum() -> Non
     )
     found = readings(config, [sample("a", "work", 50.0)], HOME)
     order = capacity_order(route_specs(config, found, HOME), found, NOW)
-    weights = {(r.runtime, r.account): r.weight for r in order.routes}
-    assert weights == {("a", "work"): 3.0, ("b", "job"): 3.0}
+    (only,) = order.routes  # KEY_ONE: a's work and b's job, one choice
+    assert (only.runtime, only.account, only.weight) == ("b", "job", 3.0)
+    assert [(a.runtime, a.account, a.weight) for a in only.aliases] == [
+        ("b", "job", 3.0),
+        ("a", "work", 2.0),
+    ]
 
 
 def test_a_file_or_sign_in_is_known_by_its_resolved_path_and_a_provider_by_its_url(
@@ -222,3 +234,22 @@ def test_a_runtime_with_limits_source_none_is_neither_read_nor_ranked() -> None:
     order = capacity_order(route_specs(config, found, HOME), found, NOW)
     assert [r.runtime for r in order.routes] == ["a"] and order.unavailable_runtimes == []
     assert {w.runtime for w in limit_windows(found, NOW, None)} == {"a"}
+
+
+def test_a_quota_failures_next_route_is_never_an_alias_of_its_own_pool() -> None:
+    from agent_run.services.routing import model_lanes, next_route_advice
+
+    config = runtimes(
+        TWO_RUNTIMES.replace('engine = "glm"', 'engine = "glm"\nmodels = ["m"]').replace(
+            'engine = "claude"', 'engine = "claude"\nmodels = ["m"]'
+        )
+    )
+    # KEY_ONE (a/work = b/job) 90 %, KEY_TWO (a/spare = b/work) 40 %; a run on b/job failed:
+    # KEY_ONE ranks first, but a/work spends the very quota b/job ran out of
+    found = readings(config, [sample("a", "work", 90.0), sample("a", "spare", 40.0)], HOME)
+    specs = route_specs(config, found, HOME)
+    order = capacity_order(specs, found, NOW)
+    assert [r.account for r in order.routes] == ["work", "spare"]
+    lanes = model_lanes(config, found, specs, {"a": "m", "b": "m"})
+    advice = next_route_advice(config, order, lanes, "b", "job", "m")
+    assert "a/spare/default, 40 % left" in advice and "--runtime a --account spare" in advice

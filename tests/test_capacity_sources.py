@@ -6,24 +6,25 @@ import json
 import sqlite3
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from agent_run.engines.codex import CodexEngine
-from agent_run.engines.quota import QuotaEvent, QuotaWindow, codex_windows, header_windows
+from agent_run.engines.quota import (
+    QuotaEvent,
+    QuotaWindow,
+    codex_windows,
+    header_windows,
+    reset_credits,
+)
 from agent_run.engines.stream_json import parse_stream_json_line
 from agent_run.services.capacity_sources import appserver_windows, backoff_delay
 from agent_run.store.db import connect, write
 from agent_run.store.samples import Sample, append_samples, sample_count, samples_since
-from agent_run.system.home import Home
 from tests.harness import (
-    DaemonProcess,
     cli_json,
     db_rows,
-    make_home,
-    remove_home,
     short_tmpdir,
     wait_for,
 )
@@ -105,6 +106,26 @@ def test_codex_rate_limits_notification_and_token_count_shape() -> None:
     assert codex_windows(snake) == (QuotaWindow("default", "45m", 90.0, 5.0),)
 
 
+def test_codex_reset_credits_are_read_with_the_windows() -> None:
+    line = {
+        "method": "account/rateLimits/updated",
+        "params": {
+            "rateLimits": {"limitId": "codex", "primary": {"usedPercent": 25}},
+            "rateLimitResetCredits": {"availableCount": 3, "credits": None},
+        },
+    }
+    assert CodexEngine().parse_line(json.dumps(line)) == [
+        QuotaEvent((QuotaWindow("default", "primary", 75.0, None, 3),))
+    ]
+    # Codex 0.171.0's notification carries none: the windows say nothing of credits
+    del line["params"]["rateLimitResetCredits"]
+    (event,) = CodexEngine().parse_line(json.dumps(line))
+    assert isinstance(event, QuotaEvent) and event.windows[0].reset_credits is None
+    for junk in ({"availableCount": -1}, {"availableCount": 1.5}, {"availableCount": True}, 7):
+        assert reset_credits(junk) is None
+    assert reset_credits({"availableCount": 2.0}) == 2
+
+
 def test_appserver_prefers_limits_by_id_and_skips_a_bad_window() -> None:
     result = {
         "rateLimits": {"primary": {"usedPercent": 99, "windowDurationMins": 300}},
@@ -168,22 +189,6 @@ priority_multiplier = 3.0
 {extra}"""
 
 
-@pytest.fixture
-def daemon_for() -> Iterator:
-    started: list[tuple[Home, DaemonProcess]] = []
-
-    def start(config: str) -> tuple[Home, DaemonProcess]:
-        home = make_home(config)
-        daemon = DaemonProcess(home, env={"SECRET_OF_THE_DAEMON": "x"}).start()
-        started.append((home, daemon))
-        return home, daemon
-
-    yield start
-    for home, daemon in started:
-        daemon.stop()
-        remove_home(home)
-
-
 def test_command_collector_feeds_limits_and_capacity_order(daemon_for, tmp_path: Path) -> None:
     home, daemon = daemon_for(_collector_config("ok", tmp_path / "runs.txt"))
     collected = daemon.call("capacity_collect", {})
@@ -213,7 +218,7 @@ def test_command_collector_feeds_limits_and_capacity_order(daemon_for, tmp_path:
 @pytest.mark.parametrize(
     "mode,reason",
     [
-        ("slow", "no answer within 1 s"),
+        ("slow", "no answer within 10 s"),
         ("huge", "output over"),
         ("garbage", "invalid collector output"),
         ("wrong", "windows.0.remaining_percent"),
@@ -223,13 +228,14 @@ def test_failing_collector_is_no_evidence_and_backs_off(
     daemon_for, tmp_path: Path, mode: str, reason: str
 ) -> None:
     runs = tmp_path / "runs.txt"
-    # only `slow` is about the deadline: the others get a generous one (a loaded machine may take
-    # more than a second to start Python and write 3 MiB)
-    deadline = 1.0 if mode == "slow" else 30.0
+    # only `slow` is about the deadline: 10 s, far below its 60 s sleep, yet long enough for a
+    # loaded machine to start the collector (it notes its run first); the others get a generous
+    # one (a loaded machine may take more than a second to start Python and write 3 MiB)
+    deadline = 10.0 if mode == "slow" else 30.0
     home, daemon = daemon_for(_collector_config(mode, runs, deadline=deadline))
     started = time.monotonic()
     first = daemon.call("capacity_collect", {})
-    assert time.monotonic() - started < 20  # the deadline, not the collector's 60 s sleep
+    assert time.monotonic() - started < 50  # the deadline, not the collector's 60 s sleep
     for source in first["sources"]:
         assert reason in source["error"] and source["windows"] == 0
         assert source["next_attempt_at"] == pytest.approx(first["observed_at"] + 60, abs=1)
@@ -292,6 +298,8 @@ auth = {{ login = "native", dir = "{tmp / "codex-home"}" }}
     assert lanes[("cx1", None, "default", "5h")] == 60.0  # limit id `codex`: account-wide
     assert lanes[("cx1", None, "codex_other", "5h")] == 90.0
     assert lanes[("cx1", "work", "default", "5h")] == 30.0  # read from the account's own home
+    credits = {w["reset_credits"] for w in daemon.call("limits", {"runtime": "cx1"})["windows"]}
+    assert credits == {2}  # rateLimitResetCredits.availableCount, stored with every window
     assert ("cx1", None, "default", "7d") not in lanes  # the bad window was skipped
     rosters = {r["runtime"]: r["roster"] for r in daemon.call("models", {})["runtimes"]}
     assert rosters["cx2"] == ["gpt-test", "gpt-other"]
@@ -337,6 +345,46 @@ def test_capacity_text_renderers_match_their_snapshots(daemon_for, tmp_path: Pat
     for name, args, tool in (
         ("limits", ("limits",), "limits"),
         ("capacity_order", ("capacity", "order"), "capacity_order"),
+    ):
+        text = cli_text(home, *args)
+        check(name, text)
+        with Client(home.socket_path) as client:
+            same_as_the_model(client, tool, {}, text)
+
+
+EXPLAINED_RUNTIMES = """[runtimes.gamma]
+engine = "demo"
+models = ["demo-1"]
+limits_source = "command"
+auth = { env = "ALPHA_KEY" }
+priority_multiplier = 2.0
+[runtimes.delta]
+engine = "demo"
+models = ["demo-1"]
+limits_source = "command"
+auth = { env = "DELTA_KEY" }
+[runtimes.broken]
+engine = "claude"
+binary = "/nonexistent/claude"
+models = ["demo-1"]
+limits_source = "command"
+auth = { env = "BROKEN_KEY" }
+priority_multiplier = 9.0
+"""
+
+
+def test_capacity_order_text_shows_credits_aliases_markers_and_labels(
+    daemon_for, tmp_path: Path
+) -> None:
+    from agent_run.rpc.client import Client
+    from tests.test_cli_snapshots import check, cli_text, same_as_the_model
+
+    config = _collector_config("explained", tmp_path / "runs.txt", extra=EXPLAINED_RUNTIMES)
+    home, daemon = daemon_for(config)
+    daemon.call("capacity_collect", {})
+    for name, args, tool in (
+        ("capacity_order_explained", ("capacity", "order"), "capacity_order"),
+        ("limits_explained", ("limits",), "limits"),
     ):
         text = cli_text(home, *args)
         check(name, text)

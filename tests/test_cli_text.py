@@ -306,17 +306,17 @@ def test_capacity_order_text_names_the_account_of_every_route() -> None:
     result = CapacityOrderResult(
         observed_at=0.0,
         routes=[],
-        omitted=[SetAsideRoute(**aside, account="work", reason="5h reads 0 %")],
+        omitted=[SetAsideRoute(**aside, account="work", label="exhausted", reason="5h reads 0 %")],
         deferred=[
-            SetAsideRoute(**aside, account="ci", reason="no fresh reading"),
-            SetAsideRoute(**aside, reason="no fresh reading"),
+            SetAsideRoute(**aside, account="ci", label="missing_sample", reason="no reading"),
+            SetAsideRoute(**aside, label="missing_sample", reason="no reading"),
         ],
         unavailable_runtimes=[],
         insufficient_diversity=True,
     )
     lines = RENDERERS["CapacityOrderResult"](result).splitlines()
     assert lines[:3] == [
-        "omitted  codex/work  gpt-5-codex: 5h reads 0 %",
-        "deferred codex/ci  gpt-5-codex: no fresh reading",
-        "deferred codex  gpt-5-codex: no fresh reading",
+        "omitted  codex/work  gpt-5-codex  [exhausted] 5h reads 0 %",
+        "deferred codex/ci  gpt-5-codex  [missing_sample] no reading",
+        "deferred codex  gpt-5-codex  [missing_sample] no reading",
     ]

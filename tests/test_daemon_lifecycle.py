@@ -181,20 +181,27 @@ def test_autostart_with_a_bad_config_is_config_invalid_with_its_field(home: Home
     assert not home.socket_path.exists()
 
 
-def test_a_daemon_of_another_version_is_named_once_per_cli_call_with_the_restart(
+def test_a_daemon_of_another_version_is_refused_with_the_command_that_fixes_it(
     home: Home, tmp_path
 ) -> None:
+    """After an upgrade the old daemon may still run: a verb is refused (exit 1, nothing sent)
+    naming both versions and `agent-run api restart`; `api status` still answers, and after the
+    restart every verb works."""
     (tmp_path / "sitecustomize.py").write_text(
         "import agent_run\nagent_run.__version__ = '0.0.1-old'\n"
     )
     old = DaemonProcess(home, env={"PYTHONPATH": str(tmp_path)}).start()
     try:
-        result = cli(home, "agents")
-        assert result.returncode == 0, result.stderr
-        assert result.stderr.count("runs agent-run 0.0.1-old") == 1, result.stderr
-        assert "`agent-run api restart`" in result.stderr
+        refused = cli_json(home, "agents")
+        error = refused["error"]
+        assert error["code"] == "DaemonVersionMismatch", refused
+        assert "0.0.1-old" in error["message"] and "`agent-run api restart`" in error["message"]
+        assert error["details"]["remote"] == "0.0.1-old"
+        status = cli(home, "api", "status")
+        assert status.returncode == 0 and "runs agent-run 0.0.1-old" in status.stderr
         assert cli_json(home, "api", "restart")["pid"] != old.proc.pid
-        assert "0.0.1-old" not in cli(home, "agents").stderr
+        again = cli(home, "agents")
+        assert again.returncode == 0 and "0.0.1-old" not in again.stderr
     finally:
         old.stop()
         cli(home, "api", "stop")

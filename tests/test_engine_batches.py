@@ -1,5 +1,5 @@
-"""Batches on the real engine CLIs against the mock provider: a ranked batch with Claude Code
-(a validated batch with Codex lives beside the Codex engine tests)."""
+"""Batches on the real engine CLIs against the mock provider: a ranked batch with Claude Code,
+a validated batch with Codex, and a merge conflict's follow-up done by Claude Code."""
 
 from pathlib import Path
 
@@ -7,7 +7,7 @@ import pytest
 
 from tests.batch_harness import git, make_repo, runs_of, wait_batch
 from tests.engine_harness import engine_daemon, runtime_block
-from tests.support.mock_provider import MockProvider, Text, ToolCall
+from tests.support.mock_provider import Dynamic, MockProvider, Text, ToolCall
 
 pytestmark = pytest.mark.engines  # the real engine CLIs from node_modules
 
@@ -83,8 +83,6 @@ def _worker_paths(request) -> list[str]:
 def test_validated_batch_with_the_real_codex_cli(workdir):
     import json
 
-    from tests.support.mock_provider import Dynamic
-
     repo = make_repo()
     worker = [
         ToolCall("exec_command", {"cmd": "echo 42 > answer.txt"}),
@@ -142,4 +140,61 @@ def test_validated_batch_with_the_real_codex_cli(workdir):
         assert [line for line in cat_output.splitlines() if line.strip() == "42"] == ["42"] * 2, (
             cat_output
         )
+        assert mp.unscripted == 0
+
+
+def _merge_command(request) -> str:
+    """The command the follow-up the model was sent names (`git merge <into>`)."""
+    import re
+
+    [command] = re.findall(r"`(git merge [^`]+)`", request.text())
+    return command
+
+
+def test_a_merge_conflicts_follow_up_is_done_by_the_real_claude_cli_in_its_sandbox(workdir):
+    """A run's branch and main both change README.md: `run_merge` conflicts, and Claude Code runs
+    the command the follow-up names with its Bash tool, in its sandbox (HEAD read-only),
+    resolves, commits with plain git; the run then merges cleanly, the resolution on main."""
+    from tests.test_run_merge import commit_in, parents
+
+    repo = make_repo()
+    resolve = "printf '# resolved\\n' > README.md && git add README.md && git commit --no-edit"
+    script = [
+        Text("Nothing to change."),
+        Dynamic(lambda r: ToolCall("Bash", {"command": _merge_command(r), "description": "m"})),
+        ToolCall("Bash", {"command": resolve, "description": "resolve"}),
+        Text("Merged main and resolved README.md."),
+    ]
+    with (
+        MockProvider(script) as mp,
+        engine_daemon(runtime_block("claude", "claude", mp.url, "claude-sonnet-4-5")) as (
+            _,
+            daemon,
+        ),
+    ):
+        batch = daemon.call(
+            "batch_start",
+            {
+                "workflow": "repeated",
+                "project": str(repo),
+                "runs": 1,
+                "runtime": "claude",
+                "prompt": "Look around.",
+            },
+        )
+        done = wait_batch(daemon, batch["id"], timeout=240)
+        [run] = runs_of(done, "worker")
+        assert done["state"] == "completed", done
+        run_tip = commit_in(Path(run["worktree"]), {"README.md": "# on the run\n"}, "run's readme")
+        main_tip = commit_in(repo, {"README.md": "# on main\n"}, "main's readme")
+        conflict = daemon.call("run_merge", {"run_id": run["id"]})
+        assert conflict["conflicts"] == ["README.md"], conflict
+        daemon.call("run_followup", {"run_id": run["id"], "text": conflict["followup_text"]})
+        done = wait_batch(daemon, batch["id"], timeout=240)
+        assert done["state"] == "completed", done
+        tip = git(repo, "rev-parse", run["branch"])
+        assert parents(repo, tip) == [run_tip, main_tip], mp.main_requests()[-1].text()[-2000:]
+        merged = daemon.call("run_merge", {"run_id": run["id"]})
+        assert merged["new_sha"] == git(repo, "rev-parse", "main"), merged
+        assert (repo / "README.md").read_text() == "# resolved\n"
         assert mp.unscripted == 0

@@ -123,6 +123,12 @@ def test_group_members_and_command_lines(table, child):
     assert proc.pid not in dict(table.command_lines())
 
 
+def test_children_are_the_processes_whose_parent_is_the_pid(table, child):
+    proc, _marker = child
+    assert proc.pid in table.children(os.getpid())
+    assert table.children(proc.pid) == []  # it started none
+
+
 def test_peer_credentials_of_a_real_unix_socket(table):
     left, right = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     with left, right:

@@ -79,6 +79,10 @@ def test_route_auto_refuses_when_every_route_is_exhausted(collected, workdir) ->
         "alpha/-/default: window 5h is exhausted (0 % left)",
         "beta/-/default: window 5h is exhausted (0 % left)",
     ]
+    assert refused.value.details["labels"] == {
+        "alpha/-/default": "exhausted",
+        "beta/-/default": "exhausted",
+    }
     assert db_rows(home, "SELECT id FROM agents") == []  # nothing admitted
     result = cli(
         home,

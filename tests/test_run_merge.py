@@ -124,7 +124,7 @@ def test_a_second_winner_is_checked_against_the_moved_base(batch_project):
     assert third["would_conflict"] is True and third["conflicts"] == ["README.md"]
     assert third["new_sha"] is None and snapshot(repo, Path(runs[2]["worktree"])) == before
     text = cli(daemon.home, "--format", "text", "run", "merge", runs[2]["id"], "--dry-run")
-    assert "conflict README.md" in text.stdout and "suggested text: Rebase" in text.stdout
+    assert "conflict README.md" in text.stdout and "--text 'Merge main into" in text.stdout
 
 
 NOTES = "".join(f"line {n}\n" for n in range(1, 21))
@@ -160,7 +160,7 @@ def test_a_conflict_moves_no_ref_and_touches_no_worktree(batch_project, kind):
         result = merge(daemon, run["id"], dry_run=dry_run)
         assert result["would_conflict"] is True and paths <= set(result["conflicts"]), result
         assert result["new_sha"] is None
-        assert result["followup_text"].startswith("Rebase your branch onto main")
+        assert result["followup_text"].startswith("Merge main into your branch")
         assert all(p in result["followup_text"] for p in paths)
         assert snapshot(repo, Path(run["worktree"])) == before
     [after] = runs_of(daemon.call("batch", {"batch_id": done["id"]}), "worker")

@@ -62,6 +62,81 @@ def test_a_schema5_home_migrates_and_serves_agent_answer_and_transcript(old_home
         daemon.stop()
 
 
+# -- the 0.1.0 release's home -------------------------------------------------------------------
+# tests/fixtures/home_0_1_0 was written by agent-run 0.1.0 (main at 2353e5c): a demo agent that
+# wrote a file and answered, with a command notice delivered; one that failed on auth; one on the
+# account `keyed/work`, resumed once (two executions); a ranked batch of two candidates and a
+# reviewer each, completed. Frozen: never regenerate it; the next release gets a fixture beside it.
+RELEASE_0_1_0 = Path(__file__).parent / "fixtures" / "home_0_1_0"
+V010_ANSWERED, V010_FAILED, V010_RESUMED = (
+    "ag_01m995t147qy9yaxp5",
+    "ag_01m995t47amx31pb1a",
+    "ag_01m995t74b3zh8y37b",
+)
+V010_BATCH = "bt_01m995tdztrh6vq6zd"
+
+
+@pytest.fixture
+def release_home():
+    home = Home(short_tmpdir() / "h")
+    shutil.copytree(RELEASE_0_1_0, home.root)
+    home.ensure()
+    yield home
+    remove_home(home)
+
+
+def test_a_0_1_0_home_serves_its_agents_answers_and_accounts(release_home):
+    assert db_rows(release_home, "PRAGMA user_version")[0][0] == 17  # as 0.1.0 left it
+    daemon = DaemonProcess(release_home).start()
+    try:
+        listed = daemon.call("list_agents", {"limit": 50})
+        assert len(listed["items"]) == 7
+        answered = daemon.call("agent", {"agent_id": V010_ANSWERED})
+        assert (answered["state"], answered["answer_verified"]) == ("succeeded", True)
+        assert daemon.call("answer", {"agent_id": V010_ANSWERED})["text"] == "the frozen answer"
+        roles = [i["role"] for i in daemon.call("transcript", {"agent_id": V010_ANSWERED})["items"]]
+        assert roles[-1] == "assistant" and "tool_call" in roles
+        failed = daemon.call("agent", {"agent_id": V010_FAILED})
+        assert (failed["state"], failed["failure_kind"]) == ("failed", "auth_failed")
+        resumed = daemon.call("agent", {"agent_id": V010_RESUMED})
+        assert (resumed["runtime"], resumed["account"], resumed["execution"]["number"]) == (
+            "keyed",
+            "work",
+            2,
+        )
+        answer = daemon.call("answer", {"agent_id": V010_RESUMED})["text"]
+        assert answer == "Earlier in this session: first turn"
+        accounts = daemon.call("accounts", {})["accounts"]
+        assert ("keyed", "work") in {(a["runtime"], a["account"]) for a in accounts}
+        status = daemon.call("delivery_status", {"agent_id": V010_ANSWERED})
+        assert status["transport"] == "command" and status["state"] == "delivered"
+    finally:
+        daemon.stop()
+
+
+def test_a_0_1_0_batch_keeps_its_ranking_and_its_agents_resume(release_home):
+    daemon = DaemonProcess(release_home).start()
+    try:
+        batch = daemon.call("batch", {"batch_id": V010_BATCH})
+        assert (batch["workflow"], batch["state"]) == ("ranked", "completed")
+        ranked = sorted((r["rank"], r["score"]) for r in batch["runs"] if r.get("rank"))
+        assert ranked == [(1, 76.0), (2, 66.0)]
+        assert any(b["id"] == V010_BATCH for b in daemon.call("list_batches", {})["items"])
+        # The 0.1.0 session goes on under this version: a new execution of the same agent, in
+        # the folder it worked in then (a fixed path, as every stored workdir is absolute).
+        Path(daemon.call("agent", {"agent_id": V010_ANSWERED})["workdir"]).mkdir(
+            parents=True, exist_ok=True
+        )
+        again = daemon.call("resume", {"agent_id": V010_ANSWERED, "prompt": "recall: yes"})
+        assert again["execution"]["number"] == 2
+        done = daemon.call("wait", {"agent_id": V010_ANSWERED, "timeout_seconds": 90})
+        assert done["agent"]["state"] == "succeeded", done["agent"]["failure_kind"]
+        text = daemon.call("answer", {"agent_id": V010_ANSWERED})["text"]
+        assert "the frozen answer" in text
+    finally:
+        daemon.stop()
+
+
 # What the frozen plans say, written out by hand: a changed fixture or a lossy upgrade shows.
 FROZEN_PLAN = {
     "runtime": "demo",

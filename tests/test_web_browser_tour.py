@@ -12,7 +12,7 @@ import pytest
 from tests.batch_harness import make_repo, wait_batch
 from tests.browser_harness import browser_page, screenshot, sign_in
 from tests.harness import DaemonProcess, make_home, remove_home, wait_for
-from tests.test_capacity_sources import _collector_config
+from tests.test_capacity_sources import EXPLAINED_RUNTIMES, _collector_config
 from tests.web_harness import WebProcess
 
 pytestmark = pytest.mark.browser
@@ -83,6 +83,45 @@ def test_the_capacity_page(tmp_path):
             assert page.locator("table.capacity-limits tbody tr").count() >= 2
             screenshot(page, "capacity")
             assert not seen["page_errors"] and not seen["console_errors"], seen
+    finally:
+        if web is not None:
+            web.stop()
+        daemon.stop()
+        remove_home(home)
+
+
+def test_the_capacity_page_explains_each_route(tmp_path):
+    """Credits, a pool's aliases, each window's marker and the label of each set-aside route,
+    as a browser shows them, wide and at a phone's width."""
+    config = _collector_config("explained", tmp_path / "runs.txt", extra=EXPLAINED_RUNTIMES)
+    home = make_home(config)
+    daemon = DaemonProcess(home, env={"ALPHA_KEY": "key-a", "BETA_KEY": "key-b"}).start()
+    web = None
+    try:
+        daemon.call("capacity_collect", {})
+        web = WebProcess(home).start()
+        for width in (1200, 390):
+            with browser_page(width=width) as (page, seen):
+                sign_in(page, web, "/capacity")
+                row = page.locator("table.capacity-routes tbody tr")
+                assert row.count() == 1
+                assert row.locator("td.aliases").inner_text() == (
+                    "gamma/- (weight 2), alpha/- (weight 1)"
+                )
+                assert row.locator("td.credits").inner_text() == "2 (× 1.67)"
+                markers = row.locator("ul.windows li").evaluate_all(
+                    "items => items.map(li => li.dataset.marker)"
+                )
+                assert markers == ["projected", "warmup"], markers
+                labels = page.locator("ul.set-aside .label").all_inner_texts()
+                assert labels == ["exhausted", "stale_sample"], labels
+                assert "never ranked" in page.locator("ul.unusable").inner_text()
+                fits = page.evaluate(
+                    "() => document.documentElement.scrollWidth <= window.innerWidth"
+                )
+                assert fits, f"the page scrolls sideways at {width} px"
+                screenshot(page, f"capacity-explained-{width}")
+                assert not seen["page_errors"] and not seen["console_errors"], seen
     finally:
         if web is not None:
             web.stop()

@@ -5,12 +5,12 @@ collector is a real process."""
 from pathlib import Path
 
 from tests.harness import DaemonProcess, make_home, remove_home
-from tests.test_capacity_sources import _collector_config
+from tests.test_capacity_sources import EXPLAINED_RUNTIMES, _collector_config
 from tests.web_harness import WebProcess
 
 
-def _rig(tmp_path: Path, mode: str) -> tuple:
-    home = make_home(_collector_config(mode, tmp_path / "runs.txt"))
+def _rig(tmp_path: Path, mode: str, extra: str = "") -> tuple:
+    home = make_home(_collector_config(mode, tmp_path / "runs.txt", extra=extra))
     daemon = DaemonProcess(home, env={"ALPHA_KEY": "key-a", "BETA_KEY": "key-b"}).start()
     daemon.call("capacity_collect", {})
     return home, daemon, WebProcess(home).start()
@@ -53,6 +53,28 @@ def test_capacity_page_escapes_what_a_collector_reports(tmp_path) -> None:
     try:
         html = web.client().get("/capacity").text
         assert "<i>lane</i>" not in html and "&lt;i&gt;lane&lt;/i&gt;" in html
+    finally:
+        web.stop()
+        daemon.stop()
+        remove_home(home)
+
+
+def test_capacity_page_shows_credits_aliases_markers_and_labels(tmp_path) -> None:
+    home, daemon, web = _rig(tmp_path, "explained", EXPLAINED_RUNTIMES)
+    try:
+        html = web.client().get("/capacity").text
+        routes = html[html.index('<table class="capacity-routes">') : html.index("</table>")]
+        # one row for the pool alpha and gamma share, named by gamma (weight 2)
+        assert routes.count("<tr><td>") == 1 and "<code>gamma/-/default</code>" in routes
+        assert "<code>gamma/-</code> (weight 2), <code>alpha/-</code> (weight 1)" in routes
+        assert "2 (× 1.67)" in routes and "5.00" in routes  # 1.5 x 2 x (1 + 2/3)
+        assert "slack +0.50, projected 50 % at reset" in routes
+        assert 'data-marker="warmup"' in routes  # alpha and gamma read 7d at one moment
+        assert '<span class="badge warn label">exhausted</span> window 5h is exhausted' in html
+        assert '<span class="badge warn label">stale_sample</span>' in html
+        assert "<code>broken</code>: /nonexistent/claude not found" in html
+        limits = html[html.index('<table class="capacity-limits">') :]
+        assert "warmup (one reading)" in limits and "no fresh reading" in limits
     finally:
         web.stop()
         daemon.stop()

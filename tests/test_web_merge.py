@@ -46,7 +46,7 @@ def test_merge_page_shows_the_dry_run_then_merges_on_a_csrf_checked_post(
     before = snapshot(repo, Path(clashing["worktree"]))
     conflict = client.get(f"/batches/{done['id']}/runs/{clashing['id']}/merge").text
     assert "README.md" in conflict and 'id="merge-form"' not in conflict
-    assert 'name="text" value="Rebase your branch onto main' in conflict
+    assert 'name="text" value="Merge main into your branch' in conflict
     assert snapshot(repo, Path(clashing["worktree"])) == before
 
     [after] = [

@@ -6,9 +6,11 @@ to it per run."""
 
 import json
 import os
+import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 
 def _count_run() -> None:
@@ -18,10 +20,37 @@ def _count_run() -> None:
             f.write(f"{sys.argv[1:]}\n")
 
 
+def leave_a_detached_child(folder: Path) -> None:
+    """Start a child in a session of its own that keeps this process's stdout open for ten
+    minutes, and return once it has written its identity to `folder`/detached.json."""
+    record = folder / "detached.json"
+    code = (
+        "import json, os, time\n"
+        "from agent_run.system.processes import ProcessIdentity\n"
+        "me = ProcessIdentity.current()\n"
+        f"tmp = {str(record)!r} + '.tmp'\n"
+        "open(tmp, 'w').write(json.dumps([me.pid, me.start_ticks, me.boot_id]))\n"
+        f"os.rename(tmp, {str(record)!r})\n"
+        "time.sleep(600)\n"
+    )
+    subprocess.Popen([sys.executable, "-c", code], start_new_session=True)  # stdout inherited
+    deadline = time.monotonic() + 120
+    while not record.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 def collector(mode: str) -> None:
     request = json.loads(sys.stdin.read())
     now = request["now"]
     assert "SECRET_OF_THE_DAEMON" not in os.environ  # the collector gets an allowlisted environment
+    folder = Path(sys.argv[3]).parent if len(sys.argv) > 3 else Path(".")
+    detach = mode == "detached" and request["runtime"] == "alpha"
+    if mode == "detached":  # alpha: a valid answer, then a detached child holding stdout, exit
+        mode = "ok"
+    elif mode == "alpha_waits":  # alpha answers only once the test releases it
+        while request["runtime"] == "alpha" and not (folder / "release").exists():
+            time.sleep(0.05)
+        mode = "ok"
     if mode == "ok":
         remaining = 80.0 if request["runtime"] == "alpha" else 30.0
         if request["account"] is not None:  # an account of its own: 10 points per label letter
@@ -83,6 +112,8 @@ def collector(mode: str) -> None:
             else [window("default", "5h", 10.0)]
         )
         print(json.dumps({"version": 1, "windows": windows}))
+    elif mode == "explained":  # every kind of explanation capacity_order gives
+        print(json.dumps({"version": 1, "windows": _explained(request["runtime"], now)}))
     elif mode == "slow":
         time.sleep(60)
     elif mode == "huge":
@@ -105,6 +136,36 @@ def collector(mode: str) -> None:
                 }
             )
         )
+    if detach:
+        sys.stdout.flush()
+        leave_a_detached_child(folder)
+
+
+def _explained(runtime: str, now: float) -> list[dict]:
+    """alpha and its alias gamma (one key): 5h read twice, burning 10 %/h toward 50 % at its
+    reset, 2 reset credits; 7d one reading. beta: exhausted. delta: stale. broken: as alpha
+    (its binary is missing: never ranked)."""
+
+    def window(name: str, left: float, reset: float, seen: float, **more: object) -> dict:
+        return {
+            "lane": "default",
+            "window": name,
+            "remaining_percent": left,
+            "reset_at": reset,
+            "observed_at": seen,
+            "valid_until": seen + 600,
+            **more,
+        }
+
+    if runtime == "beta":
+        return [window("5h", 0.0, now + 3600, now)]
+    if runtime == "delta":
+        return [window("5h", 95.0, now + 3600, now - 2000)]
+    return [
+        window("5h", 100.0, now + 3 * 3600, now - 7200),
+        window("5h", 80.0, now + 3 * 3600, now, reset_credits=2),
+        window("7d", 90.0, now + 2 * 86400, now, reset_credits=2),
+    ]
 
 
 def _limits_reply(message_id: int, mode: str) -> dict:
@@ -123,6 +184,7 @@ def _limits_reply(message_id: int, mode: str) -> dict:
             "codex": {"primary": good, "secondary": bad},
             "codex_other": {"primary": {**good, "usedPercent": 10}},
         },
+        "rateLimitResetCredits": {"availableCount": 2, "credits": None},  # Codex 0.171.0's shape
     }
     return {"id": message_id, "result": result}
 
@@ -142,6 +204,9 @@ def appserver(mode: str) -> None:
     input it exits at once, leaving what is still in flight unanswered."""
     assert sys.argv[-1] == "app-server"
     lock = threading.Lock()
+    if mode == "detached":  # answers as `ok` does, with a detached child holding its stdout
+        leave_a_detached_child(Path(os.environ["CODEX_HOME"]))
+        mode = "ok"
 
     def send(reply: dict) -> None:
         with lock:

@@ -1,6 +1,8 @@
 """`run_merge`: merge a settled run's branch back into a branch (by default the batch's base
-branch), computed without touching any worktree and applied by compare-and-swap; a conflict moves
-nothing and offers a follow-up that asks the run's agent to rebase."""
+branch), computed without touching any worktree (it needs only the branch) and applied by
+compare-and-swap; a conflict moves nothing and offers a follow-up that asks the run's agent to
+merge the target into its branch: what its sandbox allows (a rebase moves the worktree's HEAD,
+which the sandbox keeps read-only: engines/sandbox_git.py)."""
 
 import asyncio
 import sqlite3
@@ -44,8 +46,9 @@ def _message(run: sqlite3.Row, p: bm.RunMergeParams, plan: git_merge.MergePlan) 
 
 def _followup(into: str, conflicts: list[str]) -> str:
     return (
-        f"Rebase your branch onto {into} and resolve these conflicts: {', '.join(conflicts)}. "
-        "Commit the result in your worktree."
+        f"Merge {into} into your branch: run `git merge {into}` in your worktree, resolve the "
+        f"conflicts in {', '.join(conflicts)}, `git add` them and finish the merge with "
+        "`git commit --no-edit`. Do not rebase: your worktree's HEAD cannot be moved."
     )
 
 
@@ -74,6 +77,7 @@ def _merge(
         return result.model_copy(
             update={
                 "followup_text": _followup(into, plan.conflicts),
+                "followup_reopen": bool(run["locked"]),
                 "message": f"{len(plan.conflicts)} conflicting path(s); nothing was changed",
             }
         )
@@ -102,7 +106,7 @@ async def run_merge(ctx: ServiceContext, p: bm.RunMergeParams) -> bm.RunMergeRes
     sched = scheduler(ctx)
     async with sched.lock:
         batch_row, run = await _run_context(ctx, p.run_id)
-        _settled(sched, run, "merge")
+        _settled(sched, run, "merge", needs_worktree=False)  # merging reads only its branch
         sched.busy.add(run["id"])
     try:
         planned: list[str] = []

@@ -1,6 +1,7 @@
 """`batch_review` and `batch_clean`: each run's changes against the batch's pinned base, and
-removing run worktrees (a preview first; dirty or unmerged work only with force). Planned under
-the scheduler's lock, with the runs being removed marked busy; git runs outside it."""
+removing run worktrees (a preview first; dirty or unmerged work only with force), with any
+branch named for the batch that no run row points at. Planned under the scheduler's lock, with
+the runs being removed marked busy; git runs outside it."""
 
 import asyncio
 import sqlite3
@@ -9,7 +10,7 @@ from pathlib import Path
 from agent_run.batches.service import scheduler
 from agent_run.batches.workflows import workflow_named
 from agent_run.domain import batch_models as bm
-from agent_run.domain.batch_states import RUN_ACTIVE, RunState
+from agent_run.domain.batch_states import RUN_ACTIVE, BatchState, RunState
 from agent_run.domain.errors import BatchNotFound, GitError
 from agent_run.services.context import ServiceContext
 from agent_run.store import batches as batches_q
@@ -84,11 +85,15 @@ async def batch_clean(ctx: ServiceContext, p: bm.BatchCleanParams) -> bm.BatchCl
         runs = [r for r in every if r["worktree"] and (not p.run_ids or r["id"] in p.run_ids)]
         in_use = _folders_in_use(batch_row, every, sched.busy)
         items = await asyncio.to_thread(_clean_plan, batch_row, runs, sched.busy | in_use, p.force)
-        removing = {i.run_id for i in items if i.action == "remove"} if p.confirm else set()
+        if not p.run_ids:
+            items += await asyncio.to_thread(_strays, batch_row, every, p.force)
+        removing = {i.run_id for i in items if i.run_id and i.action == "remove" and p.confirm}
         sched.busy.update(removing)
     try:
         items = [
-            await asyncio.to_thread(_remove, batch_row, i, p.force) if i.run_id in removing else i
+            await asyncio.to_thread(_remove, batch_row, i, p.force)
+            if p.confirm and i.action == "remove"
+            else i
             for i in items
         ]
     finally:
@@ -168,6 +173,36 @@ def _clean_plan(
     return items
 
 
+def _strays(batch_row: sqlite3.Row, runs: list[sqlite3.Row], force: bool) -> list[bm.CleanItem]:
+    """The batch's branches (`agent-run/<batch>/...`) that no run row names, with the worktree
+    each is checked out in: what an older agent-run made for an admission a kill cut before its
+    rows. A live batch with no runs yet is left alone: its next decision takes them as its runs'."""
+    if not runs and not BatchState(batch_row["state"]).ended:
+        return []
+    root = Path(batch_row["project_root"])
+    named = {r["branch"] for r in runs}
+    checked_out = git.worktree_branches(root)
+    items = []
+    for branch in git.branches_under(root, f"agent-run/{batch_row['id']}"):
+        if branch in named:
+            continue
+        path = checked_out.get(branch)
+        dirty = git.dirty_files(path) if path is not None else []
+        ahead = git.unmerged_commits(root, branch, _into(batch_row))
+        items.append(
+            bm.CleanItem(
+                run_id=None,
+                worktree=str(path) if path is not None else None,
+                branch=branch,
+                exists=path is not None,
+                dirty_files=dirty,
+                unmerged_commits=ahead,
+                action="needs_force" if (dirty or ahead) and not force else "remove",
+            )
+        )
+    return items
+
+
 def _unmerged(root: Path, batch_row: sqlite3.Row, run: sqlite3.Row) -> int:
     """Commits of the run's branch not in the base ref now; for a run `run_merge` merged (a squash
     leaves its commits off the base), those made after the tip that was merged."""
@@ -179,7 +214,7 @@ def _unmerged(root: Path, batch_row: sqlite3.Row, run: sqlite3.Row) -> int:
 def _remove(batch_row: sqlite3.Row, item: bm.CleanItem, force: bool) -> bm.CleanItem:
     git.remove_worktree(
         Path(batch_row["project_root"]),
-        Path(item.worktree),
+        Path(item.worktree) if item.worktree else None,
         item.branch,
         force=bool(item.dirty_files or item.unmerged_commits) or force,
         merged=item.merged_sha is not None,

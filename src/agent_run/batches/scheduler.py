@@ -16,7 +16,12 @@ from typing import Any, Literal
 
 from agent_run.batches.budget import batch_caps, spend_group
 from agent_run.batches.evidence import agent_sandboxed, evidence_for, run_verify
-from agent_run.batches.run_rows import insert_runs, write_run_if
+from agent_run.batches.run_rows import (
+    insert_runs,
+    make_worktrees,
+    unstarted_worktrees,
+    write_run_if,
+)
 from agent_run.batches.workflows import Workflow, workflow_named
 from agent_run.config.model import Config
 from agent_run.domain.batch_states import RUN_ACTIVE, BatchState, RunState
@@ -116,7 +121,7 @@ class BatchScheduler:
                 if self.log is not None:
                     self.log.exception("batch.advance_error", batch_id=batch["id"], error=repr(exc))
                 with contextlib.suppress(Exception):  # best effort: the log has it already
-                    await self.ctx.db(_say_stalled, batch["id"], exc)
+                    await self.ctx.db(say_stalled, batch["id"], exc)
         return len(batches)
 
     async def advance(self, batch_id: str) -> None:
@@ -150,11 +155,15 @@ class BatchScheduler:
         if batch["cancel_requested"]:
             await self._cancel(batch, runs)
             return actions
-        # No runs at all: the daemon died between admitting the batch and making its first runs.
+        # No runs at all: a batch an older agent-run admitted before making its first runs.
         specs = workflow.follow_on_runs(cfg, runs) if runs else workflow.initial_runs(cfg)
         if specs:
             await self.ctx.db(insert_runs, batch, specs, runs)
             runs = await self.ctx.db(batches_q.runs, batch_id)
+        # Rows come before their worktrees: those a kill (or a git failure) left unmade are made
+        # now, before any run of them starts; a failure says why and is retried next tick.
+        if unstarted_worktrees(runs):
+            await asyncio.to_thread(make_worktrees, batch, runs)
         running = sum(r["state"] == RunState.RUNNING for r in runs)
         for run in runs:
             if running >= cfg["concurrency"]:
@@ -443,7 +452,7 @@ def _start_params(
     )
 
 
-def _say_stalled(conn: sqlite3.Connection, batch_id: str, exc: Exception) -> None:
+def say_stalled(conn: sqlite3.Connection, batch_id: str, exc: Exception) -> None:
     """Show why a batch does not advance; the next tick tries again, and its settling clears
     this once it does."""
     message = exc.message if isinstance(exc, DomainError) else f"{type(exc).__name__}: {exc}"

@@ -9,8 +9,14 @@ from pathlib import Path
 from typing import Any
 
 from agent_run.batches.budget import batch_caps
-from agent_run.batches.run_rows import insert_runs, write_run, write_run_if
-from agent_run.batches.scheduler import SETTINGS_KEY, BatchScheduler
+from agent_run.batches.run_rows import (
+    insert_rows,
+    make_worktrees,
+    plan_runs,
+    write_run,
+    write_run_if,
+)
+from agent_run.batches.scheduler import SETTINGS_KEY, BatchScheduler, say_stalled
 from agent_run.batches.views import batch_summary, batch_view, get_run_or_raise, run_view
 from agent_run.batches.workflows import Workflow, workflow_named
 from agent_run.domain import batch_models as bm
@@ -88,6 +94,9 @@ async def _check_request(ctx: ServiceContext, p: bm.BatchStartParams) -> None:
 
 
 async def batch_start(ctx: ServiceContext, p: bm.BatchStartParams) -> bm.BatchView:
+    """All or nothing, then resumable: the batch and its first runs (naming their worktrees and
+    branches) commit in one transaction; git makes the worktrees after. A kill in between leaves
+    rows whose worktrees the caller's retry (same request_id) or the next daemon makes."""
     # Everything that can be wrong is checked before a row, a branch or a folder exists.
     await _check_request(ctx, p)
     project, base_sha, base_branch, worktree_root = await asyncio.to_thread(_locate, p, ctx.home)
@@ -97,59 +106,89 @@ async def batch_start(ctx: ServiceContext, p: bm.BatchStartParams) -> bm.BatchVi
     request_hash = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
     # The batch keeps the settings it was created with: a config reload never changes its runs.
     config[SETTINGS_KEY] = ctx.config.model_dump(mode="json")
-    batch_id = new_id("bt")
-
-    def admit(conn: sqlite3.Connection) -> tuple[str, bool]:
-        with write(conn):
-            if p.request_id and (existing := batches_q.get_batch_by_request(conn, p.request_id)):
-                if existing["request_hash"] != request_hash:
-                    raise Conflict(
-                        f"request_id {p.request_id!r} was used for a different batch",
-                        field="request_id",
-                    )
-                return existing["id"], False
-            batches_q.insert_batch(
-                conn,
-                {
-                    "id": batch_id,
-                    "request_id": p.request_id,
-                    "request_hash": request_hash,
-                    "workflow": p.workflow,
-                    "config_json": json.dumps(config),
-                    "project_root": str(project.root),
-                    "project_subdir": project.subdir,
-                    "base_ref": p.base_ref,
-                    "base_sha": base_sha,
-                    "base_branch": base_branch,
-                    "worktree_root": str(worktree_root.resolve()),
-                },
-            )
-            if p.notify is not None:  # one notice when the batch settles (services/notices.py)
-                target = json.dumps(p.notify.model_dump(mode="json"), sort_keys=True)
-                notices_q.insert_target(conn, target, batch_id=batch_id)
-            return batch_id, True
-
+    draft = {
+        "id": new_id("bt"),
+        "request_id": p.request_id,
+        "request_hash": request_hash,
+        "workflow": p.workflow,
+        "config_json": json.dumps(config),
+        "project_root": str(project.root),
+        "project_subdir": project.subdir,
+        "base_ref": p.base_ref,
+        "base_sha": base_sha,
+        "base_branch": base_branch,
+        "worktree_root": str(worktree_root.resolve()),
+    }
     sched = scheduler(ctx)
-    async with sched.lock:  # the scheduler must not see the batch before its runs exist
-        found_id, created = await ctx.db(admit)
-        if created:
-            batch = await ctx.db(batches_q.get_batch, found_id)
-            try:
-                await ctx.db(
-                    insert_runs, batch, workflow_named(p.workflow).initial_runs(config), []
-                )
-            except DomainError as exc:
-                await ctx.db(
-                    _fail_batch, found_id, f"could not create the worktrees: {exc.message}"
-                )
-    if created:
+    async with sched.lock:  # the scheduler waits while the worktrees are made
+        specs = workflow_named(p.workflow).initial_runs(config)
+        rows = await asyncio.to_thread(plan_runs, draft, specs, [])
+        found_id, created = await ctx.db(_admit, draft, p.notify, rows)
+        made = await _make_worktrees(ctx, found_id, created)
+    if made:
         await sched.advance(found_id)
     sched.wake.set()
     return await ctx.db(batch_view, found_id)
 
 
+def _admit(
+    conn: sqlite3.Connection,
+    draft: dict[str, Any],
+    notify: Any,
+    rows: list[dict[str, Any]],
+) -> tuple[str, bool]:
+    """The batch, its notice target and its first runs, in one transaction (and True); or the
+    batch this request_id already made (the same request: a retry)."""
+    with write(conn):
+        request_id = draft["request_id"]
+        if request_id and (existing := batches_q.get_batch_by_request(conn, request_id)):
+            if existing["request_hash"] != draft["request_hash"]:
+                raise Conflict(
+                    f"request_id {request_id!r} was used for a different batch",
+                    field="request_id",
+                )
+            return str(existing["id"]), False
+        batches_q.insert_batch(conn, draft)
+        if notify is not None:  # one notice when the batch settles (services/notices.py)
+            target = json.dumps(notify.model_dump(mode="json"), sort_keys=True)
+            notices_q.insert_target(conn, target, batch_id=draft["id"])
+        insert_rows(conn, rows)
+        return str(draft["id"]), True
+
+
+async def _make_worktrees(ctx: ServiceContext, batch_id: str, created: bool) -> bool:
+    """Make the worktrees of the batch's runs that have none yet (all of them when it was just
+    `created`; those a kill left unmade on a retry); whether they are all there. A new batch
+    that git cannot make one for fails, and its runs are cancelled, saying why. A retried one is
+    left to the scheduler, which says why and tries again: the git the killed daemon started
+    may still be making that very worktree."""
+    batch = await ctx.db(batches_q.get_batch, batch_id)
+    if BatchState(batch["state"]).ended or batch["cancel_requested"]:
+        return True
+    runs = await ctx.db(batches_q.runs, batch_id)
+    try:
+        await asyncio.to_thread(make_worktrees, batch, runs)
+    except DomainError as exc:
+        if created:
+            await ctx.db(_fail_batch, batch_id, f"could not create the worktrees: {exc.message}")
+        else:
+            await ctx.db(say_stalled, batch_id, exc)
+        return False
+    return True
+
+
 def _fail_batch(conn: sqlite3.Connection, batch_id: str, reason: str) -> None:
     with write(conn):
+        for run in batches_q.runs(conn, batch_id):
+            if run["state"] == RunState.QUEUED:
+                batches_q.update_run_if(
+                    conn,
+                    run,
+                    expect_state=RunState.QUEUED,
+                    expect_attempt=run["attempt"],
+                    state=RunState.CANCELLED,
+                    failure=reason,
+                )
         current = batches_q.get_batch(conn, batch_id)
         batches_q.move_batch(
             conn, batch_id, expect=current["state"], to=BatchState.FAILED, state_reason=reason
@@ -279,7 +318,9 @@ def _redo_allowed(workflow: Workflow, run: sqlite3.Row, runs: list[sqlite3.Row],
         )
 
 
-def _settled(sched: BatchScheduler, run: sqlite3.Row, verb: str) -> None:
+def _settled(
+    sched: BatchScheduler, run: sqlite3.Row, verb: str, needs_worktree: bool = True
+) -> None:
     if RunState(run["state"]) in RUN_ACTIVE:
         raise Conflict(
             f"run {run['id']} is {run['state']}; stop it or wait before you {verb} it",
@@ -292,9 +333,9 @@ def _settled(sched: BatchScheduler, run: sqlite3.Row, verb: str) -> None:
             field="run_id",
             state=run["state"],
         )
-    if run["worktree"] and not Path(run["worktree"]).is_dir():
+    if needs_worktree and run["worktree"] and not Path(run["worktree"]).is_dir():
         raise Conflict(
-            f"run {run['id']}'s worktree {run['worktree']} was removed (batch clean)",
+            f"run {run['id']}'s worktree {run['worktree']} no longer exists, so it cannot {verb}",
             field="run_id",
             state=run["state"],
         )

@@ -277,7 +277,7 @@ def verb_epilog(extras: dict[str, Any]) -> str:
         return cli_exits.epilog(extras["exit_codes"], "with --wait")
     if extras["follow"] and extras["exit_codes"]:
         return cli_exits.epilog(extras["exit_codes"], "with --follow")
-    return cli_exits.epilog({})
+    return cli_exits.epilog(extras["exit_codes"], outcomes=True)
 
 
 def make_command(tool: dict[str, Any]) -> click.Command:
@@ -306,7 +306,9 @@ def make_command(tool: dict[str, Any]) -> click.Command:
         if follow:
             sys.exit(FOLLOWERS[extras["follow"]](session, params, extras))
         if not wait_for_it:
-            session.run(name, params, tool["result"])
+            result = session.run(name, params, tool["result"])
+            if status := cli_exits.outcome_status(result, extras["exit_codes"]):
+                sys.exit(status)
             return
         # One object on stdout, the same as `wait` prints; the id at once on stderr, for
         # whoever wants to steer or cancel it meanwhile.
@@ -401,11 +403,45 @@ def _print_error(ctx: click.Context, data: dict[str, Any]) -> None:
     default=None,
     help="json: one object per line (default; `doc` on a terminal: text); text: for people",
 )
-@click.version_option(package_name="agent-run")
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=lambda ctx, _param, value: print_version(ctx) if value else None,
+    help="Print the version (and the commit, when run from a git checkout) and exit.",
+)
 @click.pass_context
 def cli(ctx: click.Context, home: str | None, output: str | None) -> None:
     """agent-run: durable coding agents with verified answers."""
     ctx.obj = Session(home, output)
+
+
+def print_version(ctx: click.Context) -> None:
+    """`agent-run 0.2.0`, and ` (commit abc1234, modified)` when run from a git checkout."""
+    from agent_run import __version__
+
+    click.echo(f"agent-run {__version__}{checkout_commit()}")
+    ctx.exit()
+
+
+def checkout_commit() -> str:
+    """The checkout's commit when this package runs from one (an editable install), else ''."""
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3]
+    if not (root / ".git").exists() or not (root / "pyproject.toml").is_file():
+        return ""
+    try:
+        git = ["git", "-C", str(root)]
+        sha = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+        dirty = subprocess.run([*git, "status", "--porcelain", "--", "src"], capture_output=True)
+    except OSError:
+        return ""
+    if sha.returncode != 0:
+        return ""
+    return f" (commit {sha.stdout.strip()}{', modified' if dirty.stdout.strip() else ''})"
 
 
 def command_for(group: click.Group, verb: str) -> click.Command | None:

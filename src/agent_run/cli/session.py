@@ -39,17 +39,20 @@ class Session:
         if self._client is None:
             from agent_run.rpc.client import connect
 
-            self._client = connect(self.home, restart_stopped=self.restart_stopped)
-            warn_version_skew(self._client.pong)
+            client = connect(self.home, restart_stopped=self.restart_stopped)
+            # A question about the daemon (`api status`, `doctor`) is answered across versions.
+            check_version_skew(client, refuse=self.restart_stopped)
+            self._client = client
         return self._client
 
     def call(self, tool: str, params: dict[str, Any]) -> Any:
         """The tool's result model (imports the models: not for the plain-verb fast path)."""
         return self.client.call(tool, params)
 
-    def run(self, tool: str, params: dict[str, Any], result_model: str) -> None:
+    def run(self, tool: str, params: dict[str, Any], result_model: str) -> Any:
         """One call, printed without importing pydantic (a plain verb's start-up): JSON passes
-        the daemon's JSON through; text renders it as its result model (a `text.render.Record`)."""
+        the daemon's JSON through; text renders it as its result model (a `text.render.Record`).
+        The daemon's JSON, for the verb's exit status (`cli.exits.outcome_status`)."""
         result = self.client.call_raw(tool, params)
         if isinstance(result, dict) and isinstance(result.get("message"), str):
             result = {**result, "message": cli_words(result["message"], self.flags)}
@@ -59,6 +62,7 @@ class Session:
             from agent_run.text.render import Record, render
 
             click.echo(render(Record(result, result_model)))
+        return result
 
     def emit(self, result: Any) -> None:
         if self.output == "json":
@@ -79,14 +83,26 @@ def cli_words(text: str, flags: Iterable[str]) -> str:
     return text
 
 
-def warn_version_skew(pong: dict[str, Any] | None) -> None:
-    """Once per CLI call: this CLI and the daemon it talks to are different versions."""
+def check_version_skew(client: Any, *, refuse: bool) -> None:
+    """This CLI and the home's daemon must be one version: another version's daemon may not
+    know this CLI's params or results. Refused (`DaemonVersionMismatch`), or only said on stderr
+    for a question about the daemon itself."""
     from agent_run import __version__
 
-    if pong is not None and pong.get("version") != __version__:
-        click.echo(
-            f"agent-run: the daemon (pid {pong.get('pid')}) runs agent-run {pong.get('version')}, this "
-            f"CLI is {__version__}: `agent-run api restart` starts the installed one (agents keep "
-            "running)",
-            err=True,
-        )
+    pong = client.pong
+    if pong is None or pong.get("version") == __version__:
+        return
+    message = (
+        f"the daemon for this home (pid {pong.get('pid')}) runs agent-run {pong.get('version')}, "
+        f"this CLI is {__version__}: run `agent-run api restart` to start this version (running "
+        "agents keep running)"
+    )
+    if not refuse:
+        click.echo(f"agent-run: {message}", err=True)
+        return
+    from agent_run.domain.errors import DaemonVersionMismatch
+
+    client.close()
+    raise DaemonVersionMismatch(
+        message, local=__version__, remote=pong.get("version"), pid=pong.get("pid")
+    )

@@ -91,7 +91,13 @@ class BatchStartParams(Params):
         max_length=100_000,
         description="validated: what the validator checks",
     )
-    request_id: str | None = Field(default=None, min_length=1, max_length=200)
+    request_id: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=200,
+        description="idempotency key: the same request returns the same batch, and finishes"
+        " making one a daemon kill cut",
+    )
     stall_seconds: float | None = Field(default=None, gt=0, le=86_400)
     wall_seconds: float | None = Field(default=None, gt=0, le=7 * 86_400)
     max_tokens: int | None = Field(
@@ -342,7 +348,14 @@ class RunMergeResult(View):
         description="the run's commits add nothing to merged_into: its tip, recorded as merged_sha",
     )
     followup_text: str | None = Field(
-        default=None, description="on a conflict: a run_followup text that asks for a rebase"
+        default=None,
+        description="on a conflict: a run_followup text that asks the run's agent to merge"
+        " merged_into into its branch and resolve the conflicts",
+    )
+    followup_reopen: bool = Field(
+        default=False,
+        description="on a conflict: the run is locked (ranked, validated), so that run_followup"
+        " needs reopen=true",
     )
     message: str
 
@@ -372,8 +385,11 @@ class BatchReview(View):
 
 
 class CleanItem(View):
-    run_id: str
-    worktree: str
+    run_id: str | None = Field(
+        description="null: a branch named for the batch that no run points at (an admission cut"
+        " by a kill in an older agent-run)"
+    )
+    worktree: str | None = Field(description="null: a branch checked out nowhere")
     branch: str | None
     exists: bool
     dirty_files: list[str]

@@ -1,45 +1,67 @@
-"""Capacity ranking rules, pure: readings of quota windows in, routes ranked for new work out.
+"""Capacity ranking rules, pure: readings of quota windows in, one choice per credential pool
+ranked for new work out.
 
 The rules are docs/capacity.md's, word for word; `tests/test_capacity_rules.py` holds the
-golden cases. Nothing here reads a clock, a file or a database: `now` is a parameter.
+golden cases. One window's judgement (burn, forecast, marker, label, risk) is in
+domain/capacity_windows.py. Nothing here reads a clock, a file or a database: `now` is a
+parameter.
 """
 
+import math
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
-HIGH_RISK_PERCENT = 10.0
-MEDIUM_RISK_PERCENT = 30.0
-MIN_BURN_SPAN_HOURS = 1.0
+from agent_run.domain.capacity_windows import (
+    HIGH_RISK_PERCENT,
+    MEDIUM_RISK_PERCENT,
+    MIN_BURN_SPAN_HOURS,
+    Marker,
+    Reading,
+    Risk,
+    SetAsideLabel,
+    WindowState,
+    burn_rate,
+    clamp,
+    risk,
+    window_label,
+    window_state,
+)
+
+__all__ = [
+    "ACCOUNT_LANE",
+    "HIGH_RISK_PERCENT",
+    "MEDIUM_RISK_PERCENT",
+    "MIN_BURN_SPAN_HOURS",
+    "Alias",
+    "CapacityOrder",
+    "Marker",
+    "RankedRoute",
+    "Reading",
+    "Risk",
+    "RouteSpec",
+    "SetAside",
+    "SetAsideLabel",
+    "WindowState",
+    "WindowView",
+    "burn_rate",
+    "capacity_order",
+    "clamp",
+    "credit_factor",
+    "model_lane",
+    "narrowed",
+    "rank",
+    "risk",
+    "window_state",
+]
+
 ENGINE_VALIDITY_SECONDS = 900.0  # engine streams and the Codex app-server
 CONFLICT_PERCENT = 10.0  # two fresh readings of one pool window further apart than this conflict
 CONFLICT_RESET_SECONDS = 60.0  # ... or with resets further apart than this
 
 ACCOUNT_LANE = "default"  # the account-wide lane: every model of the account spends it
-
-Risk = Literal["high", "medium", "low", "unknown"]
-
-
-@dataclass(frozen=True)
-class Reading:
-    """One sample of one window, already mapped to the pool it measures."""
-
-    pool: str  # the provider account identity whose quota this is
-    lane: str
-    window: str
-    remaining_percent: float | None
-    reset_at: float | None
-    observed_at: float
-    valid_until: float
-    runtime: str = ""
-    account: str | None = None
-    source: str = "native"
-
-    def fresh(self, now: float) -> bool:
-        reset_passed = self.reset_at is not None and self.reset_at <= now
-        return self.observed_at <= now <= self.valid_until and not reset_passed
 
 
 @dataclass(frozen=True)
@@ -72,23 +94,37 @@ class RouteSpec:
 
 
 @dataclass(frozen=True)
-class WindowState:
-    """What the rules make of one window of a pool at `now`."""
+class Alias:
+    """One (runtime, account) spending a pool, with its own weight (RouteSpec.own_weight)."""
 
+    runtime: str
+    account: str | None
+    weight: float
+
+
+@dataclass(frozen=True)
+class WindowView:
+    """Why one window of a route counts as it does: what is left, the forecast at its reset
+    (`projected_percent`, marker "projected" only), its slack and what that rests on, or the
+    label saying why it cannot take new work."""
+
+    lane: str
     window: str
-    latest: Reading
-    fresh: bool
+    remaining_percent: float | None
+    reset_at: float | None
     burn_per_hour: float | None
-    span_hours: float
+    evidence_hours: float
+    projected_percent: float | None
     slack: float | None
-
-    @property
-    def remaining(self) -> float | None:
-        return self.latest.remaining_percent
+    marker: Marker | None
+    label: SetAsideLabel | None
 
 
 @dataclass(frozen=True)
 class RankedRoute:
+    """One choice of a pool: named by its alias of the highest weight (`aliases`, highest
+    first: every (runtime, account) spending the pool), whose weight is the pool's."""
+
     runtime: str
     account: str | None
     lane: str
@@ -102,6 +138,10 @@ class RankedRoute:
     priority: float
     limiting_lane: str = ACCOUNT_LANE
     lowest_remaining_percent: float = 0.0  # the least left in any window the route spends
+    reset_credits: int = 0
+    credit_factor: float = 1.0
+    aliases: tuple[Alias, ...] = ()
+    windows: tuple[WindowView, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -111,6 +151,9 @@ class SetAside:
     lane: str
     reason: str
     pool: str = ""
+    label: SetAsideLabel = "missing_sample"
+    aliases: tuple[Alias, ...] = ()
+    windows: tuple[WindowView, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -121,72 +164,6 @@ class CapacityOrder:
     deferred: list[SetAside] = field(default_factory=list)
     unavailable_runtimes: list[str] = field(default_factory=list)
     insufficient_diversity: bool = True
-
-
-def clamp(value: float, low: float = -1.0, high: float = 1.0) -> float:
-    return max(low, min(high, value))
-
-
-def burn_rate(history: Sequence[Reading]) -> tuple[float | None, float]:
-    """(% dropped per hour, span in hours) over the samples sharing the latest one's reset.
-
-    `history` is one window's readings, oldest first. Fewer than two such samples with a
-    remaining value, or no time between them: burn unknown. A rise counts as zero burn."""
-    if not history:
-        return None, 0.0
-    latest_reset = history[-1].reset_at
-    same = [r for r in history if r.reset_at == latest_reset and r.remaining_percent is not None]
-    if len(same) < 2:
-        return None, 0.0
-    span_hours = (same[-1].observed_at - same[0].observed_at) / 3600.0
-    if span_hours <= 0:
-        return None, 0.0
-    first, last = same[0].remaining_percent, same[-1].remaining_percent
-    assert first is not None and last is not None
-    return max(0.0, (first - last) / span_hours), span_hours
-
-
-def window_slack(
-    remaining: float, reset_at: float | None, burn: float | None, span_hours: float, now: float
-) -> float:
-    """With burn known over >= 1 h and a reset ahead: projected remaining at the reset / 100;
-    else 2 * remaining / 100 - 1; both clamped to [-1, 1]."""
-    if burn is not None and span_hours >= MIN_BURN_SPAN_HOURS and reset_at is not None:
-        hours_to_reset = max(0.0, (reset_at - now) / 3600.0)
-        return clamp((remaining - burn * hours_to_reset) / 100.0)
-    return clamp(2.0 * remaining / 100.0 - 1.0)
-
-
-def window_state(history: Sequence[Reading], now: float) -> WindowState:
-    """One window's readings (oldest first, non-empty) judged at `now`."""
-    latest = history[-1]
-    fresh = latest.fresh(now) and latest.remaining_percent is not None
-    burn, span = burn_rate([r for r in history if r.observed_at <= now])
-    slack = None
-    if fresh and latest.remaining_percent is not None:
-        slack = window_slack(latest.remaining_percent, latest.reset_at, burn, span, now)
-    return WindowState(latest.window, latest, fresh, burn, span, slack)
-
-
-def risk(state: WindowState, now: float) -> Risk:
-    """high <= 10 % left, medium <= 30 %, else by burn against the sustainable rate (what is left
-    spread evenly until the reset): above it high, above half of it medium, else low; stale unknown."""
-    remaining = state.remaining
-    if not state.fresh or remaining is None:
-        return "unknown"
-    if remaining <= HIGH_RISK_PERCENT:
-        return "high"
-    if remaining <= MEDIUM_RISK_PERCENT:
-        return "medium"
-    reset_at = state.latest.reset_at
-    if state.burn_per_hour is None or reset_at is None or reset_at <= now:
-        return "low"
-    sustainable = remaining / ((reset_at - now) / 3600.0)
-    if state.burn_per_hour > sustainable:
-        return "high"
-    if state.burn_per_hour > sustainable / 2.0:
-        return "medium"
-    return "low"
 
 
 def _group(readings: Iterable[Reading]) -> dict[tuple[str, str], dict[str, list[Reading]]]:
@@ -252,101 +229,203 @@ def _conflicting(history: Sequence[Reading], now: float) -> bool:
     return False
 
 
-def _judge_route(
-    spec: RouteSpec, windows: dict[tuple[str, str], list[Reading]], now: float
-) -> tuple[str, tuple[str, WindowState] | None, str]:
-    """("rank" | "omit" | "defer", the limiting (lane, window), reason)."""
-    if not any(lane == spec.lane for lane, _ in windows):
-        return "defer", None, f"no reading for lane {spec.lane}"
-    states = [(key, window_state(history, now)) for key, history in sorted(windows.items())]
-    for (lane, window), state in states:
-        reset = state.latest.reset_at
-        if state.remaining == 0 and (reset is None or reset > now):
-            name = _named(spec, lane, window)
-            return "omit", (lane, state), f"window {name} is exhausted (0 % left)"
-    for (lane, window), history in sorted(windows.items()):
-        if _conflicting(history, now):
-            return "defer", None, f"window {_named(spec, lane, window)}: readings conflict"
-    stale = [_named(spec, lane, window) for (lane, window), s in states if not s.fresh]
-    if stale:
-        return "defer", None, f"no fresh reading for window {', '.join(stale)}"
-    (lane, _window), limiting = min(
+def credit_factor(credits: int) -> float:
+    """A route whose account can still redeem n >= 1 rate-limit resets: priority x (1 + n/(n+1))."""
+    return 1.0 + credits / (credits + 1.0) if credits >= 1 else 1.0
+
+
+def _credits(windows: dict[tuple[str, str], list[Reading]]) -> int:
+    """The reset credits the newest latest reading of the route's windows reports (0: none)."""
+    said = [h[-1] for h in windows.values() if h[-1].reset_credits is not None]
+    if not said:
+        return 0
+    credits = max(said, key=lambda r: r.observed_at).reset_credits
+    return credits if credits is not None else 0
+
+
+@dataclass(frozen=True)
+class _Judgement:
+    verdict: Literal["rank", "omit", "defer"]
+    label: SetAsideLabel | None
+    reason: str
+    windows: tuple[WindowView, ...]
+    limiting: tuple[str, WindowState] | None = None  # (lane, state) of a ranked route
+
+
+def _explain(key: tuple[str, str], state: WindowState, label: SetAsideLabel | None) -> WindowView:
+    latest = state.latest
+    return WindowView(
+        key[0],
+        key[1],
+        latest.remaining_percent,
+        latest.reset_at,
+        state.burn_per_hour,
+        state.span_hours,
+        state.projected_percent,
+        state.slack,
+        state.marker,
+        label,
+    )
+
+
+def _limiting(states: dict[tuple[str, str], WindowState]) -> tuple[str, str]:
+    """The window with the least slack; among equal slacks one with a reset, then the earliest
+    reset, then key order (lane, window)."""
+    return min(
         states,
-        key=lambda item: (
-            item[1].slack if item[1].slack is not None else 2.0,
-            item[0][0] != spec.lane,  # a tie goes to the route's own lane
-            item[0],
+        key=lambda key: (
+            states[key].slack,
+            states[key].latest.reset_at is None,
+            states[key].latest.reset_at or math.inf,
+            key,
         ),
     )
-    return "rank", (lane, limiting), ""
 
 
-def _pool_weights(specs: Sequence[RouteSpec]) -> dict[tuple[str, str], float]:
-    """Routes sharing a pool (aliases) take the largest weight among them, never the sum."""
-    weights: dict[tuple[str, str], float] = {}
+def _judge_route(
+    spec: RouteSpec, windows: dict[tuple[str, str], list[Reading]], now: float
+) -> _Judgement:
+    """Rank, omit (a window is exhausted) or defer (no reading of the route's own lane, readings
+    that conflict, a window with no fresh reading), with the label of the first such window."""
+    keys = sorted(windows)
+    states = {key: window_state(windows[key], now) for key in keys}
+    conflicts = [key for key in keys if _conflicting(windows[key], now)]
+    labels = {
+        key: window_label(states[key], now) or ("conflict" if key in conflicts else None)
+        for key in keys
+    }
+    views = tuple(_explain(key, states[key], labels[key]) for key in keys)
+    if not any(lane == spec.lane for lane, _ in keys):
+        return _Judgement("defer", "missing_sample", f"no reading for lane {spec.lane}", views)
+    exhausted = [key for key in keys if labels[key] == "exhausted"]
+    if exhausted:
+        name = _named(spec, *exhausted[0])
+        return _Judgement("omit", "exhausted", f"window {name} is exhausted (0 % left)", views)
+    if conflicts:
+        name = _named(spec, *conflicts[0])
+        return _Judgement("defer", "conflict", f"window {name}: readings conflict", views)
+    unfit = [key for key in keys if labels[key] is not None]
+    if unfit:
+        names = ", ".join(_named(spec, *key) for key in unfit)
+        return _Judgement("defer", labels[unfit[0]], f"no fresh reading for window {names}", views)
+    lane, window = _limiting(states)
+    return _Judgement("rank", None, "", views, (lane, states[(lane, window)]))
+
+
+def _ranked(
+    spec: RouteSpec,
+    aliases: tuple[Alias, ...],
+    windows: dict[tuple[str, str], list[Reading]],
+    judged: _Judgement,
+) -> RankedRoute:
+    assert judged.limiting is not None
+    lane, limiting = judged.limiting
+    assert limiting.slack is not None and limiting.remaining is not None  # fresh, known
+    score = 1.0 + limiting.slack
+    credits = _credits(windows)
+    factor = credit_factor(credits)
+    weight = aliases[0].weight  # the pool's: the highest of its aliases', never the sum
+    return RankedRoute(
+        spec.runtime,
+        spec.account,
+        spec.lane,
+        spec.pool,
+        limiting.window,
+        limiting.remaining,
+        limiting.latest.reset_at,
+        limiting.slack,
+        score,
+        weight,
+        score * weight * factor,
+        lane,
+        min(h[-1].remaining_percent or 0.0 for h in windows.values()),
+        credits,
+        factor,
+        aliases,
+        judged.windows,
+    )
+
+
+def _rank_key(r: RankedRoute) -> tuple[float, float, float, float, str, str, str]:
+    """Priority, then score (both descending), then more left in the route's lowest window,
+    then the earliest reset, then names."""
+    return (
+        -r.priority,
+        -r.score,
+        -r.lowest_remaining_percent,
+        r.reset_at if r.reset_at is not None else math.inf,
+        r.runtime,
+        r.account or "",
+        r.lane,
+    )
+
+
+def rank(routes: Iterable[RankedRoute]) -> list[RankedRoute]:
+    return sorted(routes, key=_rank_key)
+
+
+def narrowed(route: RankedRoute, applies: Callable[[Alias], bool]) -> RankedRoute | None:
+    """The route as a request only some of its aliases can serve sees it (a runtime offering
+    the model): named by the applicable alias of the highest weight, whose weight is then the
+    pool's; None when no alias applies."""
+    usable = [alias for alias in route.aliases if applies(alias)]
+    if not usable:
+        return None
+    best = usable[0]  # aliases are ordered by weight, highest first
+    return replace(
+        route,
+        runtime=best.runtime,
+        account=best.account,
+        weight=best.weight,
+        priority=route.score * best.weight * route.credit_factor,
+    )
+
+
+def _pools(
+    specs: Sequence[RouteSpec], unavailable: list[str]
+) -> list[tuple[RouteSpec, tuple[Alias, ...]]]:
+    """One choice per (pool, lane): its alias of the highest weight (then by name) and every
+    alias, highest weight first."""
+    members: dict[tuple[str, str], list[RouteSpec]] = defaultdict(list)
     for spec in specs:
-        key = (spec.pool, spec.lane)
-        weights[key] = max(weights.get(key, 0.0), spec.own_weight)
-    return weights
+        if spec.runtime not in unavailable:
+            members[(spec.pool, spec.lane)].append(spec)
+    chosen = []
+    for group in members.values():
+        group.sort(key=lambda s: (-s.own_weight, s.runtime, s.account or ""))
+        aliases = tuple(Alias(s.runtime, s.account, s.own_weight) for s in group)
+        chosen.append((group[0], aliases))
+    return sorted(chosen, key=lambda c: (c[0].runtime, c[0].account or "", c[0].lane))
 
 
 def capacity_order(
     specs: Sequence[RouteSpec], readings: Iterable[Reading], now: float
 ) -> CapacityOrder:
-    """Routes ranked for new work: priority, then score, then lowest remaining, then earliest reset."""
+    """One choice per pool, ranked for new work (rank()); the others set aside with a label."""
     grouped = _group(readings)
     seen_pools = {pool for pool, _lane in grouped}
-    weights = _pool_weights(specs)
-    ranked: list[RankedRoute] = []
-    omitted: list[SetAside] = []
-    deferred: list[SetAside] = []
     # a runtime none of whose pools has any reading, fresh or stale, is unavailable
     with_evidence = {s.runtime for s in specs if s.pool in seen_pools}
     unavailable = sorted({s.runtime for s in specs} - with_evidence)
-    for spec in specs:
-        if spec.runtime in unavailable:
-            continue
+    ranked: list[RankedRoute] = []
+    omitted: list[SetAside] = []
+    deferred: list[SetAside] = []
+    for spec, aliases in _pools(specs, unavailable):
         windows = _route_windows(spec, grouped)
-        verdict, found, reason = _judge_route(spec, windows, now)
-        aside = SetAside(spec.runtime, spec.account, spec.lane, reason, spec.pool)
-        if verdict == "omit":
-            omitted.append(aside)
+        judged = _judge_route(spec, windows, now)
+        if judged.verdict == "rank":
+            ranked.append(_ranked(spec, aliases, windows, judged))
             continue
-        if verdict == "defer" or found is None:
-            deferred.append(aside)
-            continue
-        lane, limiting = found
-        assert limiting.slack is not None and limiting.remaining is not None  # fresh, known
-        score = 1.0 + limiting.slack
-        weight = weights[(spec.pool, spec.lane)]
-        lowest = min(h[-1].remaining_percent or 0.0 for h in windows.values())
-        ranked.append(
-            RankedRoute(
-                spec.runtime,
-                spec.account,
-                spec.lane,
-                spec.pool,
-                limiting.window,
-                limiting.remaining,
-                limiting.latest.reset_at,
-                limiting.slack,
-                score,
-                weight,
-                score * weight,
-                lane,
-                lowest,
-            )
+        aside = SetAside(
+            spec.runtime,
+            spec.account,
+            spec.lane,
+            judged.reason,
+            spec.pool,
+            judged.label or "missing_sample",
+            aliases,
+            judged.windows,
         )
-    ranked.sort(
-        key=lambda r: (
-            -r.priority,
-            -r.score,
-            r.remaining_percent,
-            r.reset_at if r.reset_at is not None else float("inf"),
-            r.runtime,
-            r.account or "",
-            r.lane,
-        )
-    )
-    diverse = len({(r.pool, r.lane) for r in ranked}) >= 2
-    return CapacityOrder(now, ranked, omitted, deferred, unavailable, not diverse)
+        (omitted if judged.verdict == "omit" else deferred).append(aside)
+    diverse = len({r.pool for r in ranked}) >= 2  # independent pools: one account's lanes are one
+    return CapacityOrder(now, rank(ranked), omitted, deferred, unavailable, not diverse)

@@ -104,6 +104,14 @@ class HostVersionMismatch(DomainError):
     code = "HostVersionMismatch"
 
 
+class DaemonVersionMismatch(DomainError):
+    """The home's running daemon is another agent-run version than this CLI (`details.local`,
+    `details.remote`, `details.pid`): refused before any call; `agent-run api restart` starts
+    the installed version (running agents keep running)."""
+
+    code = "DaemonVersionMismatch"
+
+
 class LineTooLong(DomainError):
     """A request that would exceed the daemon's line limit; `field` names the biggest param."""
 
@@ -195,6 +203,7 @@ ERRORS_BY_CODE: dict[str, type[DomainError]] = {
         StorageFull,
         HostUnreachable,
         HostVersionMismatch,
+        DaemonVersionMismatch,
         LineTooLong,
         InternalError,
         PermissionDenied,

@@ -4,6 +4,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from agent_run.domain.capacity_windows import Marker, SetAsideLabel
 from agent_run.domain.failures import FailureKind
 from agent_run.domain.states import ExecutionState, Verdict
 
@@ -237,12 +238,23 @@ class ChangesResult(View):
 
 
 # --- capacity (docs/capacity.md)
+_MARKER = (
+    "what the slack rests on: `projected` (burn known over an hour or more), `warmup` (one "
+    "reading), `thin_evidence` (readings less than an hour apart), `no_reset` (no reset time); "
+    "null without a fresh reading"
+)
+_PROJECTED = (
+    "remaining - burn x hours to the reset (marker `projected` only): what will be left at "
+    "the reset; negative: it runs out before"
+)
+
+
 class LimitWindow(View):
     runtime: str
     account: str | None = Field(default=None, description="null: the runtime's own auth")
     lane: str
     window: str
-    known: bool = Field(description="a fresh reading with a remaining value")
+    known: bool = Field(description="a fresh reading with a value")
     remaining_percent: float | None = None
     reset_at: float | None = None
     observed_at: float
@@ -251,6 +263,17 @@ class LimitWindow(View):
     burn_percent_per_hour: float | None = None
     risk: Literal["high", "medium", "low", "unknown"]
     advice: str
+    evidence_hours: float = Field(
+        default=0.0, description="time between the first and last reading sharing its reset"
+    )
+    projected_percent: float | None = Field(default=None, description=_PROJECTED)
+    slack: float | None = Field(default=None, description="-1..1; null without a fresh reading")
+    marker: Marker | None = Field(default=None, description=_MARKER)
+    reset_credits: int | None = Field(
+        default=None,
+        description="rate-limit resets the account can still redeem, as the reading said "
+        "(Codex's rateLimitResetCredits.availableCount); null: not said",
+    )
 
 
 class LimitsResult(View):
@@ -258,10 +281,42 @@ class LimitsResult(View):
     windows: list[LimitWindow]
 
 
-class RankedRouteView(View):
+class WindowExplanation(View):
+    """Why one window a route spends counts as it does."""
+
+    lane: str
+    window: str
+    remaining_percent: float | None = None
+    reset_at: float | None = None
+    burn_percent_per_hour: float | None = None
+    evidence_hours: float = Field(
+        default=0.0, description="time between the first and last reading sharing its reset"
+    )
+    projected_percent: float | None = Field(default=None, description=_PROJECTED)
+    slack: float | None = Field(default=None, description="-1..1; null without a fresh reading")
+    marker: Marker | None = Field(default=None, description=_MARKER)
+    label: SetAsideLabel | None = Field(
+        default=None, description="why this window cannot take new work; null when it can"
+    )
+
+
+class RouteAlias(View):
+    """One (runtime, account) spending the route's credential pool."""
+
     runtime: str
+    account: str | None = Field(default=None, description="the account's label; null: own auth")
+    weight: float = Field(description="its own weight (account > lane > runtime multiplier)")
+
+
+class RankedRouteView(View):
+    runtime: str = Field(description="of the alias with the highest weight (see `aliases`)")
     account: str | None = None
     lane: str
+    aliases: list[RouteAlias] = Field(
+        default_factory=list,
+        description="every (runtime, account) spending this credential pool, highest weight "
+        "first: one choice, listed once",
+    )
     limiting_window: str
     limiting_lane: str = Field(
         default="default",
@@ -277,26 +332,52 @@ class RankedRouteView(View):
     reset_at: float | None = None
     slack: float
     score: float
-    weight: float
-    priority: float
+    weight: float = Field(description="the pool's: the highest of its aliases', never the sum")
+    reset_credits: int = Field(
+        default=0, description="rate-limit resets the account can still redeem (0: none said)"
+    )
+    credit_factor: float = Field(
+        default=1.0, description="1 + n / (n + 1) for n >= 1 reset credits, else 1"
+    )
+    priority: float = Field(description="score x weight x credit_factor")
+    windows: list[WindowExplanation] = Field(
+        default_factory=list, description="every window the route spends"
+    )
 
 
 class SetAsideRoute(View):
     runtime: str
     account: str | None = None
     lane: str
+    label: SetAsideLabel = Field(
+        description="why, for scripts: exhausted | conflict | missing_sample | malformed | "
+        "expired | stale_sample (docs/capacity.md)"
+    )
     reason: str
+    aliases: list[RouteAlias] = Field(default_factory=list)
+    windows: list[WindowExplanation] = Field(default_factory=list)
+
+
+class UnusableRuntime(View):
+    runtime: str
+    reason: str = Field(description="what doctor finds wrong with it (its binary)")
 
 
 class CapacityOrderResult(View):
     observed_at: float
-    routes: list[RankedRouteView] = Field(description="best first")
+    routes: list[RankedRouteView] = Field(description="best first; one per credential pool")
     omitted: list[SetAsideRoute] = Field(description="a window reads 0 %")
     deferred: list[SetAsideRoute] = Field(
         description="a pool lacks a fresh reading, or readings conflict"
     )
     unavailable_runtimes: list[str] = Field(description="no reading at all")
-    insufficient_diversity: bool = Field(description="fewer than two pools can take new work")
+    unusable_runtimes: list[UnusableRuntime] = Field(
+        default_factory=list,
+        description="never ranked nor chosen by --route auto, whatever their readings say",
+    )
+    insufficient_diversity: bool = Field(
+        description="fewer than two independent credential pools can take new work"
+    )
 
 
 class CollectedSource(View):

@@ -45,7 +45,7 @@ from agent_run.engines.classify import TextKinds, kind_for_http_status, kind_fro
 from agent_run.engines.environment import base_environment, single_secret
 from agent_run.engines.options import HttpRuntimeOptions
 from agent_run.engines.plan import ExecutionPlan
-from agent_run.engines.quota import QuotaEvent, codex_windows
+from agent_run.engines.quota import QuotaEvent, codex_windows, reset_credits, with_credits
 from agent_run.engines.registry import EngineSpec
 from agent_run.engines.signin import (
     Credential,
@@ -322,7 +322,8 @@ class CodexEngine:
         if method == "thread/tokenUsage/updated":
             return self._on_token_usage(params.get("tokenUsage") or {})
         if method == "account/rateLimits/updated":  # quota windows (docs/capacity.md)
-            windows = codex_windows(params.get("rateLimits"))
+            credits = reset_credits(params.get("rateLimitResetCredits"))  # not sent by 0.171.0
+            windows = with_credits(codex_windows(params.get("rateLimits")), credits)
             return [QuotaEvent(windows)] if windows else []
         if method == "error":
             error = params.get("error") or {}

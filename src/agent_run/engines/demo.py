@@ -6,9 +6,12 @@ import uuid
 from pathlib import Path
 from typing import Literal
 
+from pydantic import Field, field_validator
+
 from agent_run.domain.failures import FailureKind
 from agent_run.engines.base import Completion, EngineEvent, LaunchSpec, SteerJoined, WorkerMcp
 from agent_run.engines.classify import kind_for_http_status
+from agent_run.engines.demo_program import parse_quota
 from agent_run.engines.environment import base_environment
 from agent_run.engines.options import RuntimeOptions
 from agent_run.engines.plan import ExecutionPlan
@@ -18,9 +21,21 @@ from agent_run.system.home import write_private_file
 
 
 class DemoOptions(RuntimeOptions):
-    """The demo calls no provider: only the common keys."""
+    """The demo calls no provider: the common keys, and the quota readings it reports."""
 
     engine: Literal["demo"]
+    quota: dict[str, float] = Field(
+        default_factory=dict,
+        description="window (`5h`, `7d`, `LANE/5h`, `LANE/7d`) -> percent left the demo "
+        "reports each turn as Claude Code's quota lines (docs/capacity.md, offline)",
+    )
+
+    @field_validator("quota")
+    @classmethod
+    def _quota_windows(cls, quota: dict[str, float]) -> dict[str, float]:
+        for name, left in quota.items():
+            parse_quota([f"{name}={left!r}"])  # ValueError naming the window
+        return quota
 
 
 class DemoEngine(StreamJsonProtocol):
@@ -47,6 +62,9 @@ class DemoEngine(StreamJsonProtocol):
             "--profile",
             plan.profile,
         ]
+        quota = getattr(plan.runtime_config, "quota", None)
+        if quota:
+            argv += ["--quota", ",".join(f"{name}={left!r}" for name, left in quota.items())]
         if plan.resume_session_id:
             argv += ["--resume", plan.resume_session_id]
         else:

@@ -40,6 +40,14 @@ order, and exits at end of input. The task text chooses the behaviour, one direc
                             usage is then the steps' and the answer's together
     shell: COMMAND          run COMMAND with `sh -c` in the working directory (a Bash tool call:
                             the model's shell; its exit code and output are the tool result)
+    quota: WINDOW=LEFT ...  report quota readings, as Claude Code's `rate_limit_event` lines, at
+                            the start of the turn: WINDOW is `5h` or `7d`, or `LANE/5h`,
+                            `LANE/7d` (a model lane, 1-64 of a-z, 0-9, `_`); LEFT the percent
+                            left (0-100); the reset is the window's next multiple of its length
+                            since the epoch. E.g. `quota: 5h=40 7d=90 sonnet/7d=75`. Without it,
+                            the runtime's `quota` setting ([runtimes.NAME] quota = { "5h" = 40 },
+                            passed as --quota), if any: `limits`, `capacity order` and
+                            `--route auto` then work with no provider
 
 Sessions are kept in $HOME/.demo-sessions/ID.jsonl: `--session-id ID` starts one,
 `--resume ID` continues one with its history. `--profile read_only|write` (default write) is the
@@ -97,6 +105,7 @@ class Directives:
         self.tokens: int | None = None
         self.step_tokens: int | None = None
         self.shells: list[str] = []
+        self.quota: dict[str, float] | None = None
 
 
 def _uuid4() -> str:
@@ -164,7 +173,50 @@ def parse_directives(task: str) -> Directives:
             d.step_tokens = int(value)
         elif key == "shell":
             d.shells.append(value)
+        elif key == "quota":
+            d.quota = parse_quota(value.replace(",", " ").split())
     return d
+
+
+QUOTA_WINDOWS = {"5h": ("five_hour", 5 * 3600), "7d": ("seven_day", 7 * 86400)}
+QUOTA_LANE = re.compile(r"^[a-z0-9_]{1,64}$")
+
+
+def parse_quota(pairs: list[str]) -> dict[str, float]:
+    """`WINDOW=LEFT` pairs (docstring, `quota:`) -> {WINDOW: LEFT}; ValueError naming the pair."""
+    quota = {}
+    for pair in pairs:
+        name, _, left = pair.partition("=")
+        lane, _, window = name.rpartition("/")
+        try:
+            value = float(left)
+        except ValueError:
+            value = -1.0
+        if window not in QUOTA_WINDOWS or (lane and not QUOTA_LANE.match(lane)):
+            raise ValueError(f"quota: {pair!r}: the window is 5h, 7d, LANE/5h or LANE/7d")
+        if not 0.0 <= value <= 100.0:
+            raise ValueError(f"quota: {pair!r}: the percent left is a number from 0 to 100")
+        quota[name] = value
+    return quota
+
+
+def rate_limit_events(quota: dict[str, float], now: float, session_id: str) -> list[dict[str, Any]]:
+    """Claude Code's `rate_limit_event` line for each window of `quota` (domain: `five_hour` is
+    the account-wide 5h window, `seven_day_LANE` a model lane's 7d one)."""
+    events = []
+    for name, left in quota.items():
+        lane, _, window = name.rpartition("/")
+        kind, length = QUOTA_WINDOWS[window]
+        info = {
+            "status": "rejected" if left == 0 else "allowed",
+            "rateLimitType": f"{kind}_{lane}" if lane else kind,
+            "utilization": (100.0 - left) / 100.0,
+            "resetsAt": (int(now) // length + 1) * length,
+        }
+        events.append(
+            {"type": "rate_limit_event", "rate_limit_info": info, "session_id": session_id}
+        )
+    return events
 
 
 class Interrupted(Exception):
@@ -233,9 +285,11 @@ class DemoEngine:
         session_id: str | None = None,
         resume: str | None = None,
         profile: str = "write",
+        quota: dict[str, float] | None = None,
     ) -> None:
         self.model = model
         self.profile = profile
+        self.quota = quota  # the runtime's `quota` setting: reported unless a task says its own
         self.mcp_config = mcp_config
         self.session_id = resume or session_id or _uuid4()
         self.session_file = os.path.join(
@@ -327,6 +381,8 @@ class DemoEngine:
         self.turns += 1
         d = self.reported = parse_directives(task)
         self.step_usage = 0
+        for event in rate_limit_events(d.quota or self.quota or {}, time.time(), self.session_id):
+            self.emit(event)
         try:
             self.wait(d.sleep)
             if d.require is not None and not os.path.exists(d.require):
@@ -597,9 +653,11 @@ def main() -> int:
     parser.add_argument("--session-id", default=None)
     parser.add_argument("--resume", default=None)
     parser.add_argument("--profile", choices=["read_only", "write"], default="write")
+    parser.add_argument("--quota", default="", help="WINDOW=LEFT,... (the runtime's `quota`)")
     args = parser.parse_args()
+    quota = parse_quota(args.quota.split(",")) if args.quota else None
     return DemoEngine(
-        args.model, args.mcp_config, args.session_id, args.resume, args.profile
+        args.model, args.mcp_config, args.session_id, args.resume, args.profile, quota
     ).serve()
 
 

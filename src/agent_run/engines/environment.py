@@ -1,6 +1,7 @@
 """The explicit environments agent-run starts processes with: allowlists, nothing inherited."""
 
 import os
+from pathlib import Path
 
 from agent_run.engines.plan import ExecutionPlan
 
@@ -42,6 +43,32 @@ def allowlisted(names: tuple[str, ...]) -> dict[str, str]:
 def command_environment() -> dict[str, str]:
     """For a command agent-run runs on the user's behalf (verify_command): never the daemon's keys."""
     return allowlisted(COMMAND_PASSTHROUGH)
+
+
+# The git identity of the engine's generated home (its `~/.gitconfig`): the user's real home is
+# never read, and git run by the model (`git merge`, `git commit`) refuses to work without one.
+# A repository's own user.name / user.email win over it; create_commit commits as agent-run too.
+GIT_IDENTITY = "[user]\n\tname = agent-run\n\temail = agent-run@localhost\n"
+
+
+def give_git_identity(engine_home: str) -> None:
+    """Write the engine home's `.gitconfig` naming agent-run, unless it has one (the model's
+    own, or an earlier execution's): never through a link, readable by the owner only. One
+    that cannot be written (a full disk) leaves the engine as it was without it."""
+    try:
+        fd = os.open(
+            Path(engine_home) / ".gitconfig",
+            os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+            0o600,
+        )
+    except OSError:  # there already (FileExistsError), or not to be had
+        return
+    try:
+        os.write(fd, GIT_IDENTITY.encode())
+    except OSError:  # a part of it would be a config git cannot read
+        os.unlink(Path(engine_home) / ".gitconfig")
+    finally:
+        os.close(fd)
 
 
 def base_environment(plan: ExecutionPlan) -> dict[str, str]:

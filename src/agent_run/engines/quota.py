@@ -2,7 +2,7 @@
 `rate_limit_event`, parsed into `QuotaWindow`s (docs/capacity.md, "native")."""
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 DEFAULT_LANE = "default"  # the account-wide lane (domain/capacity.ACCOUNT_LANE)
@@ -24,6 +24,7 @@ class QuotaWindow:
     window: str
     remaining_percent: float | None
     reset_at: float | None
+    reset_credits: int | None = None  # resets the account can still redeem, when it said
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,22 @@ def _codex_window(entry: Any, fallback: str, lane: str) -> QuotaWindow | None:
     if used is None:
         return None  # a bad window is skipped
     return QuotaWindow(lane, window_name(minutes, fallback), _percent(100.0 - used), reset)
+
+
+def reset_credits(summary: Any) -> int | None:
+    """Codex's `rateLimitResetCredits` (`{"availableCount": n, ...}`): the rate-limit resets the
+    account can still redeem; None when absent or not a whole number >= 0."""
+    count = summary.get("availableCount") if isinstance(summary, dict) else None
+    if isinstance(count, bool) or not isinstance(count, (int, float)):
+        return None
+    return int(count) if count >= 0 and float(count).is_integer() else None
+
+
+def with_credits(windows: tuple[QuotaWindow, ...], credits: int | None) -> tuple[QuotaWindow, ...]:
+    """The windows of one account's reading, each carrying the account's reset credits."""
+    if credits is None:
+        return windows
+    return tuple(replace(window, reset_credits=credits) for window in windows)
 
 
 def codex_windows(rate_limits: Any) -> tuple[QuotaWindow, ...]:

@@ -16,12 +16,16 @@ from agent_run.domain.views import (
     LimitsResult,
     LimitWindow,
     RankedRouteView,
+    RouteAlias,
     SetAsideRoute,
+    UnusableRuntime,
+    WindowExplanation,
 )
 from agent_run.engines.accounts import account_identity
 from agent_run.engines.options import RuntimeOptions
-from agent_run.services.capacity_sources import collect_all, measured_accounts
+from agent_run.services.capacity_sources import Collected, collect_all, measured_accounts
 from agent_run.services.context import ServiceContext
+from agent_run.services.doctor import binary_problem
 from agent_run.store import samples as samples_q
 from agent_run.store.db import write
 from agent_run.store.rosters import put_rosters
@@ -59,6 +63,7 @@ def readings(config: Config, samples: list[Sample], home_root: Path) -> list[rul
             s.runtime,
             s.account,
             s.source,
+            s.reset_credits,
         )
         for s in samples
         if s.runtime in runtimes
@@ -66,16 +71,27 @@ def readings(config: Config, samples: list[Sample], home_root: Path) -> list[rul
     ]
 
 
+def unusable_runtimes(config: Config) -> dict[str, str]:
+    """Measured runtimes `doctor` finds unusable (their engine CLI is not there), with why: never
+    ranked, whatever readings their pools have."""
+    found = {name: binary_problem(options) for name, options in _measured(config).items()}
+    return {name: problem for name, problem in sorted(found.items()) if problem is not None}
+
+
 def route_specs(
     config: Config, found: list[rules.Reading], home_root: Path
 ) -> list[rules.RouteSpec]:
-    """One route per (runtime, account, lane) seen in a reading of its pool; "default" when none.
-    The accounts are the runtime's own auth (unless a default account replaces it) and each label."""
+    """One route per (runtime, account, lane) seen in a reading of its pool; "default" when none;
+    none of an unusable runtime. The accounts are the runtime's own auth (unless a default
+    account replaces it) and each label."""
     lanes: dict[str, set[str]] = defaultdict(set)
     for reading in found:
         lanes[reading.pool].add(reading.lane)
+    unusable = unusable_runtimes(config)
     specs = []
     for name, options in sorted(_measured(config).items()):
+        if name in unusable:
+            continue
         for account in measured_accounts(options):
             pool = account_identity(options, name, account, home_root)
             for lane in sorted(lanes.get(pool) or {"default"}):
@@ -151,6 +167,11 @@ def limit_windows(found: list[rules.Reading], now: float, runtime: str | None) -
                 burn_percent_per_hour=state.burn_per_hour,
                 risk=risk,
                 advice=_advice(state, risk, now),
+                evidence_hours=state.span_hours,
+                projected_percent=state.projected_percent,
+                slack=state.slack,
+                marker=state.marker,
+                reset_credits=state.latest.reset_credits,
             )
         )
     return windows
@@ -163,59 +184,106 @@ async def limits(ctx: ServiceContext, p: LimitsParams) -> LimitsResult:
     )
 
 
-def order_view(order: rules.CapacityOrder) -> CapacityOrderResult:
+def _aliases(aliases: tuple[rules.Alias, ...]) -> list[RouteAlias]:
+    return [RouteAlias(runtime=a.runtime, account=a.account, weight=a.weight) for a in aliases]
+
+
+def _windows(views: tuple[rules.WindowView, ...]) -> list[WindowExplanation]:
+    return [
+        WindowExplanation(
+            lane=w.lane,
+            window=w.window,
+            remaining_percent=w.remaining_percent,
+            reset_at=w.reset_at,
+            burn_percent_per_hour=w.burn_per_hour,
+            evidence_hours=w.evidence_hours,
+            projected_percent=w.projected_percent,
+            slack=w.slack,
+            marker=w.marker,
+            label=w.label,
+        )
+        for w in views
+    ]
+
+
+def _ranked_view(r: rules.RankedRoute) -> RankedRouteView:
+    return RankedRouteView(
+        runtime=r.runtime,
+        account=r.account,
+        lane=r.lane,
+        aliases=_aliases(r.aliases),
+        limiting_window=r.limiting_window,
+        limiting_lane=r.limiting_lane,
+        remaining_percent=r.remaining_percent,
+        lowest_remaining_percent=r.lowest_remaining_percent,
+        reset_at=r.reset_at,
+        slack=r.slack,
+        score=r.score,
+        weight=r.weight,
+        reset_credits=r.reset_credits,
+        credit_factor=r.credit_factor,
+        priority=r.priority,
+        windows=_windows(r.windows),
+    )
+
+
+def order_view(
+    order: rules.CapacityOrder, unusable: dict[str, str] | None = None
+) -> CapacityOrderResult:
     def aside(items: list[rules.SetAside]) -> list[SetAsideRoute]:
         return [
-            SetAsideRoute(runtime=a.runtime, account=a.account, lane=a.lane, reason=a.reason)
+            SetAsideRoute(
+                runtime=a.runtime,
+                account=a.account,
+                lane=a.lane,
+                label=a.label,
+                reason=a.reason,
+                aliases=_aliases(a.aliases),
+                windows=_windows(a.windows),
+            )
             for a in items
         ]
 
-    routes = [
-        RankedRouteView(
-            runtime=r.runtime,
-            account=r.account,
-            lane=r.lane,
-            limiting_window=r.limiting_window,
-            limiting_lane=r.limiting_lane,
-            remaining_percent=r.remaining_percent,
-            lowest_remaining_percent=r.lowest_remaining_percent,
-            reset_at=r.reset_at,
-            slack=r.slack,
-            score=r.score,
-            weight=r.weight,
-            priority=r.priority,
-        )
-        for r in order.routes
-    ]
     return CapacityOrderResult(
         observed_at=order.observed_at,
-        routes=routes,
+        routes=[_ranked_view(r) for r in order.routes],
         omitted=aside(order.omitted),
         deferred=aside(order.deferred),
         unavailable_runtimes=order.unavailable_runtimes,
+        unusable_runtimes=[
+            UnusableRuntime(runtime=name, reason=reason)
+            for name, reason in (unusable or {}).items()
+        ],
         insufficient_diversity=order.insufficient_diversity,
     )
 
 
 async def capacity_order(ctx: ServiceContext, _p: EmptyParams) -> CapacityOrderResult:
     samples = await ctx.db(samples_q.samples_since, 0.0)
-    return order_view(order_now(ctx.config, samples, ctx.home.root))
+    order = order_now(ctx.config, samples, ctx.home.root)
+    return order_view(order, unusable_runtimes(ctx.config))
 
 
 async def capacity_collect(ctx: ServiceContext, _p: EmptyParams) -> CollectResult:
-    """Ask every configured source once; a failing source is no evidence, never an error."""
+    """Ask every configured source once; a failing source is no evidence, never an error. Each
+    source's samples (and model roster) are stored as soon as it answers: a slow one delays
+    no other."""
     now = time.time()
-    collected = await collect_all(ctx.config, ctx.home, now)
     retention = ctx.config.capacity.sample_retention
-    samples = [sample for c in collected for sample in c.samples]
-    rosters = {c.roster.runtime: c.roster for c in collected if c.roster}  # one per runtime
 
-    def store(conn: Any) -> None:
-        with write(conn, "capacity samples and model rosters"):
-            samples_q.append_samples(conn, samples, retention)
-            put_rosters(conn, list(rosters.values()))
+    async def store(found: Collected | None) -> None:
+        samples = found.samples if found else []  # None: only trim (runs write samples too)
+        rosters = [found.roster] if found and found.roster else []
 
-    await ctx.db(store)
+        def write_rows(conn: Any) -> None:
+            with write(conn, "capacity samples and model rosters"):
+                samples_q.append_samples(conn, samples, retention)
+                put_rosters(conn, rosters)
+
+        await ctx.db(write_rows)
+
+    collected = await collect_all(ctx.config, ctx.home, now, store)
+    await store(None)
     return CollectResult(observed_at=now, sources=[c.outcome for c in collected])
 
 

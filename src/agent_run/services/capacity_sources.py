@@ -4,7 +4,7 @@
 import asyncio
 import json
 import os
-import signal
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,7 +16,8 @@ from agent_run.domain.capacity import ENGINE_VALIDITY_SECONDS
 from agent_run.domain.views import CollectedSource
 from agent_run.engines.accounts import options_for_account
 from agent_run.engines.options import RuntimeOptions
-from agent_run.engines.quota import codex_windows
+from agent_run.engines.quota import codex_windows, reset_credits
+from agent_run.services.collector_process import Run, run_bounded
 from agent_run.store.rosters import Roster
 from agent_run.store.samples import Sample
 from agent_run.system.home import Home
@@ -44,6 +45,7 @@ class _Window(BaseModel):
     reset_at: float | None = None
     observed_at: float
     valid_until: float | None = None
+    reset_credits: int | None = Field(default=None, ge=0, le=1_000_000)
 
 
 class _CollectorOutput(BaseModel):
@@ -83,58 +85,42 @@ def backoff_delay(failures: int) -> float:
     return float(min(BACKOFF_MAX_SECONDS, BACKOFF_FIRST_SECONDS * 2 ** max(0, failures - 1)))
 
 
-async def _run_bounded(
-    argv: list[str], stdin: bytes, env: dict[str, str] | None, deadline: float, cap: int
-) -> bytes:
-    """The program's stdout; SourceFailed on a deadline, more than `cap` bytes, or a non-zero exit.
-    The program runs in its own process group, killed whole when it overstays."""
+async def _run(
+    argv: list[str],
+    stdin: bytes,
+    env: dict[str, str],
+    deadline: float,
+    cap: int,
+    *,
+    keep_input_open: bool = False,
+    done: Callable[[bytes], bool] | None = None,
+) -> Run:
+    """A bounded run (services/collector_process.py); SourceFailed when it could not start or
+    its output went over `cap`."""
     try:
-        proc = await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.DEVNULL,
-            env=env,
-            start_new_session=True,
+        run = await run_bounded(
+            argv, stdin, env, deadline, cap, keep_input_open=keep_input_open, done=done
         )
     except OSError as exc:
         raise SourceFailed(f"could not start {argv[0]}: {exc.strerror or exc}") from None
-
-    async def read_all() -> bytes:
-        assert proc.stdin is not None and proc.stdout is not None
-        proc.stdin.write(stdin)
-        await proc.stdin.drain()
-        proc.stdin.close()
-        out = b""
-        while chunk := await proc.stdout.read(65536):
-            out += chunk
-            if len(out) > cap:
-                raise SourceFailed(f"output over {cap} bytes")
-        await proc.wait()
-        return out
-
-    try:
-        out = await asyncio.wait_for(read_all(), deadline)
-    except (SourceFailed, TimeoutError, BrokenPipeError, ConnectionResetError) as exc:
-        _kill_group(proc.pid)
-        await proc.communicate()  # drain what the dead group left in the pipe: wait() needs EOF
-        raise SourceFailed(
-            str(exc)
-            if isinstance(exc, SourceFailed)
-            else f"no answer within {deadline:g} s"
-            if isinstance(exc, TimeoutError)
-            else "the collector closed its input"
-        ) from None
-    if proc.returncode != 0:
-        raise SourceFailed(f"exited with status {proc.returncode}")
-    return out
+    if run.start_error is not None:
+        raise SourceFailed(run.start_error)
+    if run.ending == "over_cap":
+        raise SourceFailed(f"output over {cap} bytes")
+    return run
 
 
-def _kill_group(pid: int) -> None:
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+async def _run_collector(
+    argv: list[str], stdin: bytes, env: dict[str, str], deadline: float, cap: int
+) -> bytes:
+    """The collector's stdout once it exits; SourceFailed on its deadline, more than `cap`
+    bytes, or a non-zero exit. What it left running is ended with it."""
+    run = await _run(argv, stdin, env, deadline, cap)
+    if run.ending == "deadline":
+        raise SourceFailed(f"no answer within {deadline:g} s")
+    if run.status != 0:
+        raise SourceFailed(f"exited with status {run.status}")
+    return run.output
 
 
 async def command_samples(
@@ -152,7 +138,7 @@ async def command_samples(
         "models": options.models,
         "now": now,
     }
-    out = await _run_bounded(
+    out = await _run_collector(
         collector.argv,
         json.dumps(request).encode(),
         collector_environment(),
@@ -176,6 +162,7 @@ async def command_samples(
             w.observed_at,
             w.valid_until if w.valid_until is not None else w.observed_at + collector.valid_seconds,
             "command",
+            reset_credits=w.reset_credits,
         )
         for w in parsed.windows
     ]
@@ -229,51 +216,24 @@ async def _ask_appserver(
 ) -> dict[int, dict[str, Any]]:
     """Write `requests` to a `codex app-server` and read its replies by id, keeping its input
     open until every request with an id is answered, the deadline passes or it exits: the real
-    app-server exits at end of input before answering what is still in flight. Then its input
-    is closed and its process group killed. What it answered in time, by id."""
-    try:
-        proc = await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.DEVNULL,
-            env=env,
-            start_new_session=True,
-        )
-    except OSError as exc:
-        raise SourceFailed(f"could not start {argv[0]}: {exc.strerror or exc}") from None
-    assert proc.stdin is not None and proc.stdout is not None
+    app-server exits at end of input before answering what is still in flight. Then it (and
+    anything it started) is ended. What it answered in time, by id."""
     wanted = {r["id"] for r in requests if "id" in r}
     replies: dict[int, dict[str, Any]] = {}
+    pending = bytearray()
 
-    async def converse() -> None:
-        assert proc.stdin is not None and proc.stdout is not None
-        proc.stdin.write(b"".join(json.dumps(r).encode() + b"\n" for r in requests))
-        await proc.stdin.drain()
-        pending, read = b"", 0
-        while not wanted <= replies.keys():
-            chunk = await proc.stdout.read(65536)
-            if not chunk:
-                return  # it exited: what it answered is all there is
-            read += len(chunk)
-            if read > cap:
-                raise SourceFailed(f"output over {cap} bytes")
-            *lines, pending = (pending + chunk).split(b"\n")
-            for line in lines:
-                message = _message(line)
-                if message is not None and message.get("id") in wanted:
-                    replies[message["id"]] = message
+    def answered(chunk: bytes) -> bool:
+        pending.extend(chunk)
+        *lines, rest = bytes(pending).split(b"\n")
+        pending[:] = rest
+        for line in lines:
+            message = _message(line)
+            if message is not None and message.get("id") in wanted:
+                replies[message["id"]] = message
+        return wanted <= replies.keys()
 
-    try:
-        await asyncio.wait_for(converse(), deadline)
-    except TimeoutError:
-        pass  # the replies that came in time still count
-    except (BrokenPipeError, ConnectionResetError):
-        pass  # it exited before reading everything: likewise
-    finally:
-        proc.stdin.close()
-        _kill_group(proc.pid)
-        await proc.communicate()  # drain what the dead group left in the pipe: wait() needs EOF
+    stdin = b"".join(json.dumps(r).encode() + b"\n" for r in requests)
+    await _run(argv, stdin, env, deadline, cap, keep_input_open=True, done=answered)
     return replies
 
 
@@ -327,6 +287,10 @@ async def appserver_samples(
         raise SourceFailed(
             f"account/rateLimits/read refused: {str(error.get('message'))[:200]}", roster
         )
+    result = message.get("result")
+    credits = reset_credits(
+        result.get("rateLimitResetCredits") if isinstance(result, dict) else None
+    )
     samples = [
         Sample(
             runtime,
@@ -338,8 +302,9 @@ async def appserver_samples(
             now,
             now + ENGINE_VALIDITY_SECONDS,
             "codex_appserver",
+            reset_credits=credits,
         )
-        for lane, window, remaining, reset in appserver_windows(message.get("result"))
+        for lane, window, remaining, reset in appserver_windows(result)
     ]
     return samples, roster
 
@@ -425,20 +390,26 @@ async def _ask(
     return await appserver_samples(runtime, own, account, now)
 
 
-async def collect_all(config: Config, home: Home, now: float) -> list[Collected]:
+async def collect_all(
+    config: Config,
+    home: Home,
+    now: float,
+    store: Callable[[Collected], Awaitable[None]] | None = None,
+) -> list[Collected]:
     """Every account of every enabled runtime whose source can be asked (`command`,
-    `codex_appserver`), concurrently; `native` readings arrive with the runs themselves."""
+    `codex_appserver`), concurrently, each handed to `store` as soon as it answers; `native`
+    readings arrive with the runs themselves."""
     asked = [
         (name, options, account)
         for name, options in sorted(config.runtimes.items())
         if options.enabled and options.limits_source in ("command", "codex_appserver")
         for account in measured_accounts(options)
     ]
-    return list(
-        await asyncio.gather(
-            *(
-                _collect_one(config, home, name, options, account, now)
-                for name, options, account in asked
-            )
-        )
-    )
+
+    async def one(name: str, options: RuntimeOptions, account: str | None) -> Collected:
+        found = await _collect_one(config, home, name, options, account, now)
+        if store is not None and (found.samples or found.roster):
+            await store(found)
+        return found
+
+    return list(await asyncio.gather(*(one(*entry) for entry in asked)))

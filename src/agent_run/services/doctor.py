@@ -89,24 +89,37 @@ def binary_version(path: str) -> str:
     return lines[0] if lines else f"--version printed nothing (exit {done.returncode})"
 
 
-def binary_check(name: str, runtime: Any) -> DoctorCheck:
+def binary_problem(runtime: Any) -> str | None:
+    """Why the runtime's engine CLI cannot be run from this daemon (not on its PATH, not an
+    executable file), or None (found, or the engine needs none). `doctor` reports it; capacity
+    never ranks such a runtime (docs/capacity.md)."""
     default_binary = engine_spec(runtime.engine).default_binary
     if default_binary is None:
-        return _ok(f"runtime {name}", "built in (no CLI of its own)")
+        return None
     binary = runtime.binary or default_binary
-    path = shutil.which(binary)
-    if path is None:
-        where = (
-            f"{binary} not found"
-            if os.path.isabs(binary)
-            else f"`{binary}` not found: the daemon's PATH has no `{binary}`"
+    if shutil.which(binary) is not None:
+        return None
+    if os.path.isabs(binary):
+        return (
+            f"{binary} not found" if not os.path.exists(binary) else f"{binary} is not executable"
         )
+    return f"`{binary}` not found: the daemon's PATH has no `{binary}`"
+
+
+def binary_check(name: str, runtime: Any) -> DoctorCheck:
+    problem = binary_problem(runtime)
+    if problem is not None:
         return _bad(
             f"runtime {name}",
-            where,
+            problem,
             f"set `binary` under [runtimes.{name}] to an absolute path, or restart the daemon from "
             f"a shell that has it (`agent-run api restart`)",
         )
+    default_binary = engine_spec(runtime.engine).default_binary
+    if default_binary is None:
+        return _ok(f"runtime {name}", "built in (no CLI of its own)")
+    path = shutil.which(runtime.binary or default_binary)
+    assert path is not None  # binary_problem found it
     return _ok(f"runtime {name}", f"{path}: {binary_version(path)}")
 
 

@@ -3,6 +3,7 @@ among the runtimes offering the requested model (or the pairs of a `[model_class
 
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,7 +13,7 @@ from agent_run.domain import errors
 from agent_run.domain.failures import FailureKind
 from agent_run.domain.requests import StartParams
 from agent_run.domain.views import AgentView
-from agent_run.services.capacity import readings, route_specs
+from agent_run.services.capacity import readings, route_specs, unusable_runtimes
 from agent_run.services.context import ServiceContext
 from agent_run.store import rosters as rosters_q
 from agent_run.store import samples as samples_q
@@ -91,23 +92,52 @@ def model_lanes(
     return lanes
 
 
-def _spends_model_lane(
-    route: Any, wanted: dict[str, str], lanes: dict[tuple[str, str], str]
-) -> bool:
-    """A route of a wanted runtime on the lane its model spends (the account-wide lane when
-    its account has no reading of another lane)."""
-    lane = lanes.get((route.runtime, route.pool), rules.ACCOUNT_LANE)
-    return route.runtime in wanted and route.lane == lane
+def _offering(
+    route: rules.RankedRoute | rules.SetAside,
+    wanted: dict[str, str],
+    lanes: dict[tuple[str, str], str],
+) -> Callable[[rules.Alias], bool]:
+    """Whether an alias of `route` can serve the request: its runtime is wanted and the route is
+    on the lane the runtime's model spends (the account-wide lane when its account has no
+    reading of another lane)."""
+
+    def applies(alias: rules.Alias) -> bool:
+        lane = lanes.get((alias.runtime, route.pool), rules.ACCOUNT_LANE)
+        return alias.runtime in wanted and route.lane == lane
+
+    return applies
+
+
+def _candidates(
+    order: rules.CapacityOrder, wanted: dict[str, str], lanes: dict[tuple[str, str], str]
+) -> list[rules.RankedRoute]:
+    """The ranked routes the request can use, each named by (and weighted as) its best alias
+    that can serve it, ranked again with those weights."""
+    found = (rules.narrowed(r, _offering(r, wanted, lanes)) for r in order.routes)
+    return rules.rank(r for r in found if r is not None)
 
 
 def _aside(
     items: list[rules.SetAside], wanted: dict[str, str], lanes: dict[tuple[str, str], str]
 ) -> list[str]:
-    return [
-        f"{route_name(a.runtime, a.account, a.lane)}: {a.reason}"
-        for a in items
-        if _spends_model_lane(a, wanted, lanes)
-    ]
+    named = []
+    for a in items:
+        usable = [alias for alias in a.aliases if _offering(a, wanted, lanes)(alias)]
+        if usable:
+            named.append(f"{route_name(usable[0].runtime, usable[0].account, a.lane)}: {a.reason}")
+    return named
+
+
+def _labels(
+    order: rules.CapacityOrder, wanted: dict[str, str], lanes: dict[tuple[str, str], str]
+) -> dict[str, str]:
+    """route name -> its set-aside label, for the routes NoCapacity lists."""
+    labels = {}
+    for a in order.omitted + order.deferred:
+        for alias in a.aliases:
+            if _offering(a, wanted, lanes)(alias):
+                labels[route_name(alias.runtime, alias.account, a.lane)] = a.label
+    return labels
 
 
 def pick(
@@ -115,12 +145,13 @@ def pick(
     wanted: dict[str, str],
     floor: float,
     lanes: dict[tuple[str, str], str],
+    unusable: dict[str, str] | None = None,
 ) -> rules.RankedRoute:
     """The top ranked route of a `wanted` runtime on its model's lane with more than `floor` %
     left in every window it spends; NoCapacity (listing what was set aside and why) when there
     is none. An account whose account-wide window is exhausted is never picked: every route of
     it spends that window, so every one is omitted."""
-    eligible = [r for r in order.routes if _spends_model_lane(r, wanted, lanes)]
+    eligible = _candidates(order, wanted, lanes)
     above = [r for r in eligible if r.lowest_remaining_percent > floor]
     if above:
         return above[0]
@@ -135,8 +166,12 @@ def pick(
         field="route",
         omitted=_aside(order.omitted, wanted, lanes),
         deferred=_aside(order.deferred, wanted, lanes),
+        labels=_labels(order, wanted, lanes),
         below_min_remaining=low,
         unavailable_runtimes=unavailable,
+        unusable_runtimes=[
+            f"{name}: {why}" for name, why in (unusable or {}).items() if name in wanted
+        ],
     )
 
 
@@ -163,11 +198,13 @@ async def choose_route(
     specs = route_specs(config, found, ctx.home.root)
     order = rules.capacity_order(specs, found, time.time())
     lanes = model_lanes(config, found, specs, wanted)
-    top = pick(order, wanted, p.min_remaining or 0.0, lanes)
-    ranked = sum(1 for r in order.routes if _spends_model_lane(r, wanted, lanes))
+    top = pick(order, wanted, p.min_remaining or 0.0, lanes, unusable_runtimes(config))
+    ranked = len(_candidates(order, wanted, lanes))
+    credits = f" x {top.credit_factor:.2f} for {top.reset_credits} reset credit(s)"
     reason = (
         f"top of capacity_order among {ranked} ranked route(s) offering the model: priority "
-        f"{top.priority:.2f} (score {top.score:.2f} x weight {top.weight:g}); limiting window "
+        f"{top.priority:.2f} (score {top.score:.2f} x weight {top.weight:g}"
+        f"{credits if top.reset_credits else ''}); limiting window "
         f"{_window_name(top)} at {top.remaining_percent:g} % left"
     )
     chosen = p.model_copy(
@@ -201,8 +238,9 @@ def next_route_advice(
         for name, options in config.runtimes.items()
         if options.enabled and model in options.models
     }
-    for r in order.routes:
-        if _spends_model_lane(r, offering, lanes) and (r.runtime, r.account) != (runtime, account):
+    for r in _candidates(order, offering, lanes):
+        same_pool = any((a.runtime, a.account) == (runtime, account) for a in r.aliases)
+        if not same_pool:  # an alias of the run's own pool spends the same quota
             flags = f"--runtime {r.runtime}" + (f" --account {r.account}" if r.account else "")
             return (
                 f"Next viable route (capacity_order): {route_name(r.runtime, r.account, r.lane)}, "

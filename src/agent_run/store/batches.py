@@ -40,16 +40,24 @@ def insert_batch(conn: sqlite3.Connection, row: dict[str, Any]) -> None:
 
 
 def insert_run(conn: sqlite3.Connection, row: dict[str, Any]) -> None:
-    """A queued run; its `prompt` is stored only when it is not its batch's (migration 0016)."""
+    """A queued run; its `prompt` is stored only when it is not its batch's (migration 0016).
+    Its worktree and branch are named here before they are made (batches/run_rows.py)."""
     now = time.time()
-    row = {"parent_run_id": None, "worktree": None, "branch": None, "result_json": None, **row}
+    row = {
+        "parent_run_id": None,
+        "worktree": None,
+        "branch": None,
+        "result_json": None,
+        "locked": 0,
+        **row,
+    }
     conn.execute(
         "INSERT INTO batch_runs (id, batch_id, stage, idx, parent_run_id, title, own_prompt,"
-        " profile, worktree, branch, workdir, state, result_json, created_at, updated_at)"
+        " profile, worktree, branch, workdir, state, locked, result_json, created_at, updated_at)"
         " VALUES (:id, :batch_id, :stage, :idx, :parent_run_id, :title,"
         " nullif(:prompt, (SELECT json_extract(config_json, '$.prompt') FROM batches"
-        " WHERE id = :batch_id)), :profile, :worktree, :branch, :workdir, :state, :result_json,"
-        " :now, :now)",
+        " WHERE id = :batch_id)), :profile, :worktree, :branch, :workdir, :state, :locked,"
+        " :result_json, :now, :now)",
         {**row, "state": RunState.QUEUED.value, "now": now},
     )
     log_batch(conn, row["batch_id"], {"run": row["id"], "state": RunState.QUEUED.value})

@@ -18,11 +18,12 @@ class Sample:
     valid_until: float
     source: str
     execution_id: str | None = None
+    reset_credits: int | None = None  # resets the account can still redeem, when it said
 
 
 _COLUMNS = (
     "runtime, account, lane, window, remaining_percent, reset_at, observed_at, valid_until,"
-    " source, execution_id"
+    " source, execution_id, reset_credits"
 )
 
 
@@ -30,7 +31,7 @@ def append_samples(conn: sqlite3.Connection, samples: list[Sample], retention: i
     """Insert `samples`; with a retention, keep only the newest `retention` rows (a supervisor
     passes None: the daemon trims). Call inside a write transaction."""
     conn.executemany(
-        f"INSERT INTO capacity_samples ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        f"INSERT INTO capacity_samples ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         [
             (
                 s.runtime,
@@ -43,6 +44,7 @@ def append_samples(conn: sqlite3.Connection, samples: list[Sample], retention: i
                 s.valid_until,
                 s.source,
                 s.execution_id,
+                s.reset_credits,
             )
             for s in samples
         ],

@@ -230,6 +230,7 @@ class ExecutionLog:
                     valid_until,
                     "native",
                     self.execution_id,
+                    w.reset_credits,
                 )
                 for w in windows
             ],

@@ -32,6 +32,7 @@ from agent_run.engines.base import (
     UsageUpdate,
     WorkerMcp,
 )
+from agent_run.engines.environment import give_git_identity
 from agent_run.engines.plan import load_plan
 from agent_run.engines.quota import QuotaEvent
 from agent_run.engines.registry import engine_spec
@@ -204,6 +205,7 @@ class Supervisor:
             ]
         )
         Path(self.plan.engine_home).mkdir(mode=0o700, parents=True, exist_ok=True)
+        give_git_identity(self.plan.engine_home)
         self.signin = SignInKeeper.start(
             self.plan.engine, self.plan.runtime_config.auth, self.plan.engine_home, redact
         )

@@ -145,6 +145,24 @@ def worktree_path(root_dir: Path, project: Project, label: str, batch_id: str, n
     return candidate
 
 
+def worktree_branches(root: Path) -> dict[str, Path]:
+    """Each branch checked out in a linked or main worktree whose folder exists: its folder."""
+    found: dict[str, Path] = {}
+    current = None
+    for line in git(root, "worktree", "list", "--porcelain").splitlines():
+        if line.startswith("worktree "):
+            current = Path(line.removeprefix("worktree "))
+        elif line.startswith("branch refs/heads/") and current is not None and current.is_dir():
+            found[line.removeprefix("branch refs/heads/")] = current
+    return found
+
+
+def branches_under(root: Path, prefix: str) -> list[str]:
+    """The local branches whose names start with `prefix/` (`agent-run/<batch>`)."""
+    out = git(root, "for-each-ref", "--format=%(refname:short)", f"refs/heads/{prefix}/")
+    return sorted(name for name in out.splitlines() if name)
+
+
 def add_worktree(root: Path, path: Path, branch: str, base_sha: str) -> None:
     """Create the worktree on a new branch at the pinned base; a no-op if it is already there.
     git makes the branch before the folder, so an add that failed there (a worktree root that is
@@ -280,11 +298,11 @@ def unmerged_commits(root: Path, branch: str, into: str) -> int:
 
 
 def remove_worktree(
-    root: Path, path: Path, branch: str | None, *, force: bool, merged: bool = False
+    root: Path, path: Path | None, branch: str | None, *, force: bool, merged: bool = False
 ) -> None:
-    """Remove the worktree and its branch; `merged`: the branch was merged by `run_merge` (a squash
-    leaves its commits off the target, so `git branch -d` would refuse it)."""
-    if path.exists():
+    """Remove the worktree (None: a branch alone) and its branch; `merged`: the branch was merged
+    by `run_merge` (a squash leaves its commits off the target, so `git branch -d` refuses it)."""
+    if path is not None and path.exists():
         git(root, "worktree", "remove", *(["--force"] if force else []), str(path))
     else:
         git(root, "worktree", "prune")

@@ -8,6 +8,7 @@ verb, which must start without importing pydantic; see `cli.spec`).
 """
 
 import json
+import shlex
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from agent_run.domain.batch_states import RunState
 from agent_run.text.accounts import RENDERERS as ACCOUNT_RENDERERS
 from agent_run.text.batch import render_batch, wrapped
+from agent_run.text.capacity import RENDERERS as CAPACITY_RENDERERS
 from agent_run.text.hosts import RENDERERS as HOST_RENDERERS
 
 if TYPE_CHECKING:
@@ -188,8 +190,11 @@ def run_merge(result: "bm.RunMergeResult") -> str:
     ]
     lines += [f"  conflict {path}" for path in result.conflicts]
     if result.followup_text:
-        lines.append(f"  follow up with: agent-run run followup {result.run_id} --text '...'")
-        lines.append(f"  suggested text: {result.followup_text}")
+        reopen = " --reopen" if result.followup_reopen else ""  # a locked run needs it
+        lines.append(
+            f"  follow up with: agent-run run followup {result.run_id}{reopen} --text "
+            f"{shlex.quote(result.followup_text)}"
+        )
     return "\n".join(lines)
 
 
@@ -218,7 +223,8 @@ def batch_clean(result: "bm.BatchCleanResult") -> str:
     """The plan or what was removed, then what to do next: the service's message, which names
     params as `confirm=true` (MCP's words) and which the CLI shows in its flags (`--confirm`)."""
     rows = [
-        f"{i.action:<12} {i.worktree}  dirty {len(i.dirty_files)}  unmerged {i.unmerged_commits}"
+        f"{i.action:<12} {i.worktree or i.branch}  dirty {len(i.dirty_files)}  unmerged "
+        f"{i.unmerged_commits}"
         for i in result.items
     ]
     return "\n".join(rows + [result.message])
@@ -318,60 +324,6 @@ def daemon_status(s: Any) -> str:
     return "\n".join(lines)
 
 
-# --- capacity (docs/capacity.md)
-def _pct(value: Any) -> str:
-    return "    ?" if value is None else f"{value:4.0f}%"
-
-
-def limits(result: Any) -> str:
-    rows = [
-        f"{w.runtime}{'/' + w.account if w.account else ''}  {w.lane}  {w.window:<4} {_pct(w.remaining_percent)}"
-        f"  {w.risk:<7} {w.advice}"
-        for w in result.windows
-    ]
-    return "\n".join(rows or ["no readings yet: `agent-run capacity collect`, or run an agent"])
-
-
-def _limiting(r: Any) -> str:
-    """The limiting window, with its lane when it is the account-wide one of a lane route."""
-    if r.limiting_lane == r.lane:
-        return str(r.limiting_window)
-    return f"{r.limiting_lane}/{r.limiting_window}"
-
-
-def _route(r: Any) -> str:
-    """`runtime/account` (the account when the route has one: two accounts are two routes)."""
-    return f"{r.runtime}{'/' + r.account if r.account else ''}"
-
-
-def capacity_order(result: Any) -> str:
-    rows = [
-        f"{n}. {_route(r)}  {r.lane}  priority {r.priority:.2f}"
-        f"  (score {r.score:.2f} x weight {r.weight:g}; {_limiting(r)} {_pct(r.remaining_percent).strip()})"
-        for n, r in enumerate(result.routes, 1)
-    ]
-    for kind, items in (("omitted ", result.omitted), ("deferred", result.deferred)):
-        rows += [f"{kind} {_route(a)}  {a.lane}: {a.reason}" for a in items]
-    rows += [f"unavailable {name}: no reading" for name in result.unavailable_runtimes]
-    if result.insufficient_diversity:
-        rows.append("insufficient diversity: fewer than two pools can take new work")
-    return "\n".join(rows)
-
-
-def collect_result(result: Any) -> str:
-    return (
-        "\n".join(
-            f"{s.runtime}  {s.source}: "
-            + (f"{s.windows} window(s)" if s.error is None else f"no evidence ({s.error})")
-            for s in result.sources
-        )
-        or "no runtime has a command or codex_appserver source"
-    )
-
-
-# --- end capacity
-
-
 def delivery_status(status: "vw.DeliveryStatus") -> str:
     whose = status.agent_id or status.batch_id
     if status.transport is None:
@@ -418,12 +370,10 @@ RENDERERS: dict[str, Callable[[Any], str]] = {  # result model class name -> ren
     "Pong": lambda p: f"pong: daemon pid {p.pid}, agent-run {p.version}, home {p.home}",
     "ToolsResult": lambda t: "\n".join(tool["name"] for tool in _plain_list(t.tools)),
     "DaemonStatus": daemon_status,
-    "LimitsResult": limits,
-    "CapacityOrderResult": capacity_order,
-    "CollectResult": collect_result,
     "DeliveryStatus": delivery_status,
     "ChannelBatch": lambda b: "\n".join(n.summary for n in b.notices) or "no notice",
     **ACCOUNT_RENDERERS,
+    **CAPACITY_RENDERERS,
     **HOST_RENDERERS,
 }
 

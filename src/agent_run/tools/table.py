@@ -34,9 +34,9 @@ class CliExtras:
         None  # `--follow`: "transcript" pages until the agent ends, "batch" redraws
     )
     slice_seconds: float = 60.0  # one `wait` call of a longer wait
-    exit_codes: tuple[
-        tuple[str, int], ...
-    ] = ()  # end state -> exit status ("timed_out": still running)
+    # end state -> exit status ("timed_out": still running); for a verb that neither waits
+    # nor follows, a boolean field of its result -> the exit status when it is true
+    exit_codes: tuple[tuple[str, int], ...] = ()
     aliases: tuple[tuple[str, str], ...] = ()  # (field, the flag it is known by) e.g. `--text`
     local: bool = False  # the CLI runs the handler in-process (no daemon): needs no ctx
     human: bool = False  # text by default when stdout is a terminal (`--format` still wins)
@@ -49,6 +49,8 @@ class CliExtras:
 _E, _B = ExecutionState, BatchState
 AGENT_EXIT = ((_E.SUCCEEDED, 0), (_E.FAILED, 2), (_E.LOST, 2), (_E.CANCELLED, 3), ("timed_out", 4))
 BATCH_EXIT = ((_B.COMPLETED, 0), (_B.FAILED, 2), (_B.BLOCKED, 2), (_B.CANCELLED, 3))
+# A verb that neither waits nor follows: a true boolean field of its result -> exit status.
+MERGE_EXIT = (("would_conflict", 2),)
 
 
 @dataclass(frozen=True)
@@ -358,11 +360,12 @@ TOOLS: dict[str, Tool] = {
             "Merge a settled run's branch into a branch (default: the batch's base branch), squashed "
             "or as a merge commit, without touching any worktree; the branch moves only if it did "
             "not move meanwhile. A conflict changes nothing and lists the paths with a follow-up "
-            "text asking the run to rebase. dry_run=true only checks.",
+            "text asking the run to merge the target into its branch. dry_run=true only checks.",
             read_only=False,
             idempotent=False,
             verb="run merge",
             positional=("run_id",),
+            cli=CliExtras(exit_codes=MERGE_EXIT),
         ),
         Tool(
             "batch_review",

@@ -93,6 +93,10 @@ class ProcessTable(Protocol):
         """Pids of live (non-zombie) processes whose process group is `pgid`."""
         ...
 
+    def children(self, pid: int) -> list[int]:
+        """Pids of the processes whose parent is `pid` (zombies included: theirs to reap)."""
+        ...
+
     def adopt_orphans(self) -> bool:
         """Make this process the parent of its descendants that lose theirs (a child
         subreaper), so their zombies are its to reap at once rather than init's, whenever

@@ -71,6 +71,15 @@ class LinuxProcesses:
                 members.append(int(entry.name))
         return members
 
+    def children(self, pid: int) -> list[int]:
+        found = []
+        for entry in os.scandir("/proc"):
+            if entry.name.isdigit():
+                fields = stat_fields(int(entry.name))
+                if fields and int(fields[1]) == pid:
+                    found.append(int(entry.name))
+        return found
+
     def adopt_orphans(self) -> bool:
         import ctypes  # only a supervisor asks, once
 

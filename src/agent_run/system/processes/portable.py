@@ -89,6 +89,12 @@ class PsutilProcesses:
                 continue
         return members
 
+    def children(self, pid: int) -> list[int]:
+        try:
+            return [child.pid for child in psutil.Process(pid).children()]
+        except (psutil.Error, OSError):
+            return []
+
     def adopt_orphans(self) -> bool:
         return False  # no portable child subreaper: init reaps, and the table is scanned
 
