@@ -52,6 +52,13 @@ def _no_folder_left_behind() -> Iterator[None]:
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 sys.dont_write_bytecode = False
 
+# Git as on a machine with no git config at all: no identity, hooks, signing or aliases of the
+# contributor's ~/.gitconfig or /etc/gitconfig reach a test, a daemon or a supervisor, and
+# nothing the suite does writes there. A test repository that commits names its own identity
+# (tests/batch_harness.py's GIT); agent-run's own commits name theirs (system/git.py).
+os.environ["GIT_CONFIG_GLOBAL"] = os.devnull
+os.environ["GIT_CONFIG_NOSYSTEM"] = "1"
+
 
 @pytest.fixture
 def home() -> Iterator[Home]:

@@ -319,6 +319,32 @@ def test_batch_show_follow_draws_progress_and_ends_with_the_ranking(batch_projec
     assert os.path.exists(batch_project.repo)
 
 
+def test_batch_show_follow_without_a_terminal_prints_one_line_per_change(batch_project):
+    """Piped (a log, CI), `--follow` never redraws the batch: its header once, then one line
+    for each run's change, never the same line twice."""
+    from tests.harness import cli
+
+    batch = batch_project.start(
+        "ranked",
+        runs=2,
+        reviewers=2,
+        prompt="steps: 4\nstep_seconds: 0.2\n" + CANDIDATE,
+        review_prompt="steps: 3\nstep_seconds: 0.2\nscore: auto",
+    )
+    result = cli(batch_project.daemon.home, "batch", "show", batch["id"], "--follow", timeout=180)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert [line for line in lines if line.startswith("  project ")] == [lines[1]]
+    assert lines[0].startswith(batch["id"]) and lines[2].startswith("marks: ")
+    assert len(lines) == len(set(lines)), result.stdout
+    done = batch_project.daemon.call("batch", {"batch_id": batch["id"]})
+    for run in done["runs"]:  # queued, running, succeeded, then scored and ranked at most
+        said = [line for line in lines if run["id"] in line]
+        assert 1 <= len(said) <= 5, (run["id"], said)
+        assert " succeeded a1 " in said[-1], said
+    assert "ranking:" in result.stdout and lines[-1].startswith("  #2")
+
+
 def test_list_batches_filters_by_project_and_state_with_an_exact_total(batch_project):
     daemon = batch_project.daemon
     done = batch_project.finish("repeated", runs=1, prompt="answer: hi")

@@ -197,6 +197,8 @@ def test_demo_in_a_fresh_home_verifies_every_answer_and_shows_where_to_look(
         ranking = re.findall(r"^\s+#(\d)\s+candidate \d\s+score\s+[\d.]+", result.stdout, re.M)
         assert ranking == ["1", "2", "3"], result.stdout
         assert "look further:" in result.stdout
+        # piped, the live view is one line per change, never the whole batch again
+        assert result.stdout.count("\n  project ") == 1, result.stdout
         batch_id = re.search(r"batch show (bt_[0-9a-z]+) --format text", result.stdout).group(1)
         first = re.search(r"answer (ag_[0-9a-z]+) --format text", result.stdout)
         assert first, result.stdout
@@ -228,11 +230,12 @@ def test_start_wait_exits_0_when_the_agent_succeeds(
 ) -> None:
     result = cli(home, "start", "--task", "answer: hi", "--workdir", str(workdir), "--wait")
     assert result.returncode == 0, result.stdout + result.stderr
-    started, waited = json_lines(result.stdout)
-    assert waited["timed_out"] is False
-    assert waited["agent"]["id"] == started["id"]
+    [waited] = json_lines(result.stdout)  # one object, shaped as `wait` prints it
+    assert set(waited) == {"agent", "timed_out"} and waited["timed_out"] is False
+    started = re.search(r"^agent-run: started (ag_[0-9a-z]+); waiting", result.stderr, re.M)
+    assert started and waited["agent"]["id"] == started.group(1), result.stderr
     assert waited["agent"]["state"] == "succeeded"
-    assert cli_json(home, "answer", started["id"])["text"] == "hi"
+    assert cli_json(home, "answer", started.group(1))["text"] == "hi"
 
 
 def test_start_wait_exits_2_when_the_agent_fails(
@@ -303,8 +306,9 @@ def test_start_wait_exits_3_when_the_agent_is_cancelled_meanwhile(
         env=env,
     )
     try:
-        assert starter.stdout is not None
-        agent_id = json.loads(starter.stdout.readline())["id"]  # printed before it waits
+        assert starter.stderr is not None
+        said = starter.stderr.readline()  # the id, said at once on stderr, before it waits
+        agent_id = re.search(r"started (ag_[0-9a-z]+)", said).group(1)
         assert cli_json(home, "cancel", agent_id)["accepted"] is True
         rest, err = starter.communicate(timeout=30)
     finally:
@@ -372,7 +376,7 @@ def test_every_verb_prints_one_json_object_per_line(
         "--wait",
     )
     assert started.returncode == 0, started.stderr
-    agent_id = json_lines(started.stdout)[0]["id"]
+    agent_id = json_lines(started.stdout)[0]["agent"]["id"]
     runs = {
         "start": started,
         "agents": cli(home, "agents"),
@@ -406,7 +410,18 @@ def test_every_verb_prints_one_json_object_per_line(
     assert json_lines(runs["cancel"].stdout)[0]["accepted"] is False
     assert json_lines(runs["steer"].stdout)[0]["error"]["code"] == "NotRunning"
     assert json_lines(runs["init"].stdout)[0]["error"]["code"] == "ConfigInvalid"
-    for name in ("agents", "agent", "answer", "transcript", "wait", "cancel", "doc", "doctor"):
+    one_line = (
+        "start",
+        "agents",
+        "agent",
+        "answer",
+        "transcript",
+        "wait",
+        "cancel",
+        "doc",
+        "doctor",
+    )
+    for name in one_line:
         assert len(runs[name].stdout.splitlines()) == 1, (name, runs[name].stdout)
 
 
@@ -416,7 +431,7 @@ def test_format_text_works_before_and_after_the_verb(
     result = cli(
         home, "start", "--task", "answer: hello there", "--workdir", str(workdir), "--wait"
     )
-    agent_id = json_lines(result.stdout)[0]["id"]
+    agent_id = json_lines(result.stdout)[0]["agent"]["id"]
     before = cli(home, "--format", "text", "agents")
     after = cli(home, "agents", "--format", "text")
     assert before.returncode == after.returncode == 0

@@ -175,7 +175,8 @@ def _run_state(daemon: DaemonProcess, batch_id: str) -> str:
 
 def test_the_admin_verbs_render_text_where_they_succeed(daemon: DaemonProcess, home: Home) -> None:
     fresh = Home(short_tmpdir() / "h")
-    assert _text(fresh, "init") == f"wrote {fresh.config_path}\n"  # a fresh home: no error
+    said = _text(fresh, "init")  # a fresh home: no error
+    assert said.startswith(f"wrote {fresh.config_path}\nenabled runtime(s): demo\n"), said
     native = make_home(
         TEST_CONFIG + '[runtimes.cx]\nengine = "codex"\nauth = { login = "native" }\n'
     )
@@ -313,3 +314,27 @@ def test_run_show_and_run_answer_find_a_run_by_its_id(daemon: DaemonProcess, hom
     assert by_run["text"] == "from the run"
     missing = cli_json(home, "run", "show", "rn_nope")["error"]
     assert missing["code"] == "RunNotFound" and missing["field"] == "run_id"
+
+
+def test_capacity_order_text_names_the_account_of_every_route() -> None:
+    """Two accounts of one runtime are two routes: a deferred or omitted one says which."""
+    from agent_run.domain.views import CapacityOrderResult, SetAsideRoute
+
+    aside = {"runtime": "codex", "lane": "gpt-5-codex"}
+    result = CapacityOrderResult(
+        observed_at=0.0,
+        routes=[],
+        omitted=[SetAsideRoute(**aside, account="work", label="exhausted", reason="5h reads 0 %")],
+        deferred=[
+            SetAsideRoute(**aside, account="ci", label="missing_sample", reason="no reading"),
+            SetAsideRoute(**aside, label="missing_sample", reason="no reading"),
+        ],
+        unavailable_runtimes=[],
+        insufficient_diversity=True,
+    )
+    lines = RENDERERS["CapacityOrderResult"](result).splitlines()
+    assert lines[:3] == [
+        "omitted  codex/work  gpt-5-codex  [exhausted] 5h reads 0 %",
+        "deferred codex/ci  gpt-5-codex  [missing_sample] no reading",
+        "deferred codex  gpt-5-codex  [missing_sample] no reading",
+    ]

@@ -174,8 +174,8 @@ def test_a_relative_workdir_is_resolved_against_the_current_directory(
         cwd=workdir,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    agent = json.loads(result.stdout.splitlines()[0])
-    assert agent["workdir"] == str(workdir / "sub")
+    [waited] = [json.loads(line) for line in result.stdout.splitlines()]
+    assert waited["agent"]["workdir"] == str(workdir / "sub")
 
 
 def test_a_relative_project_is_resolved_against_the_current_directory(
@@ -218,7 +218,7 @@ def test_resume_takes_text_like_steer_and_keeps_prompt_as_an_alias(
     daemon: DaemonProcess, home: Home, workdir: Path
 ) -> None:
     started = cli(home, "start", "--task", "answer: one", "--workdir", str(workdir), "--wait")
-    agent_id = json.loads(started.stdout.splitlines()[0])["id"]
+    agent_id = json.loads(started.stdout.splitlines()[0])["agent"]["id"]
     by_text = cli(home, "resume", agent_id, "--text", "answer: two")
     assert by_text.returncode == 0, by_text.stdout + by_text.stderr
     cli(home, "wait", agent_id)

@@ -7,6 +7,7 @@ is checked, and a key file others can read is refused when config.toml loads."""
 import json
 import os
 import socket
+import stat
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -123,6 +124,33 @@ def test_doctor_warns_when_config_toml_is_readable_by_others(
     home.config_path.chmod(0o600)
     _, checks = _doctor(home)
     assert ("daemon", "config permissions") not in checks
+
+
+def test_a_config_readable_by_others_is_tightened_when_the_daemon_starts(
+    home: Home, tmp_path: Path
+) -> None:
+    """The daemon makes its home's config.toml 0600, as it makes the home 0700; a config that is
+    a link to a file elsewhere is not changed, and doctor flags it."""
+    home.config_path.chmod(0o644)
+    daemon = _daemon(home, BARE_PATH)
+    try:
+        assert stat.S_IMODE(home.config_path.stat().st_mode) == 0o600
+        _, checks = _doctor(home)
+        assert ("daemon", "config permissions") not in checks
+    finally:
+        daemon.stop()
+    shared = tmp_path / "dotfiles-config.toml"
+    shared.write_text(home.config_path.read_text())
+    shared.chmod(0o644)
+    home.config_path.unlink()
+    home.config_path.symlink_to(shared)
+    daemon = _daemon(home, BARE_PATH)
+    try:
+        assert stat.S_IMODE(shared.stat().st_mode) == 0o644  # not ours to change
+        _, checks = _doctor(home)
+        assert checks[("daemon", "config permissions")]["level"] == "warn"
+    finally:
+        daemon.stop()
 
 
 def test_doctor_connects_to_each_base_url(home: Home) -> None:
@@ -267,13 +295,28 @@ def test_init_detect_in_a_fresh_home_writes_the_engines_found_enabled(user_home:
     home = Home(short_tmpdir() / "h")
     try:
         result = cli(home, "--format", "text", "init", "--detect", env=env)
-        assert result.returncode == 0 and result.stdout == f"wrote {home.config_path}\n", result
+        assert result.returncode == 0, result
+        # it says which runtimes it enabled, and with which binary
+        assert result.stdout.splitlines() == [
+            f"wrote {home.config_path}",
+            f"enabled runtime(s): codex ({codex}), demo, qwen ({qwen})",
+        ]
+        assert cli_json(Home(short_tmpdir() / "h"), "init", "--detect", env=env)["enabled"] == [
+            "codex",
+            "demo",
+            "qwen",
+        ]
         config = parse_config(home.config_path.read_text())
         assert config.runtimes["codex"].enabled and config.runtimes["codex"].binary == str(codex)
         assert config.runtimes["qwen"].binary == str(qwen)
         plain = Home(short_tmpdir() / "h")
-        cli(plain, "init", env=env)
+        said = cli(plain, "--format", "text", "init", env=env).stdout.splitlines()
         assert set(parse_config(plain.config_path.read_text()).runtimes) == {"demo"}
+        assert said[1:] == [
+            "enabled runtime(s): demo",
+            f"found, left commented out: codex ({codex}), qwen ({qwen}); "
+            "`agent-run init --detect` enables them",
+        ]
         refused = cli_json(plain, "init", env=env)["error"]
         assert (
             refused["field"] == "config" and "`agent-run init --detect` adds" in refused["message"]

@@ -108,6 +108,30 @@ def test_a_refused_key_ends_auth_failed_at_once_not_after_the_give_up_window(
         assert engine_group_gone(home, view["id"])
 
 
+@pytest.mark.parametrize("engine", ["claude", "glm"])
+def test_each_429_is_one_provider_signal(engine, workdir):
+    """The broker records the provider's 429 with its headers; the engine's own retry of it
+    (`system/api_retry`) is the same response, not a second signal."""
+    with MockProvider() as provider:
+        provider.add(Fault.http(429, retry_after=0, times=2))
+        provider.add(Text("hello after two rate limits"))
+        block = runtime_block("r", engine, provider.url, MODELS[engine], max_retries=3)
+        with engine_daemon(block) as (home, daemon):
+            view = run_agent(daemon, "r", "Say hello.", workdir, timeout=120)
+            ex = view["execution"]
+            assert view["state"] == "succeeded", (ex["failure_kind"], ex["failure_message"])
+            served = [
+                r for r in provider.main_requests() if getattr(r.reply, "status", None) == 429
+            ]
+            signals = db_rows(
+                home,
+                "SELECT kind, status FROM provider_signals WHERE agent_id = ? AND status = 429",
+                (view["id"],),
+            )
+    assert len(served) == 2
+    assert [(s["kind"], s["status"]) for s in signals] == [("rate_limited", 429)] * 2
+
+
 def test_broker_records_the_providers_rate_limit_headers_as_signals(workdir):
     with MockProvider() as provider:
         provider.add(Fault.http(429, retry_after=1, times=None))

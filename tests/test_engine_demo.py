@@ -91,7 +91,7 @@ def test_a_completed_answer_stands_when_the_awaited_turn_never_begins(daemon, ho
     agent = start(
         daemon,
         workdir,
-        "steps: 50\nstep_seconds: 0.1\nfold_steers: yes\nanswer: first turn",
+        "steps: 50\nstep_seconds: 0.1\nfold_steers: silent\nanswer: first turn",
         stall_seconds=2,
     )
     wait_for(lambda: daemon.call("agent", {"agent_id": agent["id"]})["state"] == "running")
@@ -107,3 +107,28 @@ def test_a_completed_answer_stands_when_the_awaited_turn_never_begins(daemon, ho
         for r in db_rows(home, "SELECT kind FROM events WHERE agent_id = ?", (agent["id"],))
     ]
     assert "idle_after_completion" in kinds
+
+
+def test_a_steer_the_running_turn_takes_in_ends_the_agent_with_that_turn(daemon, home, workdir):
+    """`fold_steers: yes` says it took the steer in (an echoed user message, as Claude Code's
+    --replay-user-messages): the supervisor expects no second turn, and the agent ends with its
+    turn, not after the stall window (10 minutes here) of waiting for one."""
+    agent = start(
+        daemon,
+        workdir,
+        "steps: 100\nstep_seconds: 0.1\nfold_steers: yes\nanswer: first turn",
+        stall_seconds=600,
+    )
+    wait_for(lambda: daemon.call("agent", {"agent_id": agent["id"]})["state"] == "running")
+    steered = daemon.call("steer", {"agent_id": agent["id"], "text": "and the steer"})
+    assert steered["state"] == "delivered"
+    # the reply cannot know yet which turn answers it, and says so
+    assert "running turn" in steered["message"] and "next turn" in steered["message"]
+    view = wait_terminal(daemon, agent["id"], timeout=120)
+    assert view["state"] == "succeeded", view
+    assert daemon.call("answer", {"agent_id": agent["id"]})["text"] == "first turn; and the steer"
+    kinds = [
+        r["kind"]
+        for r in db_rows(home, "SELECT kind FROM events WHERE agent_id = ?", (agent["id"],))
+    ]
+    assert "steer_joined" in kinds and "idle_after_completion" not in kinds

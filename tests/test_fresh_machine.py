@@ -1,7 +1,8 @@
 """A machine like stock Debian 12: the system /usr/bin/python3 (externally managed, PEP 668), no
 uv or pyenv on PATH, a fresh HOME. scripts/find-uv ends with a working uv in a private venv, or
 says in one line why not; scripts/quickstart, from a copy of the checkout, ends with a ranked
-batch on a .venv of the system Python (tests marked `fresh` download from PyPI)."""
+batch on a .venv of the system Python (tests marked `fresh` download from PyPI), and every
+command it prints works in the shell that ran it."""
 
 import os
 import shutil
@@ -140,6 +141,121 @@ def _checkout_copy(into: Path) -> Path:
     return copy
 
 
+def _host_uv_cache() -> str:
+    return subprocess.run(
+        [str(_host_uv()), "cache", "dir"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
+def _printed_commands(stdout: str) -> list[str]:
+    """The commands the quick start tells the user to type next, comments cut, in order."""
+    tail = stdout[stdout.index("\nlook further:") :]
+    commands = [
+        line.split("#", 1)[0].strip()
+        for line in tail.splitlines()
+        if line.startswith("  ") and not line.startswith("  http")
+    ]
+    commands += [line for line in tail.splitlines() if line.startswith("just `agent-run`")]
+    return commands
+
+
+def _run_typed(command: str, user: Path) -> subprocess.CompletedProcess[str]:
+    """`command` as the user types it into the shell that ran the quick start: bash with that
+    shell's PATH and HOME, in their home folder (not the checkout)."""
+    return subprocess.run(
+        ["/bin/bash", "-c", command],
+        env=_fresh_env(user),
+        cwd=user,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def _check_printed_commands(stdout: str, user: Path) -> None:
+    """Every command the quick start printed works in the shell that ran it (PATH=/usr/bin:/bin,
+    no uv, no agent-run on it): each verb exits 0, the web UI prints its URL, and the PATH line
+    it offers makes a plain `agent-run` work."""
+    commands = _printed_commands(stdout)
+    verbs = [c for c in commands if " web " not in f"{c} " and not c.startswith("just ")]
+    assert len(verbs) == 5, stdout
+    for command in verbs:
+        done = _run_typed(command, user)
+        assert done.returncode == 0, (command, done.stdout[-2000:], done.stderr[-2000:])
+        assert done.stdout.strip(), command
+    web = next(c for c in commands if c.endswith(" web --open"))
+    # any free port (a test owns no fixed one); BROWSER: no browser opens in a test
+    _web_prints_its_url(f"export BROWSER=/bin/true; exec {web} --port 0", user)
+    export = next(c for c in commands if c.startswith("just `agent-run`")).split(": ", 1)[1]
+    batch_show = verbs[0].split(" batch show ", 1)[1]
+    plain = _run_typed(f"{export}; agent-run batch show {batch_show}", user)
+    assert plain.returncode == 0 and "ranked  completed" in plain.stdout, plain
+
+
+def _web_prints_its_url(command: str, user: Path) -> None:
+    web = subprocess.Popen(
+        ["/bin/bash", "-c", command],
+        env=_fresh_env(user),
+        cwd=user,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert web.stdout is not None
+        line = web.stdout.readline()  # the URL, printed once it listens; EOF if it failed
+        assert line.startswith("agent-run web: http://127.0.0.1:"), (line, web.stderr.read())
+    finally:
+        web.terminate()
+        web.wait(timeout=30)
+
+
+def _stop_daemon(checkout: Path, user: Path) -> None:
+    if (checkout / ".venv" / "bin" / "python").exists():
+        subprocess.run(
+            [str(checkout / ".venv" / "bin" / "python"), "-m", "agent_run", "--home"]
+            + [str(user / ".agent-run"), "api", "stop"],
+            env=_fresh_env(user),
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
+
+
+@LIKE_DEBIAN
+def test_the_quick_start_prints_commands_that_work_in_the_shell_that_ran_it(
+    fresh_home: Path,
+) -> None:
+    """A fresh machine's user (new HOME, PATH=/usr/bin:/bin, no uv on it) runs the quick start
+    from a clone, then types what it printed. Without downloading: the clone's .venv comes from
+    this machine's uv cache (UV_CACHE_DIR, UV_OFFLINE), the only variables added for the run;
+    the commands typed after it get the plain fresh environment."""
+    checkout = _checkout_copy(short_tmpdir("arq-"))
+    user = fresh_home
+    private = user / ".cache" / "agent-run" / "bootstrap"
+    (private / "bin").mkdir(parents=True)
+    shutil.copy2(_host_uv(), private / "bin" / "uv")
+    cache = {"UV_CACHE_DIR": _host_uv_cache(), "UV_OFFLINE": "1"}
+    try:
+        done = subprocess.run(
+            [str(checkout / "scripts" / "quickstart"), "--candidates", "2"],
+            env={**_fresh_env(user), **cache},
+            cwd=checkout,
+            capture_output=True,
+            text=True,
+            timeout=240,
+            check=False,
+        )
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        agent_run = checkout / ".venv" / "bin" / "agent-run"
+        assert f"\n  {agent_run} batch show bt_" in done.stdout, done.stdout
+        assert "--home" not in done.stdout  # the default home, as the user's shell has it
+        _check_printed_commands(done.stdout, user)
+    finally:
+        _stop_daemon(checkout, user)
+
+
 @pytest.mark.fresh  # downloads the locked wheels into a new HOME: about a minute
 @LIKE_DEBIAN
 def test_the_quick_start_on_a_fresh_machine_with_the_system_python(fresh_home: Path) -> None:
@@ -182,16 +298,9 @@ def test_the_quick_start_on_a_fresh_machine_with_the_system_python(fresh_home: P
         assert "#1  candidate " in done.stdout
         demos = user / ".agent-run" / "demos"
         assert [p.name for p in demos.iterdir()][0].startswith("demo-")
+        _check_printed_commands(done.stdout, user)
     finally:
-        if (checkout / ".venv" / "bin" / "python").exists():
-            subprocess.run(
-                [str(checkout / ".venv" / "bin" / "python"), "-m", "agent_run", "--home"]
-                + [str(user / ".agent-run"), "api", "stop"],
-                env=_fresh_env(user),
-                capture_output=True,
-                timeout=60,
-                check=False,
-            )
+        _stop_daemon(checkout, user)
 
 
 def test_find_uv_uses_the_uv_on_path(fresh_home: Path) -> None:
@@ -213,3 +322,29 @@ def test_agents_md_links_nothing_outside_the_repository() -> None:
         assert "://" not in target, target
         assert (REPO / target.split("#")[0]).resolve().is_relative_to(REPO), target
     assert "../shared" not in text and "/work/" not in text
+
+
+def test_the_readme_starts_with_the_two_commands_and_its_links_resolve() -> None:
+    import re
+
+    text = (REPO / "README.md").read_text()
+    block = text.split("```sh\n", 1)[1].split("```", 1)[0].splitlines()
+    assert [line.split("#")[0].strip() for line in block] == ["scripts/quickstart", "scripts/test"]
+    assert all("# " in line for line in block)  # each with its short comment
+    assert text.index("agent-run is a local-first supervisor") < 1000
+    assert len(text.encode()) < 8_000, "keep README short: details go to docs/"
+    for page in [REPO / "README.md", *(REPO / "docs").glob("*.md")]:
+        for target in re.findall(r"\]\(([^)]+)\)", page.read_text()):
+            if "://" in target or target.startswith("#"):
+                continue
+            assert (page.parent / target.split("#")[0]).exists(), (page.name, target)
+    assert "uv run agent-run" not in text  # no uv on a fresh machine's PATH
+
+
+def test_the_suite_runs_without_a_git_identity_and_sets_none_on_the_machine() -> None:
+    """A contributor's git config is theirs: scripts set nothing global, and the tests see no
+    global or system config (each test repository that commits names its own identity)."""
+    for script in (REPO / "scripts").iterdir():
+        assert "--global" not in script.read_text(), script.name
+    name = subprocess.run(["git", "config", "--get", "user.name"], capture_output=True, cwd="/")
+    assert name.returncode == 1, name.stdout  # no identity: none set, none inherited

@@ -76,11 +76,10 @@ def test_command_notice_delivered_with_evidence_and_only_trusted_fields(daemon, 
     text = log.read_text()
     assert TASK_MARK not in text and ANSWER_MARK not in text
     assert len(text.encode()) <= NOTICE_MAX_BYTES + 1
-    # The tail is redacted: the notice the receiver echoed is not repeated, nor argv values.
-    assert evidence["stdout_tail"].startswith(f"received {len(text)} bytes {notice['notice_id']}")
-    assert "[REDACTED]" in evidence["stdout_tail"]
-    assert notice["answer_sha256"] not in evidence["stdout_tail"]
-    assert "\\u000aargv [REDACTED]\\u000a" in evidence["stdout_tail"], evidence["stdout_tail"]
+    # The tail is what the receiver printed, the notice it echoed included (trusted fields, the
+    # status's `body`), its newlines as newlines; argv values (they may hold a secret) redacted.
+    tail = evidence["stdout_tail"]
+    assert tail == f"received {len(text)} bytes {notice['notice_id']} {text}\nargv [REDACTED]\n"
     assert str(log) not in json.dumps(status["last_attempt"])
     log.unlink()
 
@@ -106,6 +105,21 @@ def test_command_nonzero_exit_retries_with_backoff_then_fails(daemon, home, work
     assert rows[0]["updated_at"] >= wait_at  # the second send waited for its backoff
 
 
+def test_delivery_status_shows_what_the_receiver_printed_once_escaped(daemon, workdir):
+    """The README's receiver (`tee`) echoes the notice: the tail is that notice as JSON, not
+    `[REDACTED]\\u000a`; a control character it prints is still shown escaped, never raw."""
+    log = workdir.parent / f"{workdir.name}-tee.log"
+    printf = "printf 'bell\\007 tab\\tend\\n'"
+    argv = ["/bin/sh", "-c", f"/usr/bin/tee -a {log}; {printf}"]
+    agent = start(daemon, workdir, "answer: x", {"transport": "command", "argv": argv})
+    status = status_when(daemon, agent["id"], {"delivered"})
+    tail = status["last_attempt"]["stdout_tail"]
+    first, second = tail.splitlines()
+    assert json.loads(first) == status["notices"][0]["body"] == json.loads(log.read_text())
+    assert second == "bell\\u0007 tab\tend" and "[REDACTED]" not in tail
+    log.unlink()
+
+
 def test_command_timeout_is_killed_with_evidence(daemon, workdir):
     argv = ["/bin/sh", "-c", "echo started; exec sleep 60"]
     agent = start(
@@ -122,20 +136,79 @@ def test_command_timeout_is_killed_with_evidence(daemon, workdir):
     assert "started" in evidence["stdout_tail"]
 
 
+def test_a_receiver_slower_than_its_timeout_gets_the_notice_once(daemon, workdir):
+    """It read the whole notice, then outlived its timeout: the notice reached it, so it ends
+    `delivered` (`received_timeout`, the slowness said in last_error), never sent again. One
+    that had not read it is sent again (`timeout`, test_command_timeout_is_killed_...)."""
+    log = workdir.parent / f"{workdir.name}-slow.log"
+    argv = ["/bin/sh", "-c", f"cat >> {log}; exec sleep 60"]
+    notify = {"transport": "command", "argv": argv, "timeout_seconds": 1, "max_attempts": 3}
+    agent = start(daemon, workdir, "answer: x", notify)
+    status = status_when(daemon, agent["id"], {"delivered", "failed"}, timeout=120)
+    assert (status["state"], status["attempts"]) == ("delivered", 1), status
+    assert status["last_attempt"]["classifier"] == "received_timeout"
+    assert status["last_error"].startswith("the program read the whole notice, then was killed")
+    [received] = [json.loads(line) for line in log.read_text().splitlines()]
+    assert received == status["notices"][0]["body"]
+    log.unlink()
+
+
 def test_command_missing_binary_is_a_spawn_failure_with_errno(daemon, workdir):
-    missing = str(workdir / "no-such-program")
+    """The program was there at admission and is gone when the agent ends."""
+    program = workdir.parent / f"{workdir.name}-notifier"
+    program.write_text("#!/bin/sh\nexit 0\n")
+    program.chmod(0o755)
+    go = workdir / "go"
     agent = start(
         daemon,
         workdir,
-        "answer: x",
-        {"transport": "command", "argv": [missing, "--flag"], "max_attempts": 1},
+        f"steps: 3000\nstep_seconds: 0.1\nuntil: {go}\nanswer: x",
+        {"transport": "command", "argv": [str(program), "--flag"], "max_attempts": 1},
     )
-    status = status_when(daemon, agent["id"], {"failed"})
+    program.unlink()
+    go.touch()
+    status = status_when(daemon, agent["id"], {"failed"}, timeout=120)
     evidence = status["last_attempt"]
     assert evidence["classifier"] == "spawn"
     assert evidence["errno"] == 2
     assert evidence["exit_status"] is None
     assert status["last_error"].startswith("the program could not be started")
+
+
+@pytest.mark.parametrize(
+    ("notify", "field", "said"),
+    [
+        ({"argv": ["{missing}", "--flag"]}, "notify.command.argv", "is not an executable file"),
+        ({"argv": ["{workdir}"]}, "notify.command.argv", "is not an executable file"),
+        ({"argv": ["agent-run-no-such-notifier"]}, "notify.command.argv", "daemon's PATH"),
+        (
+            {"transport": "codex_queue", "thread_id": "t1", "binary": "{missing}"},
+            "notify.codex_queue.binary",
+            "is not an executable file",
+        ),
+    ],
+)
+def test_a_notice_program_that_cannot_start_is_refused_at_admission(
+    daemon, home, workdir, notify, field, said
+):
+    """Checked when the agent is admitted, not discovered when it ends: nothing is admitted."""
+    names = {"missing": str(workdir / "no-such-program"), "workdir": str(workdir)}
+    target = {"transport": "command", **notify}
+    target = json.loads(json.dumps(target).replace("{missing}", names["missing"]).replace(
+        "{workdir}", names["workdir"]))  # fmt: skip
+    for tool, params in (
+        ("start", {"task": "answer: x", "workdir": str(workdir)}),
+        (
+            "batch_start",
+            {"workflow": "repeated", "project": str(workdir), "runs": 1, "prompt": "answer: x"},
+        ),  # fmt: skip
+    ):
+        with pytest.raises(DomainError) as info:
+            daemon.call(tool, {**params, "notify": target})
+        assert (info.value.code, info.value.field) == ("InvalidRequest", field), info.value
+        assert said in info.value.message
+    assert db_rows(home, "SELECT count(*) AS n FROM agents")[0]["n"] == 0
+    assert db_rows(home, "SELECT count(*) AS n FROM batches")[0]["n"] == 0
 
 
 def test_notify_is_validated_naming_the_field(daemon, home, workdir):

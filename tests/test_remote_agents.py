@@ -63,8 +63,10 @@ def test_a_demo_agent_on_the_host_starts_waits_and_its_answer_is_verified_here(
         timeout=120,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    agent = json.loads(done.stdout.strip().splitlines()[0])
-    assert agent["host"] == "box" and agent["state"] == "created" and agent["workdir"] == "~/work"
+    [waited] = [json.loads(line) for line in done.stdout.strip().splitlines()]
+    agent = waited["agent"]
+    assert agent["host"] == "box" and agent["state"] == "succeeded"
+    assert agent["workdir"] == "~/work"
     answer = local.call("answer", {"agent_id": agent["id"]})
     assert answer["text"] == "made on the host"
     # Sealed in the local home, and the same bytes as the host sealed.

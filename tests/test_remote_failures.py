@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from agent_run.domain.errors import AnswerIntegrity
+from agent_run.domain.errors import AnswerIntegrity, DomainError
 from agent_run.supervisor.identity import Liveness, ProcessIdentity, liveness
 from agent_run.system.home import Home
 from tests.harness import DaemonProcess, cli, db_rows, make_home, remove_home, wait_for
@@ -138,6 +138,12 @@ def test_a_supervisor_killed_on_the_host_is_lost_on_the_hosts_proof(
     done = local.call("wait", {"agent_id": agent_id, "timeout_seconds": 90})
     assert done["agent"]["state"] == "lost", done
     assert done["agent"]["failure_kind"] == "supervisor_lost"
+    # Its advice is what works for an agent on a host: start it again, since resume refuses it.
+    advice = done["agent"]["execution"]["failure_advice"]
+    assert "start the agent again" in advice and "cannot be resumed" in advice, advice
+    with pytest.raises(DomainError) as refused:
+        local.call("resume", {"agent_id": agent_id, "prompt": "answer: again"})
+    assert refused.value.code == "NotResumable"
     # The proof is the host's: its reconciler wrote `lost`, this daemon copied it.
     assert remote_row(reachable, remote_agent_id(local.home, agent_id))["state"] == "lost"
     assert_exactly_once(local.home, reachable, agent_id)

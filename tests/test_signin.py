@@ -242,6 +242,35 @@ def test_doctor_reports_each_sign_in_and_its_expiry_never_a_token(tmp_path):
         remove_home(home)
 
 
+ACCOUNT_ONE = '[runtimes.cx.accounts.one]\nauth = { login = "native" }\n'
+
+
+@pytest.mark.parametrize("daemon_answers", [True, False])
+def test_doctor_names_the_login_command_of_each_missing_sign_in(tmp_path, daemon_answers):
+    """An account's advice is a command that works (`login RUNTIME --account LABEL`, never
+    `login RUNTIME/LABEL`); with no daemon to ask, the sign-in checks are run by the CLI rather
+    than dropped."""
+    home = make_home(
+        TEST_CONFIG + native_runtime("cx", "codex", "http://127.0.0.1:9", tmp_path) + ACCOUNT_ONE
+    )
+    env = None if daemon_answers else {"AGENT_RUN_NO_AUTOSTART": "1"}
+    try:
+        result = cli(home, "doctor", "--format", "json", env=env, timeout=120)
+        checks = {c["check"]: c for c in json.loads(result.stdout)["checks"]}
+        assert ("pid" in checks["daemon"]["detail"]) is daemon_answers, checks["daemon"]
+        assert checks["sign-in cx"]["fix"] == "agent-run login cx"
+        account = checks["sign-in cx/one"]
+        assert account["fix"] == "agent-run login cx --account one", account
+        assert "`agent-run login cx --account one`" in account["detail"], account
+        assert "cx/one`" not in account["detail"]
+        if not daemon_answers:
+            assert "checked by this CLI" in account["detail"]
+    finally:
+        if daemon_answers:
+            cli(home, "api", "stop")
+        remove_home(home)
+
+
 def test_login_refuses_a_runtime_without_native_login_and_a_browser_flow_without_a_terminal(
     tmp_path,
 ):

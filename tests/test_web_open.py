@@ -98,3 +98,31 @@ def test_web_autostarts_the_daemon_when_none_answers_and_again_after_it_dies(hom
             if pgid_alive(pid):
                 os.kill(pid, signal.SIGTERM)
         wait_for(lambda: not any(pgid_alive(p) for p in pids), timeout=30, what="daemons gone")
+
+
+def test_a_busy_port_is_refused_in_one_line_suggesting_port_0(daemon):
+    """The default port is one per machine: a second home's web UI (or any program) may hold
+    it. The refusal says how to get any free port."""
+    import socket
+    import subprocess
+
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen(1)
+    port = holder.getsockname()[1]
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "agent_run", "--home", str(daemon.home.root), "web"]
+            + ["--port", str(port)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={k: v for k, v in os.environ.items() if k != "AGENT_RUN_HOME"},
+        )
+    finally:
+        holder.close()
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.splitlines() == [
+        f"agent-run web: cannot listen on 127.0.0.1:{port}: Address already in use; "
+        "`agent-run web --port 0` picks a free one"
+    ], done.stderr

@@ -59,6 +59,13 @@ def test_json_api_returns_what_the_socket_returns_including_typed_errors(web, da
     unknown = client.post("/api/tools/nope", json={})
     assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "UnknownTool"
     assert client.post("/api/tools/doc", content=b"[1]").json()["error"]["code"] == "InvalidParams"
+    # NaN and Infinity are not JSON: 422 InvalidParams, as docs/web.md says of a body not JSON
+    for constant in (b"NaN", b"Infinity", b"-Infinity"):
+        body = b'{"limit": ' + constant + b"}"
+        refused = client.post("/api/tools/list_agents", content=body)
+        assert refused.status_code == 422, refused.text
+        assert refused.json()["error"]["code"] == "InvalidParams", refused.text
+        assert "is not JSON" in refused.json()["error"]["message"]
 
 
 def test_tool_list_over_http_is_the_socket_tool_list(web, daemon):

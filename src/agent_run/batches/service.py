@@ -31,13 +31,13 @@ from agent_run.domain.errors import (
     RunLocked,
 )
 from agent_run.domain.ids import new_id
-from agent_run.domain.notices import check_target
 from agent_run.domain.requests import CancelParams, ResumeParams
 from agent_run.domain.run_results import default_title
 from agent_run.engines.accounts import choose_account
 from agent_run.services import agent_commands
 from agent_run.services import agents as agent_service
 from agent_run.services.context import ServiceContext
+from agent_run.services.notice_send import check_notify
 from agent_run.services.routing import check_plain_route, route_candidates
 from agent_run.store import batches as batches_q
 from agent_run.store import notices as notices_q
@@ -82,7 +82,7 @@ async def _check_request(ctx: ServiceContext, p: bm.BatchStartParams) -> None:
     """What a batch's params cannot say alone: its workflow's options, notice target, runtime
     (or route) and account, against the current config."""
     workflow_named(p.workflow).refuse_foreign_options(p.model_fields_set)
-    check_target(p.notify)
+    check_notify(p.notify)
     ctx.refresh_config()
     if p.host is not None:  # refused now (unknown, unreachable, another version), not per run
         from agent_run.services.remote_agents import check_host_runtime

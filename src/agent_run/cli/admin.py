@@ -45,9 +45,20 @@ def init_cmd(ctx: click.Context, force: bool, detect: bool) -> None:
         )
         click.echo(json.dumps(result) if session.output == "json" else line)
         return
-    path = init_config(home, force=force, detect=detect)
-    result = {"home": str(home.root), "config": str(path)}
-    click.echo(json.dumps(result) if session.output == "json" else f"wrote {path}")
+    path, enabled, commented = init_config(home, force=force, detect=detect)
+    result = {"home": str(home.root), "config": str(path), "enabled": sorted(enabled)}
+    click.echo(json.dumps(result) if session.output == "json" else _wrote(path, enabled, commented))
+
+
+def _wrote(path: Any, enabled: dict[str, str | None], commented: dict[str, str]) -> str:
+    """What `init` wrote, in words: the runtimes it enabled and the engines it found but left
+    commented out (`--detect` enables those)."""
+    shown = [f"{name} ({binary})" if binary else name for name, binary in sorted(enabled.items())]
+    lines = [f"wrote {path}", f"enabled runtime(s): {', '.join(shown) or 'none'}"]
+    if commented:
+        found = ", ".join(f"{name} ({binary})" for name, binary in sorted(commented.items()))
+        lines.append(f"found, left commented out: {found}; `agent-run init --detect` enables them")
+    return "\n".join(lines)
 
 
 @click.group("api")

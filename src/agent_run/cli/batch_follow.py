@@ -1,26 +1,31 @@
-"""`agent-run batch show --follow`: live progress of a batch in a terminal."""
+"""`agent-run batch show --follow`: live progress of a batch (redrawn on a terminal, one line
+per change elsewhere)."""
 
 import sys
 import time
 from typing import Any
 
 from agent_run.domain.batch_states import BatchState
-from agent_run.text.batch import SETTLED, _s, render_batch, render_ranking
+from agent_run.text.batch import SETTLED, _s, change_lines, render_batch, render_ranking
 
 
 def watch_batch(session: Any, batch_id: str) -> Any:
-    """Redraw the batch on every change (in place on a terminal) until it settles; return it."""
+    """Until the batch settles, redraw it in place on a terminal; elsewhere (a pipe, a log)
+    print one line per change (`text.batch.change_lines`). Return the settled batch."""
     tty = sys.stdout.isatty()
     drawn, last = 0, None
+    seen: dict[str, Any] = {}  # what change_lines printed last
     while True:
         b = session.call("batch", {"batch_id": batch_id})
-        text = render_batch(b)
-        if text != last:
-            if tty and drawn:
+        text = render_batch(b) if tty else "\n".join(change_lines(b, seen))
+        if tty and text != last:
+            if drawn:
                 sys.stdout.write(f"\x1b[{drawn}F\x1b[J")
             sys.stdout.write(text + "\n")
-            sys.stdout.flush()
             drawn, last = text.count("\n") + 1, text
+        elif not tty and text:
+            sys.stdout.write(text + "\n")
+        sys.stdout.flush()
         if _s(b.state) in SETTLED:
             return b
         session.call("changes", {"after_revision": b.revision, "wait_seconds": 2, "limit": 1})

@@ -209,6 +209,7 @@ def daemon_checks(session: Any) -> tuple[int | None, list[dict[str, Any]]]:
             checks.append(
                 _check("config", "ok", f"runtimes {', '.join(config.runtimes)} (read by this CLI)")
             )
+            checks += _auth_checks_here(session.home, config)
         except DomainError as invalid:
             checks.append(
                 _check(
@@ -225,6 +226,19 @@ def daemon_checks(session: Any) -> tuple[int | None, list[dict[str, Any]]]:
     own = _check("daemon", "ok", f"pid {pong.pid} answers (version {pong.version})")
     checks = [{**c.model_dump(mode="json"), "ok": c.level != "bad"} for c in report.checks]
     return report.pid, [own, *checks]
+
+
+def _auth_checks_here(home: Home, config: Any) -> list[dict[str, Any]]:
+    """With no daemon to ask, each enabled runtime's auth and sign-in as this CLI sees them (its
+    environment, not the daemon's), so doctor still says which sign-in is missing."""
+    from agent_run.services.doctor import auth_checks
+
+    checks = []
+    for name, runtime in config.runtimes.items():
+        for c in auth_checks(home.root, name, runtime) if runtime.enabled else []:
+            detail = f"{c.detail} (checked by this CLI: no daemon answered)"
+            checks.append(_check(c.check, c.level, detail, c.fix))
+    return checks
 
 
 def _text_line(check: dict[str, Any]) -> str:

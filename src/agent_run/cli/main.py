@@ -19,6 +19,7 @@ from agent_run.cli import exits as cli_exits
 from agent_run.cli import spec as cli_spec
 from agent_run.cli.exits import EXIT_ERROR, EXIT_USAGE
 from agent_run.cli.session import Session, cli_words
+from agent_run.cli.text_input import TEXT_HELP, TextValue
 from agent_run.domain.errors import DomainError
 
 # Params naming a folder: a relative one is resolved against the CLI's current directory (the
@@ -55,6 +56,7 @@ _CLICK_TYPES = {
     "float": click.FLOAT,
     "bool": click.BOOL,
     "string": click.STRING,
+    "text": TextValue(),  # a Prose param: inline, @FILE or - (stdin)
     "json": JsonObject(),
 }
 
@@ -119,6 +121,8 @@ def click_params(
             shown = _with_default(p)
             if p["type"] == "json":
                 shown = f"{shown or ''} (a JSON object, or @FILE holding one)".strip()
+            elif p["type"] == "text":
+                shown = f"{shown or ''} ({TEXT_HELP})".strip()
             params.append(
                 click.Option(
                     option_names(name, aliases) + [name],
@@ -239,7 +243,8 @@ def extra_params(extras: dict[str, Any]) -> list[click.Parameter]:
             click.Option(
                 ["--wait", "wait_for_it"],
                 is_flag=True,
-                help="wait until the agent ends; exit 0/2/3/4 like `wait`",
+                help="wait until the agent ends, then print what `wait` prints (the id goes to "
+                "stderr at once); exit 0/2/3/4 like `wait`",
             )
         )
     if extras["follow"]:
@@ -306,8 +311,10 @@ def make_command(tool: dict[str, Any]) -> click.Command:
             if status := cli_exits.outcome_status(result, extras["exit_codes"]):
                 sys.exit(status)
             return
+        # One object on stdout, the same as `wait` prints; the id at once on stderr, for
+        # whoever wants to steer or cancel it meanwhile.
         result = session.call(name, params)
-        session.emit(result)
+        click.echo(f"agent-run: started {result.id}; waiting for it to end", err=True)
         sys.exit(_wait_until_done(session, result.id, None, extras))
 
     doc = cli_words(tool["doc"], flags)  # `confirm=true` in the table's doc: `--confirm` here

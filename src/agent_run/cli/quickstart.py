@@ -6,6 +6,8 @@ in every worktree; the batch ends with the ranking and each candidate's verified
 """
 
 import hashlib
+import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -15,7 +17,7 @@ from typing import Any
 
 from agent_run.cli.batch_follow import watch_batch
 from agent_run.domain.batch_states import BatchState
-from agent_run.system.home import Home
+from agent_run.system.home import DEFAULT_HOME, Home
 from agent_run.text.batch import render_ranking
 from agent_run.web import DEFAULT_PORT as WEB_PORT
 
@@ -102,20 +104,39 @@ def _print_verified_answers(session: Any, batch: Any) -> Any:
     return ranked[0]
 
 
+# scripts/quickstart passes its caller's PATH on here: `uv run` puts .venv/bin first on ours,
+# so `agent-run` would look found when the user's shell cannot find it.
+CALLER_PATH_ENV = "AGENT_RUN_CALLER_PATH"
+
+
+def agent_run_command() -> tuple[str, Path | None]:
+    """How the user's shell can run this agent-run: `agent-run` when their PATH finds this one,
+    else its full path (the venv's script, or this interpreter with `-m agent_run`); and the
+    folder to put on PATH to type `agent-run` (None when it is there already, or there is none)."""
+    script = Path(sys.executable).parent / "agent-run"  # the venv's, not the interpreter's home
+    if not (script.is_file() and os.access(script, os.X_OK)):
+        return f"{shlex.quote(sys.executable)} -m agent_run", None
+    found = shutil.which("agent-run", path=os.environ.get(CALLER_PATH_ENV, os.environ["PATH"]))
+    if found and Path(found).resolve() == script.resolve():
+        return "agent-run", None
+    return shlex.quote(str(script)), script.parent
+
+
 def _print_next_steps(session: Any, batch_id: str, agent_id: str) -> None:
-    home = (
-        ""
-        if session.home.root == type(session.home).resolve().root
-        else f" --home {session.home.root}"
-    )
+    command, folder = agent_run_command()
+    default_home = Path(DEFAULT_HOME).expanduser().absolute()
+    root = session.home.root
+    run = command if root == default_home else f"{command} --home {shlex.quote(str(root))}"
     print("\nlook further:")
-    print(f"  agent-run{home} batch show {batch_id} --format text")
-    print(f"  agent-run{home} batch review {batch_id} --format text")
-    print(f"  agent-run{home} answer {agent_id} --format text")
-    print(f"  agent-run{home} transcript {agent_id} --format text")
-    print(
-        f"  agent-run{home} batch clean {batch_id}          # preview; add --confirm --force to remove"
-    )
+    print(f"  {run} batch show {batch_id} --format text")
+    print(f"  {run} batch review {batch_id} --format text")
+    print(f"  {run} answer {agent_id} --format text")
+    print(f"  {run} transcript {agent_id} --format text")
+    print(f"  {run} batch clean {batch_id}          # preview; add --confirm --force to remove")
     print("\nin the browser:")
-    print(f"  agent-run{home} web --open     # prints a signed-in URL; then this batch is at")
+    print(f"  {run} web --open     # prints a signed-in URL; then this batch is at")
     print(f"  http://127.0.0.1:{WEB_PORT}/batches/{batch_id}")
+    if folder is not None:
+        print("\n`agent-run` is not on your PATH, so the commands above name it in full. To type")
+        print(f'just `agent-run` in this shell: export PATH={shlex.quote(str(folder))}:"$PATH"')
+        print("(to keep it, add that line to ~/.profile; docs/install.md has other ways)")

@@ -1,6 +1,7 @@
 """The CLI's view of the tool table, frozen to `cli/spec.json` so a verb starts without pydantic.
 
-`build()` derives it from `tools.TOOLS` (pydantic fields -> click parameter descriptions);
+`build()` derives it from `tools.TOOLS` (pydantic fields -> click parameter descriptions; a
+`Prose` field is of type "text", which the CLI also reads from `@FILE` or stdin);
 `load()` reads the committed file, stdlib only. Each tool's `cli` holds its CLI extras
 (`tools.CliExtras`: `--wait`, `--follow`, slices, exit codes), and `result` the name of its
 result model, which keys its text renderer (`text.render.RENDERERS`). A test fails when they differ: after changing
@@ -60,9 +61,13 @@ def param_type(annotation: Any) -> tuple[Any, bool]:
 
 
 def _params(tool: Any) -> list[dict[str, Any]]:
+    from agent_run.domain.requests import PROSE
+
     params = []
     for name, field in tool.params.model_fields.items():
         ptype, multiple = param_type(field.annotation)
+        if PROSE in field.metadata:  # a text a person writes: inline, @FILE or - (stdin)
+            ptype = "text"
         kind = (
             "argument"
             if name in tool.positional

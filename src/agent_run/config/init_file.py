@@ -114,9 +114,13 @@ def find_engine_binaries() -> dict[str, str]:
     return found
 
 
-def init_config(home: Home, *, force: bool = False, detect: bool = False) -> Path:
+def init_config(
+    home: Home, *, force: bool = False, detect: bool = False
+) -> tuple[Path, dict[str, str | None], dict[str, str]]:
     """Write the commented config (`detect`: the engines found enabled); refuse to overwrite
-    unless forced (`detect_into_config` adds to an existing one). Validates before writing."""
+    unless forced (`detect_into_config` adds to an existing one). Validates before writing.
+    Returns the file, its enabled runtimes (name -> binary, None for one that needs none) and
+    the engine CLIs found but left commented out (name -> binary)."""
     home.ensure()
     if home.config_path.exists() and not force:
         raise ConfigInvalid(
@@ -124,10 +128,17 @@ def init_config(home: Home, *, force: bool = False, detect: bool = False) -> Pat
             "--force overwrites it",
             field="config",
         )
-    text = render_init_config(find_engine_binaries(), enable=detect)
-    parse_config(text)
+    found = find_engine_binaries()
+    text = render_init_config(found, enable=detect)
+    config = parse_config(text)
     write_private_file(home.config_path, text.encode())
-    return home.config_path
+    enabled = {n: r.binary for n, r in config.runtimes.items() if r.enabled}
+    commented = {
+        spec.name: found[spec.default_binary]
+        for spec in all_engine_specs()
+        if spec.default_binary in found and spec.name not in enabled and spec.config_example
+    }
+    return home.config_path, enabled, commented
 
 
 def detect_into_config(home: Home) -> list[str]:

@@ -6,7 +6,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agent_run.domain.notices import NotifyTarget
 from agent_run.domain.pages import CURSOR_PATTERN
-from agent_run.domain.requests import MAX_INT, Params
+from agent_run.domain.requests import MAX_INT, OptionalProse, Params, Prose
 from agent_run.domain.run_results import TITLE_CHARS, DiffStats, ReviewNote, RunActivity
 
 Workflow = Literal["repeated", "generated", "ranked", "validated"]
@@ -35,7 +35,7 @@ class BatchStartParams(Params):
         max_length=4096,
         description="absolute path of a git repository or a folder inside one",
     )
-    prompt: str = Field(
+    prompt: Prose = Field(
         min_length=1,
         max_length=1_000_000,
         description="the task of each run (generated: the instruction to the generator)",
@@ -84,7 +84,7 @@ class BatchStartParams(Params):
         "validator) here, on the commits brought back",
     )
     reviewers: int = Field(default=2, ge=1, le=10, description="ranked: reviewers per candidate")
-    review_prompt: str | None = Field(
+    review_prompt: OptionalProse = Field(
         default=None, min_length=1, max_length=100_000, description="ranked: what reviewers judge"
     )
     verify_command: str | None = Field(
@@ -95,7 +95,7 @@ class BatchStartParams(Params):
         description="ranked: a shell command run in each candidate worktree",
     )
     verify_timeout_seconds: float = Field(default=600, gt=0, le=3_600)
-    validator_prompt: str | None = Field(
+    validator_prompt: OptionalProse = Field(
         default=None,
         min_length=1,
         max_length=100_000,
@@ -180,14 +180,14 @@ class BatchArchiveParams(Params):
 
 class RunResumeParams(Params):
     run_id: str = RunId
-    prompt: str = Field(
+    prompt: Prose = Field(
         default="Continue where you left off and finish the task.", min_length=1, max_length=100_000
     )
 
 
 class RunFollowupParams(Params):
     run_id: str = RunId
-    text: str = Field(min_length=1, max_length=100_000, description="the extra instruction")
+    text: Prose = Field(min_length=1, max_length=100_000, description="the extra instruction")
     reopen: bool = Field(
         default=False, description="unlock a ranked / validated run for follow-ups"
     )
@@ -204,7 +204,7 @@ class RunMergeParams(Params):
     strategy: Literal["squash", "merge"] = Field(
         default="squash", description="squash: one commit on top; merge: a merge commit"
     )
-    message: str | None = Field(
+    message: OptionalProse = Field(
         default=None, min_length=1, max_length=100_000, description="the commit message"
     )
     dry_run: bool = Field(

@@ -30,6 +30,10 @@ class FailureKind(StrEnum):
     def advice(self) -> str:
         return FAILURE_ADVICE[self]
 
+    def advice_for(self, host: str | None) -> str:
+        """The advice for an agent on this machine, or on `host` (which cannot be resumed)."""
+        return HOST_ADVICE.get(self, self.advice) if host is not None else self.advice
+
 
 FAILURE_ADVICE: dict[FailureKind, str] = {
     FailureKind.SPAWN_FAILED: "The engine binary could not be started by the daemon (its PATH, not your "
@@ -67,4 +71,14 @@ FAILURE_ADVICE: dict[FailureKind, str] = {
     "own home, lists it); start it again here if you need its result.",
     FailureKind.BUDGET_EXCEEDED: "The run's reported usage passed its max_tokens or max_cost_usd: raise the cap "
     "or split the task (see `agent-run usage`).",
+}
+
+# An agent on a host cannot be resumed (`resume` refuses it: NotResumable), so its advice never
+# says to.
+HOST_ADVICE: dict[FailureKind, str] = {
+    FailureKind.SUPERVISOR_LOST: "The supervisor on the host died (killed, or the host rebooted): "
+    "start the agent again (an agent on a host cannot be resumed).",
+    FailureKind.STORAGE_FULL: "The disk holding the host's agent-run home stayed full longer than "
+    "the supervisor could hold the run's events in memory: free space there, then start the "
+    "agent again (an agent on a host cannot be resumed).",
 }

@@ -158,7 +158,9 @@ class Classifier(StrEnum):
 
     SUCCESS = "success"
     EXIT = "exit"  # the program ran and exited non-zero
-    TIMEOUT = "timeout"  # killed after its timeout
+    TIMEOUT = "timeout"  # killed after its timeout, the notice not all read: sent again
+    # It read the whole notice, then outlived its timeout (killed): received, so not sent again
+    RECEIVED_TIMEOUT = "received_timeout"
     SPAWN = "spawn"  # could not be started (missing binary, permission): errno says why
     AMBIGUOUS = "ambiguous"  # the daemon died while sending: it may or may not have arrived
     ERROR = "error"  # agent-run itself failed during the send (`error` says what was raised)
@@ -169,10 +171,12 @@ def backoff_seconds(attempt: int) -> float:
     return float(min(BACKOFF_CAP_SECONDS, 2.0 * 2.0 ** (max(1, attempt) - 1)))
 
 
-def escape_controls(text: str) -> str:
-    """Control characters (C0, DEL, C1) as visible `\\uXXXX`, so a notice never drives a terminal."""
+def escape_controls(text: str, keep: str = "") -> str:
+    """Control characters (C0, DEL, C1) as visible `\\uXXXX`, so a notice never drives a terminal;
+    those in `keep` (a tail's newlines and tabs) stay as they are."""
     return "".join(
-        f"\\u{ord(c):04x}" if ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 else c for c in text
+        f"\\u{ord(c):04x}" if (ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0) and c not in keep else c
+        for c in text
     )
 
 

@@ -10,6 +10,20 @@ from agent_run.domain.states import ExecutionState, Verdict
 # Every integer is bounded to what SQLite (and the JSON of other clients) can hold.
 MAX_INT = 2**63 - 1
 
+
+class _Prose:
+    """Marks a text a person writes, at any length (a task, a prompt, a message): the CLI takes
+    it inline, from `@FILE` or from stdin (`-`), since a long one cannot pass as an argument
+    (the kernel caps one at 128 KiB). Only `cli/spec.py` reads it; the schema is unchanged."""
+
+    def __repr__(self) -> str:
+        return "PROSE"
+
+
+PROSE = _Prose()
+Prose = Annotated[str, PROSE]
+OptionalProse = Annotated[str | None, PROSE]
+
 AgentId = Field(
     min_length=1,
     max_length=64,
@@ -31,7 +45,7 @@ class Params(BaseModel):
 
 
 class StartParams(Params):
-    task: str = Field(min_length=1, max_length=1_000_000, description="what the agent should do")
+    task: Prose = Field(min_length=1, max_length=1_000_000, description="what the agent should do")
     workdir: str = Field(
         min_length=1,
         max_length=4096,
@@ -158,7 +172,7 @@ class DeliveryStatusParams(Params):
 
 class ResumeParams(Params):
     agent_id: str = AgentId
-    prompt: str = Field(
+    prompt: Prose = Field(
         min_length=1,
         max_length=1_000_000,
         description="the next instruction, in the same engine session",
@@ -171,7 +185,7 @@ class CancelParams(AgentParams):
 
 class SteerParams(Params):
     agent_id: str = AgentId
-    text: str = Field(
+    text: Prose = Field(
         min_length=1, max_length=100_000, description="the message to give the running agent"
     )
 

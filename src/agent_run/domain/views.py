@@ -404,9 +404,12 @@ class CollectResult(View):
 
 # --- notices (issue 16 part 2; docs/api.md "delivery_status")
 class DeliveryAttempt(View):
-    """The evidence of one delivery attempt (never the notice, a session id or argv values)."""
+    """The evidence of one delivery attempt (never a session id or argv values; the notice only
+    as the receiver printed it)."""
 
-    classifier: Literal["success", "exit", "timeout", "spawn", "ambiguous", "error"]
+    classifier: Literal[
+        "success", "exit", "timeout", "received_timeout", "spawn", "ambiguous", "error"
+    ]
     duration_seconds: float
     exit_status: int | None = None
     errno: int | None = None

@@ -9,14 +9,14 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from agent_run.domain.failures import FailureKind
-from agent_run.engines.base import Completion, LaunchSpec, WorkerMcp
+from agent_run.engines.base import Completion, EngineEvent, LaunchSpec, SteerJoined, WorkerMcp
 from agent_run.engines.classify import kind_for_http_status
 from agent_run.engines.demo_program import parse_quota
 from agent_run.engines.environment import base_environment
 from agent_run.engines.options import RuntimeOptions
 from agent_run.engines.plan import ExecutionPlan
 from agent_run.engines.registry import EngineSpec
-from agent_run.engines.stream_json import StreamJsonProtocol
+from agent_run.engines.stream_json import StreamJsonProtocol, load_line
 from agent_run.system.home import write_private_file
 
 
@@ -72,6 +72,14 @@ class DemoEngine(StreamJsonProtocol):
         return LaunchSpec(
             argv=argv, env=env, cwd=plan.workdir, stdin_pipe=True, token_files=[mcp_config]
         )
+
+    def parse_line(self, line: str) -> list[EngineEvent]:
+        """As stream-json, but an echoed user message (`isReplay`, `fold_steers: yes`) is a steer
+        the running turn took in: no turn of its own will answer it."""
+        obj = load_line(line)
+        if obj is not None and obj.get("type") == "user" and obj.get("isReplay"):
+            return [SteerJoined()]
+        return super().parse_line(line)
 
     def classify(self, completion: Completion) -> FailureKind | None:
         if completion.is_error:

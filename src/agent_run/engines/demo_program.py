@@ -21,7 +21,10 @@ order, and exits at end of input. The task text chooses the behaviour, one direc
     finish_status: STATUS   ... with this status: done (default) | blocked | failed
     recall: yes             answer with the answers of earlier turns of this session (resume)
     fold_steers: yes        a message that arrives during this turn joins it (as Claude Code does
-                            with one sent while a tool runs) instead of queueing as the next turn
+                            with one sent while a tool runs) instead of queueing as the next turn,
+                            echoed as Claude Code's --replay-user-messages does (isReplay), so
+                            the supervisor knows no second turn is coming
+    fold_steers: silent     ... the same, echoing nothing (an engine that folds without a word)
     commit: MESSAGE         commit the files written this turn with the worker tool create_commit
     score: N | auto         submit_score (auto: derived from the reviewed worktree's HEAD) ...
     score_reason: TEXT      ... with this reason (default: demo review)
@@ -90,7 +93,7 @@ class Directives:
         self.finish: str | None = None
         self.finish_status: str = "done"
         self.recall: bool = False
-        self.fold_steers: bool = False
+        self.fold_steers: str | None = None  # "yes" (echoed) | "silent"
         self.commit: str | None = None
         self.score: str | None = None
         self.score_reason: str = "demo review"
@@ -147,7 +150,7 @@ def parse_directives(task: str) -> Directives:
         elif key == "recall":
             d.recall = True
         elif key == "fold_steers":
-            d.fold_steers = True
+            d.fold_steers = "silent" if value == "silent" else "yes"
         elif key == "commit":
             d.commit = value
         elif key == "score":
@@ -438,7 +441,10 @@ class DemoEngine:
         """The turn's answer (remembered for the session), with any echoed variables after it."""
         default = "Finished through the worker tools." if d.finish is not None else None
         if d.fold_steers:
-            d.answer = "; ".join([d.answer or "first turn", *self.take_waiting_messages()])
+            folded = self.take_waiting_messages()
+            for text in folded if d.fold_steers == "yes" else []:
+                self.emit({"type": "user", "isReplay": True, "message": _user(text)})
+            d.answer = "; ".join([d.answer or "first turn", *folded])
         if d.tasks is not None:
             default = generated_tasks(task) if d.tasks == "auto" else "this is not JSON"
         answer = (
@@ -634,6 +640,10 @@ class DemoEngine:
                 content = "\n".join(b.get("text", "") for b in content if isinstance(b, dict))
             self.run_turn(str(content))
         return 0
+
+
+def _user(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": [{"type": "text", "text": text}]}
 
 
 def main() -> int:

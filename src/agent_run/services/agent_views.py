@@ -45,7 +45,7 @@ def execution_view(row: sqlite3.Row) -> ExecutionView:
         route_reason=row["route_reason"],
         state=row["state"],
         failure_kind=kind,
-        failure_advice=kind.advice if kind else None,
+        failure_advice=kind.advice_for(row["host"]) if kind else None,
         failure_message=row["failure_message"],
         created_at=row["created_at"],
         started_at=row["started_at"],

@@ -15,7 +15,6 @@ from agent_run.config.model import Config, RuntimeConfig
 from agent_run.domain import errors
 from agent_run.domain.failures import FailureKind
 from agent_run.domain.ids import new_agent_id, new_execution_id
-from agent_run.domain.notices import check_target
 from agent_run.domain.requests import ResumeParams, StartParams
 from agent_run.domain.states import ExecutionState
 from agent_run.domain.views import AgentView
@@ -24,6 +23,7 @@ from agent_run.engines.plan import ExecutionPlan, PlanInvalid, load_plan
 from agent_run.services.accounts import check_roster
 from agent_run.services.agent_views import agent_view_in, latest_execution_or_raise, read_agent_view
 from agent_run.services.context import ServiceContext
+from agent_run.services.notice_send import check_notify
 from agent_run.services.placement import executor_for
 from agent_run.services.routing import RouteChoice, choose_route
 from agent_run.store import agents as agents_q
@@ -300,7 +300,7 @@ async def start(
     """
     if config is None:
         ctx.refresh_config()
-    check_target(p.notify)
+    check_notify(p.notify)
     worker_tools = worker_tools or p.worker_tools
     if p.host is not None:  # another machine's agent-run runs it (docs/scaling.md)
         from agent_run.services.remote_agents import start_on_host

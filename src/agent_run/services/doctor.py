@@ -123,10 +123,12 @@ def binary_check(name: str, runtime: Any) -> DoctorCheck:
     return _ok(f"runtime {name}", f"{path}: {binary_version(path)}")
 
 
-def auth_check(name: str, engine: str, auth: Any, login: str) -> DoctorCheck | None:
+def auth_check(name: str, engine: str, auth: Any, target: str) -> DoctorCheck | None:
     """One `auth` table (a runtime's, or one of its accounts': `name` is then `RUNTIME/LABEL`)
     as the daemon sees it: the variable set (never its value), the key file readable and
-    private, or the native sign-in present; `login` is the command that signs it in."""
+    private, or the native sign-in present; `target` is what `agent-run login` takes to sign it
+    in (`RUNTIME`, or `RUNTIME --account LABEL`)."""
+    login = f"agent-run login {target}"
     if auth is None:
         return None
     if auth.env:
@@ -144,7 +146,7 @@ def auth_check(name: str, engine: str, auth: Any, login: str) -> DoctorCheck | N
     if sign_in is None:  # config refuses a native login for an engine without one
         return _bad(f"sign-in {name}", f"the {engine} engine has no native sign-in")
     try:
-        credential = read_credential(sign_in, auth.model_dump(), name)
+        credential = read_credential(sign_in, auth.model_dump(), target)
     except SignInMissing as exc:
         return _bad(f"sign-in {name}", str(exc), login)
     detail = f"{sign_in.credential_path(auth.model_dump())} ({credential.mode})"
@@ -173,13 +175,13 @@ def auth_file_check(name: str, file: str) -> DoctorCheck:
     return _ok(f"auth {name}", f"{path} is readable by the daemon only (mode 600 or tighter)")
 
 
-def auth_checks(ctx: ServiceContext, name: str, runtime: Any) -> list[DoctorCheck]:
+def auth_checks(home_root: Path, name: str, runtime: Any) -> list[DoctorCheck]:
     """The runtime's own `auth`, then each account's (a run on the account uses its auth)."""
-    checks = [auth_check(name, runtime.engine, runtime.auth, f"agent-run login {name}")]
+    checks = [auth_check(name, runtime.engine, runtime.auth, name)]
     for label in runtime.accounts:
-        auth = account_auth(runtime, name, label, ctx.home.root)
-        login = f"agent-run login {name} --account {label}"
-        checks.append(auth_check(f"{name}/{label}", runtime.engine, auth, login))
+        auth = account_auth(runtime, name, label, home_root)
+        target = f"{name} --account {label}"
+        checks.append(auth_check(f"{name}/{label}", runtime.engine, auth, target))
     return [check for check in checks if check is not None]
 
 
@@ -237,7 +239,7 @@ def runtime_checks(ctx: ServiceContext) -> list[DoctorCheck]:
             continue
         found = [
             binary_check(name, runtime),
-            *auth_checks(ctx, name, runtime),
+            *auth_checks(ctx.home.root, name, runtime),
             endpoint_check(name, runtime),
             engine_home_check(ctx, name),
             sandbox_check(name, runtime, refusal),

@@ -2,27 +2,33 @@
 classifier, exit status or errno, duration, byte counts and redacted output tails."""
 
 import asyncio
+import fcntl
 import json
 import os
 import shutil
 import signal
+import struct
+import termios
 import time
 from dataclasses import asdict, dataclass
 
 from pydantic import ValidationError
 
+from agent_run.domain.errors import InvalidRequest
 from agent_run.domain.notices import (
     NOTICE_MAX_BYTES,
     Classifier,
     CodexQueueTarget,
     CommandTarget,
+    check_target,
     escape_controls,
     summary_line,
 )
 from agent_run.supervisor.redact import Redactor
 
 TAIL_BYTES = 2048  # each of stdout and stderr: the two tails together stay within 4 KiB
-# Kept raw before redaction: a notice (<= 4 KiB) cut by the window's start is never in the tail.
+# Kept raw before redaction: a hidden value (an argument, <= 4 KiB) cut by the window's start
+# is never in the tail.
 KEPT_BYTES = TAIL_BYTES + 2 * NOTICE_MAX_BYTES
 CODEX_QUEUE_TIMEOUT_SECONDS = 60.0
 # What a notice program inherits from the daemon: never its whole environment (keys live there).
@@ -54,15 +60,21 @@ class Evidence:
             return f"the program exited with status {self.exit_status}"
         if self.classifier == Classifier.TIMEOUT:
             return f"the program was killed after {self.duration_seconds:.1f}s (timeout)"
+        if self.classifier == Classifier.RECEIVED_TIMEOUT:
+            return (
+                f"the program read the whole notice, then was killed after "
+                f"{self.duration_seconds:.1f}s (timeout): delivered, not sent again"
+            )
         if self.classifier == Classifier.ERROR:
             return f"the send failed inside agent-run: {self.error}"
         return f"the program could not be started: {self.error}"
 
 
 def _tail(data: bytes, redact: Redactor) -> str:
-    """The last TAIL_BYTES bytes (UTF-8) of the output, redacted and escaped; a character the
-    cut splits is dropped."""
-    text = escape_controls(redact(data.decode("utf-8", errors="replace")))
+    """The last TAIL_BYTES bytes (UTF-8) of the output, redacted, its control characters but
+    newlines and tabs escaped (JSON carries those; an escape sequence never reaches a terminal);
+    a character the cut splits is dropped."""
+    text = escape_controls(redact(data.decode("utf-8", errors="replace")), keep="\n\t")
     return text.encode()[-TAIL_BYTES:].decode("utf-8", errors="ignore")
 
 
@@ -81,8 +93,9 @@ async def run_program(
 ) -> Evidence:
     """Run `argv` in its own process group with `stdin`; kill the group at `timeout`. The
     program's own exit decides the outcome: its output is read until it ends, at most
-    OUTPUT_GRACE_SECONDS past that exit. `hidden` (the notice, argv values, the thread id)
-    never reaches the evidence's tails."""
+    OUTPUT_GRACE_SECONDS past that exit. `hidden` (argv values, the thread id, which may carry
+    a secret) never reaches the evidence's tails; the notice, trusted fields only and shown as
+    the status's `body`, may (a receiver that echoes it shows it as received)."""
     redact = Redactor([value for value in hidden if value])
     started = time.monotonic()
     pipes = _Pipes(stdin)
@@ -112,6 +125,11 @@ async def run_program(
         await asyncio.wait_for(proc.wait(), timeout)
         classifier = Classifier.SUCCESS if proc.returncode == 0 else Classifier.EXIT
     except TimeoutError:
+        # A receiver slower than its timeout that took the notice in has it: sending it again
+        # would hand it the same notice on every attempt (the notice is on stdin; codex_queue's
+        # is in argv, where nothing says it was read).
+        if stdin and pipes.unread_stdin() == 0:
+            classifier = Classifier.RECEIVED_TIMEOUT
         try:
             os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:
@@ -131,6 +149,7 @@ class _Pipes:
 
     def __init__(self, stdin: bytes) -> None:
         self.child_stdin, stdin_w = os.pipe()
+        self.stdin_probe = os.dup(self.child_stdin)  # how much of stdin is still unread
         self.out_r, self.child_stdout = os.pipe()
         self.err_r, self.child_stderr = os.pipe()
         self.transports: list[asyncio.BaseTransport] = []
@@ -160,12 +179,20 @@ class _Pipes:
         self.out_r = self.err_r = -1
         return reading
 
+    def unread_stdin(self) -> int:
+        """Bytes of stdin the program has not read yet (FIONREAD on the pipe)."""
+        return int(
+            struct.unpack("i", fcntl.ioctl(self.stdin_probe, termios.FIONREAD, b"\0" * 4))[0]
+        )
+
     def close(self) -> None:
         for transport in self.transports:
             transport.close()
-        for fd in (self.child_stdin, self.child_stdout, self.child_stderr, self.out_r, self.err_r):
+        fds = (self.child_stdin, self.child_stdout, self.child_stderr, self.out_r, self.err_r)
+        for fd in (*fds, self.stdin_probe):
             if fd >= 0:
                 os.close(fd)
+        self.stdin_probe = -1
 
 
 class _Output:
@@ -224,8 +251,32 @@ async def send_command(target: CommandTarget, body: str) -> Evidence:
         body.encode() + b"\n",
         target.timeout_seconds,
         _environment({"AGENT_RUN_NOTICE_ID": notice_id}),
-        [body, *target.argv[1:]],
+        list(target.argv[1:]),
     )
+
+
+def check_notify(target: object) -> None:
+    """A notify target, at admission: what its model cannot say alone (`check_target`), and
+    that its program can be started by this daemon (a path that is an executable file, or a
+    name on the daemon's PATH): a typo would otherwise surface only when the agent ends."""
+    check_target(target)
+    if isinstance(target, CommandTarget):
+        program, field = target.argv[0], "notify.command.argv"
+    elif isinstance(target, CodexQueueTarget):
+        program, field = target.binary or "codex", "notify.codex_queue.binary"
+    else:
+        return
+    if "/" in program:
+        found = os.path.isfile(program) and os.access(program, os.X_OK)
+    else:
+        found = shutil.which(program) is not None
+    if not found:
+        where = "is not an executable file" if "/" in program else "is not on the daemon's PATH"
+        raise InvalidRequest(
+            f"the notice program {program!r} {where}: give an absolute path to an executable, "
+            "or a program on the PATH of the daemon (`agent-run doctor` shows it)",
+            field=field,
+        )
 
 
 async def send_codex_queue(target: CodexQueueTarget, body: str) -> Evidence:
@@ -240,5 +291,5 @@ async def send_codex_queue(target: CodexQueueTarget, body: str) -> Evidence:
         b"",
         CODEX_QUEUE_TIMEOUT_SECONDS,
         _environment(extra),
-        [message, body, target.thread_id, *(extra.values())],
+        [target.thread_id, *(extra.values())],
     )

@@ -152,7 +152,7 @@ class NoticeDispatcher:
             else:  # mcp_channel notices are taken by their session's poll, never claimed here
                 evidence = Evidence(Classifier.SPAWN, 0.0, error="not a dispatched transport")
         except Exception as exc:
-            hidden = [row["body_json"], *map(str, raw.get("argv", []))]
+            hidden = list(map(str, raw.get("argv", [])))
             hidden += [str(raw[key]) for key in ("thread_id", "codex_home") if raw.get(key)]
             evidence = failure_evidence(exc, started, hidden)
             if self.log is not None:
@@ -167,7 +167,7 @@ class NoticeDispatcher:
         self, conn: sqlite3.Connection, row: dict[str, Any], max_attempts: int, ev: Evidence
     ) -> None:
         now = time.time()
-        if ev.classifier == Classifier.SUCCESS:
+        if ev.classifier in (Classifier.SUCCESS, Classifier.RECEIVED_TIMEOUT):
             state, when = NoticeState.DELIVERED, now
         elif row["attempts"] >= max_attempts:
             state, when = NoticeState.FAILED, now

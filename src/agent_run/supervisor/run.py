@@ -380,8 +380,11 @@ class Supervisor:
                 "retry",
                 {"status": event.status, "attempt": event.attempt, "message": event.message[:500]},
             )
-            kind = {429: "rate_limited"}.get(event.status or 0, "retry")
-            self.log.signal(kind, event.status, None, event.message)
+            if self.credentials is None or self.credentials.broker is None:
+                # Behind a broker the provider's response itself is the signal (with its
+                # headers, `record_signals`): the engine's retry of it is not a second one.
+                kind = {429: "rate_limited"}.get(event.status or 0, "retry")
+                self.log.signal(kind, event.status, None, event.message)
             verdict = self.retries.retry(event)
             if verdict is not None:
                 self._request_stop(self.engine, verdict.reason, verdict.kind)
@@ -483,9 +486,14 @@ class Supervisor:
             self.turns_outstanding += 1
         self._write_stdin(data)
         self.log.message("user", text, "steer")
+        # Claude Code (and the demo's fold_steers) may still take it into the running turn:
+        # which one happens is known only later (a `steer_joined` event), so say both.
         return (
             "delivered",
-            "added to the running turn" if joins else "queued as the engine's next turn",
+            "added to the running turn"
+            if joins
+            else "delivered to the engine: answered in the running turn if the engine takes it "
+            "in mid-turn (event steer_joined), else as its next turn",
         )
 
     def _request_stop(self, engine: Engine, reason: str, failure: FailureKind | None) -> None:

@@ -2,6 +2,7 @@
 
 import json
 import os
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,12 +84,25 @@ class Home:
         return self.execution_dir(agent_id, execution_id) / "sandbox"
 
     def ensure(self) -> "Home":
-        """Create the home and its folders 0700; tighten an existing home that is too open."""
+        """Create the home and its folders 0700; tighten an existing home that is too open, and
+        its config.toml to 0600 (the home's files are the user's alone)."""
         for path in (self.root, self.logs_dir, self.agents_dir, self.homes_dir):
             path.mkdir(mode=0o700, parents=True, exist_ok=True)
             if path.stat().st_mode & 0o077:
                 path.chmod(0o700)
+        self._tighten_config()
         return self
+
+    def _tighten_config(self) -> None:
+        """config.toml holds no secret by design (auth names variables and files), but it names
+        key files, hosts and endpoints: a file of ours readable by others is made 0600. A link
+        (a dotfiles checkout's file) or another user's file is left as it is: `doctor` flags it."""
+        try:
+            st = os.lstat(self.config_path)
+        except FileNotFoundError:
+            return
+        if stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid() and st.st_mode & 0o077:
+            os.chmod(self.config_path, 0o600)
 
 
 def read_stop_mark(home: Home) -> dict[str, Any] | None:

@@ -192,6 +192,45 @@ def render_batch(b: Any) -> str:
     return "\n".join(lines + render_verdict(b) + ranking + [LEGEND])
 
 
+def _run_key(run: Any) -> tuple[Any, ...]:
+    """What makes a run's change worth a line (not its elapsed time or last message)."""
+    return (
+        _s(run.state),
+        run.attempt,
+        run.agent_id,
+        run.score,
+        run.rank,
+        run.verify_passed,
+        run.answer_verified,
+        run.failure,
+    )
+
+
+def change_lines(b: Any, seen: dict[str, Any]) -> list[str]:
+    """Without a terminal, `--follow` prints what changed since `seen` (updated here), one line
+    each: the batch's header the first time, its state when it moves, a run when its state,
+    attempt, score, rank or verification moves; a validated batch's verdict once it settles."""
+    lines: list[str] = []
+    state = (_s(b.state), b.state_reason)
+    if not seen:
+        lines += [*render_batch(b).splitlines()[:2], LEGEND]
+    elif seen.get(b.id) != state:
+        reason = f"  ({b.state_reason})" if b.state_reason else ""
+        lines.append(f"{b.id}  {_s(b.workflow)}  {_s(b.state)}{reason}")
+    seen[b.id] = state
+    width = max((len(run.title) for run in b.runs), default=0)
+    for run in b.runs:
+        key = _run_key(run)
+        if seen.get(run.id) != key:
+            seen[run.id] = key
+            failure = f"  failure: {' '.join(run.failure.split())}" if run.failure else ""
+            lines.append(run_lines(run, width)[0] + failure)
+    if _s(b.state) in SETTLED and "verdict" not in seen:
+        seen["verdict"] = True
+        lines += render_verdict(b)
+    return lines
+
+
 def usage_line(usage: Any) -> str:
     """`52 tokens (40 in, 12 out), cost $0.0100`; the cost `unknown` when no engine reported one."""
     cost = "unknown" if usage.cost_usd is None else f"${usage.cost_usd:.4f}"

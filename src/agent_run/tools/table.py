@@ -141,7 +141,7 @@ TOOLS: dict[str, Tool] = {
             vw.SteerResult,
             f"{_M}:steer",
             "Send a message to a running agent. Delivered where the engine can take input mid-run "
-            "(queued as its next turn), otherwise refused with the reason.",
+            "(into the running turn, or as its next turn), otherwise refused with the reason.",
             read_only=False,
             idempotent=False,
             positional=("agent_id",),

@@ -58,7 +58,7 @@ async def call_tool(request: Request) -> JSONResponse:
         )
         return error_response(too_long.to_data())
     try:
-        params = json.loads(body or b"{}")
+        params = json.loads(body or b"{}", parse_constant=_not_json)
     except ValueError as exc:
         return error_response({"code": "InvalidParams", "message": f"the body is not JSON: {exc}"})
     if not isinstance(params, dict):
@@ -70,6 +70,12 @@ async def call_tool(request: Request) -> JSONResponse:
     except DomainError as exc:
         return error_response(exc.to_data())
     return JSONResponse(result)
+
+
+def _not_json(name: str) -> None:
+    """NaN and Infinity are Python's, not JSON's: the body is then not JSON (422), as the
+    socket says (`rpc.protocol.decode`)."""
+    raise ValueError(f"{name} is not JSON")
 
 
 async def _body(request: Request) -> bytes | None:

@@ -110,8 +110,10 @@ def bind(port: int) -> socket.socket:
         sock.bind(("127.0.0.1", port))
     except OSError as exc:
         sock.close()
+        # Taken (another `agent-run web`, another home's, another program): any free port does.
+        hint = "; `agent-run web --port 0` picks a free one" if port else ""
         raise SystemExit(
-            f"agent-run web: cannot listen on 127.0.0.1:{port}: {exc.strerror}"
+            f"agent-run web: cannot listen on 127.0.0.1:{port}: {exc.strerror}{hint}"
         ) from None
     sock.listen(128)
     sock.setblocking(False)
