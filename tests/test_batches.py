@@ -334,8 +334,10 @@ def test_batch_show_follow_without_a_terminal_prints_one_line_per_change(batch_p
     result = cli(batch_project.daemon.home, "batch", "show", batch["id"], "--follow", timeout=180)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert [line for line in lines if line.startswith("  project ")] == [lines[1]]
-    assert lines[0].startswith(batch["id"]) and lines[2].startswith("marks: ")
+    # its title (the prompt's first line), its id and state, its project, the marks: once
+    assert lines[0] == "steps: 4" and lines[1].startswith(batch["id"])
+    assert [line for line in lines if line.startswith("  project ")] == [lines[2]]
+    assert lines[3].startswith("marks: ")
     assert len(lines) == len(set(lines)), result.stdout
     done = batch_project.daemon.call("batch", {"batch_id": batch["id"]})
     for run in done["runs"]:  # queued, running, succeeded, then scored and ranked at most

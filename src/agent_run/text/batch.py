@@ -212,8 +212,10 @@ def change_lines(b: Any, seen: dict[str, Any]) -> list[str]:
     attempt, score, rank or verification moves; a validated batch's verdict once it settles."""
     lines: list[str] = []
     state = (_s(b.state), b.state_reason)
-    if not seen:
-        lines += [*render_batch(b).splitlines()[:2], LEGEND]
+    if not seen:  # the header: the title, the id and state, the prompt, through the project line
+        drawn = render_batch(b).splitlines()
+        end = next((i for i, line in enumerate(drawn) if line.startswith("  project ")), 1)
+        lines += [*drawn[: end + 1], LEGEND]
     elif seen.get(b.id) != state:
         reason = f"  ({b.state_reason})" if b.state_reason else ""
         lines.append(f"{b.id}  {_s(b.workflow)}  {_s(b.state)}{reason}")
