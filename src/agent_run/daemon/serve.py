@@ -191,7 +191,7 @@ class Daemon:
         """With the lock held: an autostarted daemon does not serve a home the user stopped
         (`api stop` marks it before its SIGTERM, so a web UI or MCP retry racing the stop loses);
         a daemon the user started (`api serve`, a service manager) clears the mark."""
-        from agent_run.rpc.client import stopped_error
+        from agent_run.rpc.autostart import stopped_error
 
         mark = read_stop_mark(self.home)
         if mark is None:

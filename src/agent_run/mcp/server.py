@@ -20,7 +20,8 @@ from agent_run.domain.errors import DaemonUnavailable, DomainError
 from agent_run.domain.requests import WaitParams
 from agent_run.domain.views import WaitResult
 from agent_run.mcp.channel import CAPABILITY, ChannelPusher
-from agent_run.rpc.client import NO_AUTOSTART_ENV, AsyncClient
+from agent_run.rpc.autostart import NO_AUTOSTART_ENV
+from agent_run.rpc.client import AsyncClient
 from agent_run.rpc.protocol import validation_error_data
 from agent_run.system.home import Home
 from agent_run.text import render as cli_format
