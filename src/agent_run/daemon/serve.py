@@ -104,7 +104,7 @@ def endpoint(ctx: ServiceContext, tool: Tool) -> Endpoint:
 class Daemon:
     def __init__(self, home: Home, autostarted: bool = False) -> None:
         live = LiveConfig(home)  # fail closed before anything is made in the home
-        self.autostarted = autostarted  # by a client (`rpc.client.connect`), not by the user
+        self.autostarted = autostarted  # by a client (`rpc.autostart.connect`), not by the user
         self.home = home.ensure()
         settings = live.config.daemon
         self.log = daemon_logger(home, settings.log_max_bytes, settings.log_keep)

@@ -27,11 +27,62 @@ if TYPE_CHECKING:
     from agent_run.domain.views import WaitResult
 
 READ_LIMIT = 64 * 1024 * 1024  # a reply line (a transcript page can be large)
+# A read-only call cut by its daemon's death is sent again (to the next daemon) this many times.
+CUT_RETRIES = 3
 
 
 class NotConnected(DaemonUnavailable):
     """Nothing was sent, or nothing sent was read: no daemon listens, or the connection was
     reset before the daemon read the request (safe to start one and send again)."""
+
+
+class CallCut(DaemonUnavailable):
+    """The daemon read the request and went away before answering: it may have acted. The
+    message says how to learn the outcome (`cut_advice`); `details.outcome` is "unknown"."""
+
+
+def cut_error(method: str, params: dict[str, Any] | None, how: str) -> CallCut:
+    return CallCut(
+        f"the daemon {how} after it received `{method}` and before it answered: the outcome "
+        f"is unknown (it may have acted). {cut_advice(method, params or {})}",
+        outcome="unknown",
+    )
+
+
+def cut_advice(method: str, params: dict[str, Any]) -> str:
+    """How to learn what a cut call did, from its tool's annotations and params."""
+    from agent_run.tools.table import ALL_TOOLS
+
+    tool = ALL_TOOLS.get(method)
+    if tool is None:
+        return "Check the daemon's state before sending it again."
+    if tool.read_only:
+        return f"`{method}` only reads: call it again."
+    if "request_id" in tool.params.model_fields:
+        if params.get("request_id"):
+            return (
+                f"Call it again with the same request_id ({params['request_id']!r}): the "
+                "daemon returns what the first call made instead of doing it twice."
+            )
+        listing = "list_batches" if method == "batch_start" else "list_agents"
+        return (
+            f"It had no request_id: check `{listing}` before calling it again (give a "
+            "request_id to make a retry safe)."
+        )
+    if tool.idempotent:
+        return f"`{method}` is idempotent: calling it again is safe."
+    return (
+        f"Check with `agent` or `transcript` (`batch` for a run) whether it took effect "
+        f"before calling `{method}` again."
+    )
+
+
+def read_only(method: str) -> bool:
+    """Whether the tool only reads (its readOnlyHint): safe to send again after a cut."""
+    from agent_run.tools.table import ALL_TOOLS
+
+    tool = ALL_TOOLS.get(method)
+    return tool is not None and tool.read_only
 
 
 def result_model(tool: str) -> "type[BaseModel]":
@@ -107,12 +158,14 @@ class Client:
         try:
             self.sock.sendall(line)
             reply = self.file.readline()
-        except ConnectionError as exc:  # the daemon died mid-call: typed, not a traceback
-            raise DaemonUnavailable(
-                f"the daemon connection broke before it answered: {exc}"
+        except (ConnectionResetError, BrokenPipeError) as exc:  # our line was never read
+            raise NotConnected(
+                f"the daemon went away before reading `{method}`: {exc.strerror}; nothing was done"
             ) from None
+        except ConnectionError as exc:
+            raise cut_error(method, params, f"broke the connection ({exc})") from None
         if not reply:
-            raise DaemonUnavailable("the daemon closed the connection before answering")
+            raise cut_error(method, params, "closed the connection")
         return p.result_from_reply(reply)
 
     def call(self, tool: str, params: dict[str, Any] | None = None) -> "BaseModel":
@@ -146,9 +199,11 @@ class RawClient(Client):
 class AsyncClient:
     """The async face: one short connection per call, so a caller that gives up (an MCP client
     cancelling a `wait`) also ends the daemon's side of a read-only request. When no daemon
-    listens it starts one once (as the CLI does) and sends again, unless the user stopped it
-    (`DaemonStopped`: the web UI and MCP sessions retry on their own, and must not undo an
-    `api stop`); a call the daemon may have read is never sent twice."""
+    listens it starts one (as the CLI does, one start at a time) and sends again, unless the
+    user stopped it (`DaemonStopped`: the web UI and MCP sessions retry on their own, and must
+    not undo an `api stop`). A read-only call cut by its daemon's death is sent again, to the
+    daemon started next (a `wait` outlives a daemon restart); any other cut call is `CallCut`,
+    never sent twice."""
 
     def __init__(self, home: Home) -> None:
         import asyncio
@@ -157,11 +212,20 @@ class AsyncClient:
         self._start_lock = asyncio.Lock()
 
     async def call_raw(self, method: str, params: dict[str, Any] | None = None) -> Any:
-        try:
-            return await call_once(self.home, method, params)
-        except NotConnected:
-            await self._start()
-            return await call_once(self.home, method, params)
+        cuts = 0
+        started = False  # a daemon started for this call: a second refusal is final
+        while True:
+            try:
+                return await call_once(self.home, method, params)
+            except NotConnected:
+                if started:
+                    raise
+                await self._start()
+                started = True
+            except CallCut:
+                if cuts >= CUT_RETRIES or not read_only(method):
+                    raise
+                cuts, started = cuts + 1, False
 
     async def _start(self) -> None:
         import asyncio
@@ -213,11 +277,11 @@ async def call_once(home: Home, method: str, params: dict[str, Any] | None = Non
             f"the daemon at {home.socket_path} went away before reading the request: {exc.strerror}"
         ) from None
     except ConnectionError as exc:
-        raise DaemonUnavailable(f"the daemon connection broke before it answered: {exc}") from None
+        raise cut_error(method, params, f"broke the connection ({exc})") from None
     finally:
         writer.close()
-    if not reply:
-        raise DaemonUnavailable("the daemon closed the connection before answering")
+    if not reply:  # it read our line (a reset says otherwise), then ended: it may have acted
+        raise cut_error(method, params, "closed the connection")
     return p.result_from_reply(reply)
 
 
