@@ -30,10 +30,10 @@ def anyio_backend():
 
 async def test_every_tool_works_over_mcp_on_the_demo_engine(daemon, workdir):
     async with mcp_session(daemon.home) as s:
-        started = await s.call_tool(
-            "start",
-            {"task": "steps: 50\nstep_seconds: 0.1\nanswer: over mcp", "workdir": str(workdir)},
-        )
+        # The turn lasts until the steer is taken (a flag file), however slow the machine: a
+        # steer read after the engine's last turn is refused, and the answer stays "over mcp".
+        task = "steps: 1000000\nstep_seconds: 0.05\nuntil: go.flag\nanswer: over mcp"
+        started = await s.call_tool("start", {"task": task, "workdir": str(workdir)})
         assert not started.is_error, started.content
         agent_id = started.structured_content["id"]
         assert "agent" in started.content[0].text or agent_id in started.content[0].text
@@ -45,9 +45,14 @@ async def test_every_tool_works_over_mcp_on_the_demo_engine(daemon, workdir):
         steer = await s.call_tool(
             "steer", {"agent_id": agent_id, "text": "answer: steered over mcp"}
         )
-        # delivered, or still queued for a supervisor slow to poll (the answer below proves it
-        # was taken)
+        # delivered, or not read yet by a supervisor slow to poll (it is, below)
         assert steer.structured_content["state"] in ("delivered", "pending"), steer
+        command = steer.structured_content["command_id"]
+        await wait_for_async(
+            lambda: _command_state(daemon, agent_id, command) == "delivered",
+            what="the steer to be delivered",
+        )
+        (workdir / "go.flag").touch()
         view = await s.call_tool("agent", {"agent_id": agent_id})
         assert view.structured_content["id"] == agent_id
         listed = await s.call_tool("list_agents", {})
@@ -63,6 +68,13 @@ async def test_every_tool_works_over_mcp_on_the_demo_engine(daemon, workdir):
         assert cancel.structured_content["accepted"] is False
         doc = await s.call_tool("doc", {"topic": "failures"})
         assert "rate_limited" in doc.structured_content["text"]
+
+
+def _command_state(daemon, agent_id: str, command_id: int) -> str | None:
+    """The state of command `command_id` as its last `command` event says."""
+    page = daemon.call("events", {"agent_id": agent_id, "kinds": ["command"]})
+    states = [e["data"]["state"] for e in page["items"] if e["data"].get("id") == command_id]
+    return states[-1] if states else None
 
 
 async def test_cancel_over_mcp_ends_the_agent_cancelled(daemon, workdir):
