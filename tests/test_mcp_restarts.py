@@ -1,6 +1,7 @@
-"""MCP calls cut by the daemon's death (kill -9 while the call is in flight): a read-only call
-(`wait`) is sent again to a daemon the MCP server starts, and returns the verified answer; any
-other call is answered "outcome unknown" with how to check, never "nothing was executed"."""
+"""MCP calls cut by the daemon's end while they are in flight (kill -9, `api restart`): a
+read-only call (`wait`) is sent again to the next daemon (one the MCP server starts, or the
+restart's) and returns the verified answer; any other call is answered "outcome unknown" with
+how to check, never "nothing was executed"."""
 
 import os
 import signal
@@ -12,7 +13,7 @@ import pytest
 from agent_run.mcp.server import error_data
 from agent_run.rpc.autostart import lock_holder
 from agent_run.system.home import Home
-from tests.harness import DaemonProcess, db_rows, wait_for, wait_for_async
+from tests.harness import DaemonProcess, cli_json, db_rows, wait_for, wait_for_async
 from tests.mcp_harness import mcp_session
 
 pytestmark = pytest.mark.anyio
@@ -38,50 +39,79 @@ def _stop_other_daemon(home: Home, old_pid: int) -> None:
         wait_for(lambda: lock_holder(home) is None, what="the started daemon to stop")
 
 
-async def test_a_wait_outlives_a_kill_9_of_its_daemon_and_returns_the_verified_answer(
-    daemon: DaemonProcess, workdir
-) -> None:
-    home, old_pid = daemon.home, daemon.proc.pid
-    task = LONG_TASK.format(answer="outlived its daemon")
-    agent = daemon.call("start", {"task": task, "workdir": str(workdir)})
+async def _wait_across(home: Home, agent_id: str, workdir, restart: Any) -> Any:
+    """An MCP `wait` on the agent; once a slice of it is parked in the daemon, `restart()`
+    (which returns the new daemon's pid); then the agent may end. The wait's result."""
     sliced = anyio.Event()
 
     async def on_progress(_value: float, _total: float | None, _message: str | None) -> None:
         sliced.set()  # one slice answered: the next is in flight
 
     waited: dict[str, Any] = {}
+    async with mcp_session(home) as session:
+
+        async def waiting() -> None:
+            params = {"agent_id": agent_id, "timeout_seconds": 600}
+            waited["result"] = await session.call_tool(
+                "wait", params, progress_callback=on_progress
+            )
+
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(waiting)
+            with anyio.fail_after(120):
+                await sliced.wait()
+            # The next slice went out as the progress came; a few steps later it is parked in
+            # the daemon (the restart lands mid-call, not between two calls).
+            steps = _events(home, agent_id)
+            await wait_for_async(lambda: _events(home, agent_id) >= steps + 3)
+            await restart()
+            assert not waited, waited["result"].content  # it did not end with its daemon
+            (workdir / "go.flag").touch()
+        answer = await session.call_tool("answer", {"agent_id": agent_id})
+    return waited["result"], answer
+
+
+async def test_a_wait_outlives_a_kill_9_of_its_daemon_and_returns_the_verified_answer(
+    daemon: DaemonProcess, workdir
+) -> None:
+    home, old_pid = daemon.home, daemon.proc.pid
+    task = LONG_TASK.format(answer="outlived its daemon")
+    agent = daemon.call("start", {"task": task, "workdir": str(workdir)})
+
+    async def kill_9() -> None:
+        daemon.kill9()
+        await wait_for_async(
+            lambda: lock_holder(home) not in (None, str(old_pid)),
+            timeout=180,
+            what="the MCP server to start a daemon for the cut wait",
+        )
+
     try:
-        async with mcp_session(home) as session:
+        result, answer = await _wait_across(home, agent["id"], workdir, kill_9)
+        assert not result.is_error, result.content
+        assert result.structured_content["timed_out"] is False
+        assert result.structured_content["agent"]["state"] == "succeeded"
+        assert answer.structured_content["text"] == "outlived its daemon"
+        assert answer.structured_content["verified"] is True
+    finally:
+        _stop_other_daemon(home, old_pid)
 
-            async def waiting() -> None:
-                params = {"agent_id": agent["id"], "timeout_seconds": 600}
-                waited["result"] = await session.call_tool(
-                    "wait", params, progress_callback=on_progress
-                )
 
-            async with anyio.create_task_group() as tasks:
-                tasks.start_soon(waiting)
-                with anyio.fail_after(120):
-                    await sliced.wait()
-                # The next slice went out as the progress came; a few steps later it is parked
-                # in the daemon (the kill lands mid-call, not between two calls).
-                steps = _events(home, agent["id"])
-                await wait_for_async(lambda: _events(home, agent["id"]) >= steps + 3)
-                daemon.kill9()
-                await wait_for_async(
-                    lambda: lock_holder(home) not in (None, str(old_pid)) or waited,
-                    timeout=180,
-                    what="the MCP server to start a daemon for the cut wait",
-                )
-                assert not waited, waited["result"].content  # it did not end with its daemon
-                (workdir / "go.flag").touch()
-            result = waited["result"]
-            assert not result.is_error, result.content
-            assert result.structured_content["timed_out"] is False
-            assert result.structured_content["agent"]["state"] == "succeeded"
-            answer = await session.call_tool("answer", {"agent_id": agent["id"]})
-            assert answer.structured_content["text"] == "outlived its daemon"
-            assert answer.structured_content["verified"] is True
+async def test_a_wait_outlives_an_api_restart(daemon: DaemonProcess, workdir) -> None:
+    home, old_pid = daemon.home, daemon.proc.pid
+    task = LONG_TASK.format(answer="outlived a restart")
+    agent = daemon.call("start", {"task": task, "workdir": str(workdir)})
+    restarted: dict[str, Any] = {}
+
+    async def api_restart() -> None:
+        restarted.update(await anyio.to_thread.run_sync(cli_json, home, "api", "restart"))
+
+    try:
+        result, answer = await _wait_across(home, agent["id"], workdir, api_restart)
+        assert restarted["stopped"]["pid"] == old_pid and restarted["pid"] != old_pid
+        assert not result.is_error, result.content
+        assert result.structured_content["agent"]["state"] == "succeeded"
+        assert answer.structured_content["text"] == "outlived a restart"
     finally:
         _stop_other_daemon(home, old_pid)
 

@@ -12,6 +12,7 @@ import click
 
 from agent_run.domain.errors import ConfigInvalid, DaemonUnavailable, DomainError
 from agent_run.system.home import Home, write_stop_mark
+from agent_run.system.processes import ProcessIdentity
 
 STOP_TIMEOUT_SECONDS = 30.0
 
@@ -24,7 +25,8 @@ def stop_daemon(home: Home, by: str = "api stop") -> dict[str, Any] | None:
     from agent_run.rpc.client import try_connect
 
     if home.root.is_dir():  # before the SIGTERM: a retry racing it finds the mark
-        write_stop_mark(home, os.getpid(), by)
+        me = ProcessIdentity.current()
+        write_stop_mark(home, me.pid, by, me.start_ticks)
     client = try_connect(home, timeout=10)
     if client is None:
         if (pid := lock_holder(home)) is not None:  # wedged, or still booting: no answer

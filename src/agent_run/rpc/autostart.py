@@ -100,7 +100,13 @@ def connect(
         return client
     mark = read_stop_mark(home)
     if mark is not None and not restart_stopped:
-        raise stopped_error(home, mark)
+        if _restarting(mark):  # an `api restart` under way: its daemon, not a stopped home
+            client = _await_restart(home, mark, timeout)
+            if client is not None:
+                return client
+            mark = read_stop_mark(home)
+        if mark is not None:
+            raise stopped_error(home, mark)
     off = os.environ.get(NO_AUTOSTART_ENV) == "1"
     if not autostart or off:
         raise not_answering(home, off)
@@ -113,6 +119,32 @@ def connect(
         else "no daemon was answering"
     )
     return await_ready(home, None, timeout, why)
+
+
+def _restarting(mark: dict[str, Any]) -> bool:
+    """The mark is an `api restart`'s and that CLI process is still alive (starting its new
+    daemon, which clears the mark once it holds the lock)."""
+    from agent_run.system.processes import Liveness, ProcessIdentity, current
+
+    pid, ticks = mark.get("pid"), mark.get("start_ticks")
+    if mark.get("by") != "api restart" or not isinstance(pid, int) or not isinstance(ticks, int):
+        return False
+    table = current()
+    return table.liveness(ProcessIdentity(pid, ticks, table.boot_id())) is Liveness.ALIVE
+
+
+def _await_restart(home: Home, mark: dict[str, Any], timeout: float | None) -> Client | None:
+    """Wait for the new daemon of an `api restart` under way; None once that restart has ended
+    without one answering (its mark, if still there, then says so)."""
+    deadline = time.monotonic() + READY_TIMEOUT_SECONDS
+    while time.monotonic() < deadline:
+        client = try_connect(home, timeout, ping_timeout=PING_TIMEOUT_SECONDS)
+        if client is not None:
+            return client
+        if not _restarting(mark) and lock_holder(home) is None:
+            return None
+        time.sleep(0.05)
+    return None
 
 
 def not_answering(home: Home, autostart_off: bool = False) -> DaemonUnavailable:

@@ -103,12 +103,15 @@ def read_stop_mark(home: Home) -> dict[str, Any] | None:
     return mark if isinstance(mark, dict) else {}
 
 
-def write_stop_mark(home: Home, pid: int, by: str = "api stop") -> None:
+def write_stop_mark(
+    home: Home, pid: int, by: str = "api stop", start_ticks: int | None = None
+) -> None:
     """Keep the daemon stopped: autostart (the web UI, MCP sessions) respects this until
     `api serve`, `api restart` or a CLI verb starts one again. `by`: the verb that stopped it
-    (`api stop`, or `api restart` until its new daemon serves), for the messages."""
+    (`api stop`, or `api restart` until its new daemon serves), for the messages; `pid` and
+    `start_ticks`: the process of that verb (a client waits while a restart is under way)."""
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    mark = {"pid": pid, "at": stamp, "by": by}
+    mark = {"pid": pid, "at": stamp, "by": by, "start_ticks": start_ticks}
     write_private_file(home.stopped_path, json.dumps(mark).encode())
 
 
