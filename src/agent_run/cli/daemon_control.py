@@ -121,7 +121,7 @@ def api_restart(ctx: click.Context) -> None:
         status = client.call("status")
     line = (
         _stop_line(stopped) + "; " if stopped else "no daemon was running; "
-    ) + f"started daemon pid {status.pid} serving {status.home}"
+    ) + f"daemon pid {status.pid} serves {status.home}"
     _echo(
         session,
         {
