@@ -1,11 +1,18 @@
 """The daemon's lifecycle: `api stop` / `restart` / `status` against a real daemon process, and
 config.toml edited under it (reloaded on admission and SIGHUP, a bad file refused and the last
-good one kept, batches keeping their settings), `api serve` and autostart with a bad config."""
+good one kept, batches keeping their settings), `api serve` and autostart with a bad config,
+`api restart` refusing a bad config before it stops anything, and autostart waiting on a daemon
+that is slow to answer (never a second daemon, never started by `api status`)."""
 
 import json
 import os
 import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
+from agent_run.rpc.autostart import lock_holder
 from agent_run.supervisor.identity import Liveness, ProcessIdentity, liveness
 from agent_run.system.home import Home
 from tests.batch_harness import make_repo, runs_of, wait_batch
@@ -205,3 +212,145 @@ def test_a_daemon_of_another_version_is_refused_with_the_command_that_fixes_it(
     finally:
         old.stop()
         cli(home, "api", "stop")
+
+
+BAD_STALL = TEST_CONFIG.replace("stall_seconds = 60.0", "stall_seconds = -1")
+
+
+def test_api_restart_with_an_invalid_config_keeps_the_running_daemon_and_names_the_field(
+    daemon: DaemonProcess, home: Home
+) -> None:
+    home.config_path.write_text(BAD_STALL)
+    result = cli(home, "api", "restart")
+    assert result.returncode == 1, result.stdout + result.stderr
+    error = json.loads(result.stdout)["error"]
+    assert error["code"] == "ConfigInvalid" and error["field"] == "supervisor.stall_seconds"
+    assert error["message"].startswith("api restart refused: "), error
+    assert f"the running daemon (pid {daemon.proc.pid}) keeps serving" in error["message"]
+    assert "then run `agent-run api restart` again" in error["message"]
+    assert "api stop" not in error["message"]
+    assert daemon.proc.poll() is None and not home.stopped_path.exists()
+    status = cli_json(home, "api", "status")
+    assert status["pid"] == daemon.proc.pid
+    assert status["config_refused"]["field"] == "supervisor.stall_seconds"
+    text = cli(home, "--format", "text", "api", "restart")
+    assert text.returncode == 1
+    assert "error: ConfigInvalid [supervisor.stall_seconds]: api restart refused" in text.stderr
+    home.config_path.write_text(TEST_CONFIG)
+    restarted = cli_json(home, "api", "restart")
+    assert restarted["stopped"]["pid"] == daemon.proc.pid and restarted["pid"] != daemon.proc.pid
+    assert daemon.proc.wait(timeout=30) == 0
+    cli(home, "api", "stop")
+
+
+def test_a_restart_whose_new_daemon_fails_says_so_in_the_restarts_words(
+    daemon: DaemonProcess, home: Home, tmp_path: Path
+) -> None:
+    # The new daemon (this CLI's child) dies at start; the running one was started before.
+    (tmp_path / "sitecustomize.py").write_text(
+        "import sys\nif 'serve' in sys.argv:\n    sys.exit('boom: this daemon cannot start')\n"
+    )
+    failed = cli(home, "api", "restart", env={"PYTHONPATH": str(tmp_path)})
+    assert failed.returncode == 1, failed.stdout + failed.stderr
+    message = json.loads(failed.stdout)["error"]["message"]
+    assert message.startswith(
+        f"api restart stopped the daemon (pid {daemon.proc.pid}) but could not start a new one"
+    ), message
+    assert (
+        "boom: this daemon cannot start" in message and "until `agent-run api restart`" in message
+    )
+    status = cli_json(home, "api", "status")["error"]
+    assert status["message"].startswith("daemon stopped by `agent-run api restart` at "), status
+    assert "which could not start a new one" in status["message"]
+    assert "api stop" not in status["message"]
+    restarted = cli_json(home, "api", "restart")
+    assert restarted["stopped"] is None and "no daemon was running" in restarted["message"]
+    assert cli_json(home, "api", "status")["pid"] == restarted["pid"]
+    cli(home, "api", "stop")
+
+
+def test_api_status_without_a_daemon_says_so_and_starts_none(home: Home) -> None:
+    result = cli(home, "api", "status")
+    assert result.returncode == 1, result.stdout + result.stderr
+    error = json.loads(result.stdout)["error"]
+    assert error["code"] == "DaemonUnavailable", error
+    assert error["message"].startswith(f"no daemon answers at {home.socket_path}"), error
+    assert "started one" not in result.stderr
+    assert lock_holder(home) is None and not home.socket_path.exists()
+
+
+# Every `api serve` started with this on its PYTHONPATH stops itself (SIGSTOP) at its first
+# line: a daemon slow to become ready, for as long as the test keeps it stopped.
+SELF_STOPPING = (
+    "import os, signal, sys\nif 'serve' in sys.argv:\n    os.kill(os.getpid(), signal.SIGSTOP)\n"
+)
+OLD_AUTOSTART_BOUND = 20.0  # what the CLI waited before: a loaded machine's daemon took 15-46 s
+
+
+def _serve_processes(home: Home) -> dict[int, str]:
+    """pid -> process state (R, S, T...) of every `api serve` of this home, zombies left out."""
+    from agent_run.system.processes import current
+
+    found = {}
+    for pid, args in current().command_lines():
+        if str(home.root) in args and "serve" in args:
+            try:
+                state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            except (OSError, IndexError):
+                continue
+            if state not in ("Z", "X"):
+                found[pid] = state
+    return found
+
+
+def test_two_clis_wait_for_a_daemon_slow_to_answer_and_end_with_one_daemon(
+    home: Home, tmp_path: Path
+) -> None:
+    (tmp_path / "sitecustomize.py").write_text(SELF_STOPPING)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    env.pop("AGENT_RUN_HOME", None)
+    argv = [sys.executable, "-m", "agent_run", "--home", str(home.root), "agents"]
+    began = time.monotonic()
+    clis = [
+        subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    try:
+        # Both CLIs found no daemon; each started one, which stopped itself before taking the
+        # home's lock. Held stopped past the old bound, while the CLIs keep waiting.
+        wait_for(
+            lambda: (
+                len(_serve_processes(home)) == 2 and set(_serve_processes(home).values()) == {"T"}
+            ),
+            timeout=60,
+            what="the two autostarted daemons to be stopped",
+        )
+        wait_for(
+            lambda: (
+                time.monotonic() - began > OLD_AUTOSTART_BOUND + 5
+                or any(c.poll() is not None for c in clis)
+            ),
+            timeout=120,
+            what="the old autostart bound to pass",
+        )
+        assert [c.poll() for c in clis] == [None, None], [c.communicate() for c in clis]
+        for pid in _serve_processes(home):
+            os.kill(pid, signal.SIGCONT)
+        outputs = [c.communicate(timeout=180) for c in clis]
+        for c, (out, err) in zip(clis, outputs, strict=True):
+            assert c.returncode == 0, out + err
+            assert json.loads(out)["total"] == 0
+            assert "waiting for the daemon (pid" in err and "it is alive" in err, err
+        # One daemon serves: the other found the lock held, exited, and its CLI used the winner.
+        serving = wait_for(
+            lambda: len(_serve_processes(home)) == 1 and _serve_processes(home),
+            what="the losing daemon to exit",
+        )
+        assert list(serving) == [int(lock_holder(home) or 0)]
+        assert cli_json(home, "api", "status")["pid"] in serving
+    finally:
+        for pid in _serve_processes(home):
+            os.kill(pid, signal.SIGKILL)
+        for c in clis:
+            c.kill()
+            c.wait()

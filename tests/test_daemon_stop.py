@@ -12,8 +12,8 @@ import sys
 
 import pytest
 
-from agent_run.cli.daemon_control import _lock_free
 from agent_run.cli.service_files import systemd_unit
+from agent_run.rpc.autostart import lock_holder as daemon_lock_holder
 from agent_run.system.home import Home
 from tests.harness import DaemonProcess, cli, cli_json, wait_for
 from tests.mcp_harness import mcp_session
@@ -71,7 +71,7 @@ async def _stopped_for_mcp_and_web(home: Home, api: WebApi, old_pid: int) -> Non
         assert RESTART in answer["error"]["message"]
         failed, text = await _mcp_status(session)
         assert failed and STOPPED in text and RESTART in text, text
-        assert not home.socket_path.exists() and _lock_free(home)
+        assert not home.socket_path.exists() and daemon_lock_holder(home) is None
         # Questions about the daemon say it is stopped; they do not start it.
         status = await asyncio.to_thread(cli, home, "api", "status")
         assert status.returncode == 1
@@ -80,7 +80,7 @@ async def _stopped_for_mcp_and_web(home: Home, api: WebApi, old_pid: int) -> Non
         daemon_check = next(c for c in doctor["checks"] if c["check"] == "daemon")
         assert daemon_check["level"] == "bad" and STOPPED in daemon_check["detail"]
         assert daemon_check["fix"] == "agent-run api restart"
-        assert not home.socket_path.exists() and _lock_free(home)
+        assert not home.socket_path.exists() and daemon_lock_holder(home) is None
         # `api restart` starts one, and both front-ends find it.
         restarted = await asyncio.to_thread(cli_json, home, "api", "restart")
         assert restarted["pid"] != old_pid and not home.stopped_path.exists()
@@ -93,7 +93,8 @@ def test_the_service_recipe_api_stop_then_the_units_api_serve_works_with_a_web_u
 ) -> None:
     """README: stop the autostarted daemon, then `systemctl --user enable --now` the unit. No
     systemd runs here: the unit's own ExecStart line is run, as systemd would run it."""
-    first = cli_json(home, "api", "status")  # autostarts the daemon, as a first CLI call does
+    cli_json(home, "agents")  # autostarts the daemon, as a first CLI call does
+    first = cli_json(home, "api", "status")
     web = WebProcess(home, env=AUTOSTART_ON).start()
     unit = None
     try:
@@ -151,6 +152,7 @@ def test_an_autostarted_daemon_does_not_serve_a_home_marked_stopped(home: Home) 
 
 
 def test_a_cli_verb_starts_a_stopped_daemon_again_and_says_why(home: Home) -> None:
+    cli_json(home, "agents")  # starts one (`api status` would not)
     first = cli_json(home, "api", "status")
     cli_json(home, "api", "stop")
     listed = cli(home, "agents")

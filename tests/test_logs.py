@@ -61,7 +61,7 @@ def test_daemon_log_is_rotated_while_the_daemon_runs(home: Home) -> None:
 
 def test_daemon_out_and_zygote_log_are_cut_while_the_daemon_runs(home: Home, workdir) -> None:
     home.config_path.write_text(SMALL_LOGS)
-    cli_json(home, "api", "status")  # autostarted: its stdout and stderr are logs/daemon.out
+    cli_json(home, "agents")  # autostarted: its stdout and stderr are logs/daemon.out
     try:
         warm = cli_json(home, "start", "--task", "answer: warm", "--workdir", str(workdir))
         assert cli_json(home, "wait", warm["id"])["agent"]["state"] == "succeeded"  # a zygote

@@ -1,7 +1,10 @@
 """The MCP stdio server: every tool on the demo engine, progress, long-poll, errors, parity
-(with the socket, the CLI and the web JSON API)."""
+(with the socket, the CLI and the web JSON API), a reply to every line, and calls cut by the
+daemon's death (a read-only one outlives it; any other is "outcome unknown")."""
 
+import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -27,10 +30,10 @@ def anyio_backend():
 
 async def test_every_tool_works_over_mcp_on_the_demo_engine(daemon, workdir):
     async with mcp_session(daemon.home) as s:
-        started = await s.call_tool(
-            "start",
-            {"task": "steps: 50\nstep_seconds: 0.1\nanswer: over mcp", "workdir": str(workdir)},
-        )
+        # The turn lasts until the steer is taken (a flag file), however slow the machine: a
+        # steer read after the engine's last turn is refused, and the answer stays "over mcp".
+        task = "steps: 1000000\nstep_seconds: 0.05\nuntil: go.flag\nanswer: over mcp"
+        started = await s.call_tool("start", {"task": task, "workdir": str(workdir)})
         assert not started.is_error, started.content
         agent_id = started.structured_content["id"]
         assert "agent" in started.content[0].text or agent_id in started.content[0].text
@@ -42,9 +45,14 @@ async def test_every_tool_works_over_mcp_on_the_demo_engine(daemon, workdir):
         steer = await s.call_tool(
             "steer", {"agent_id": agent_id, "text": "answer: steered over mcp"}
         )
-        # delivered, or still queued for a supervisor slow to poll (the answer below proves it
-        # was taken)
+        # delivered, or not read yet by a supervisor slow to poll (it is, below)
         assert steer.structured_content["state"] in ("delivered", "pending"), steer
+        command = steer.structured_content["command_id"]
+        await wait_for_async(
+            lambda: _command_state(daemon, agent_id, command) == "delivered",
+            what="the steer to be delivered",
+        )
+        (workdir / "go.flag").touch()
         view = await s.call_tool("agent", {"agent_id": agent_id})
         assert view.structured_content["id"] == agent_id
         listed = await s.call_tool("list_agents", {})
@@ -60,6 +68,13 @@ async def test_every_tool_works_over_mcp_on_the_demo_engine(daemon, workdir):
         assert cancel.structured_content["accepted"] is False
         doc = await s.call_tool("doc", {"topic": "failures"})
         assert "rate_limited" in doc.structured_content["text"]
+
+
+def _command_state(daemon, agent_id: str, command_id: int) -> str | None:
+    """The state of command `command_id` as its last `command` event says."""
+    page = daemon.call("events", {"agent_id": agent_id, "kinds": ["command"]})
+    states = [e["data"]["state"] for e in page["items"] if e["data"].get("id") == command_id]
+    return states[-1] if states else None
 
 
 async def test_cancel_over_mcp_ends_the_agent_cancelled(daemon, workdir):
@@ -295,3 +310,69 @@ async def test_loose_argument_types_are_refused_over_mcp_as_on_the_socket(daemon
                 arguments,
                 result.content,
             )
+
+
+HOSTILE_LINES = [  # (line, the id its reply carries, its JSON-RPC code, the member it names)
+    ('{"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": "x"}', 2, -32600, "params"),
+    ('{"jsonrpc": "2.0", "id": "three", "method": 5}', "three", -32600, "method"),
+    ('{"jsonrpc": "1.0", "id": 4, "method": "tools/list"}', 4, -32600, "jsonrpc"),
+    ('{"jsonrpc": "2.0", "id": 5}', 5, -32600, "method"),
+    ('{"jsonrpc": "2.0", "id": true, "method": "tools/list"}', None, -32600, "id"),
+    ('{"jsonrpc": "2.0", "id": 7, "method": "tools/list"', None, -32700, None),  # not JSON
+    ("[1, 2]", None, -32600, None),
+]
+
+
+class Lines:
+    """A child's stdout read line by line, each within a bound (no buffer hides a line from
+    select: the bytes are read here)."""
+
+    def __init__(self, proc: subprocess.Popen) -> None:
+        self.fd, self.buffer = proc.stdout.fileno(), b""
+
+    def next(self, timeout: float = 60) -> dict:
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self.buffer:
+            left = deadline - time.monotonic()
+            assert left > 0 and select.select([self.fd], [], [], left)[0], "no reply in time"
+            chunk = os.read(self.fd, 65536)
+            assert chunk, "the server closed its stdout"
+            self.buffer += chunk
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        return json.loads(line)
+
+
+def test_every_line_that_is_not_a_json_rpc_message_gets_an_error_reply_with_its_id(home):
+    env = {k: v for k, v in os.environ.items() if k != "AGENT_RUN_HOME"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agent_run", "--home", str(home.root), "mcp"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env={**env, "AGENT_RUN_NO_AUTOSTART": "1"},
+    )
+    replies = Lines(proc)
+
+    def send(line: str) -> dict:
+        proc.stdin.write(line.encode() + b"\n")
+        proc.stdin.flush()
+        return replies.next()
+
+    try:
+        initialized = send(
+            '{"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": '
+            '"2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}'
+        )
+        assert initialized["id"] == 0
+        proc.stdin.write(b'{"jsonrpc": "2.0", "method": "notifications/initialized"}\n')
+        for line, request_id, code, field in HOSTILE_LINES:
+            reply = send(line)
+            assert reply["id"] == request_id, (line, reply)
+            error = reply["error"]
+            assert error["code"] == code, (line, reply)
+            assert error["data"].get("field") == field, (line, reply)
+        listed = send('{"jsonrpc": "2.0", "id": 9, "method": "tools/list"}')  # it carries on
+        assert listed["id"] == 9 and {t["name"] for t in listed["result"]["tools"]} == set(TOOLS)
+    finally:
+        proc.kill()
+        proc.wait()

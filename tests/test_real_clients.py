@@ -1,5 +1,7 @@
-"""Real MCP clients, not only ours: the MCP Inspector CLI, `claude mcp`, `codex mcp`, and the
-Python SDK snippet of docs/mcp.md. The CLIs come from the pinned package.json (`npm ci`)."""
+"""Real MCP clients, not only ours: the MCP Inspector CLI, `claude mcp`, `codex mcp`, headless
+`claude -p` and `codex exec` calling an agent-run tool (their model scripted by the suite's mock
+provider), and the Python SDK snippet of docs/mcp.md. The CLIs come from the pinned package.json
+(`npm ci`)."""
 
 import json
 import os
@@ -11,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.engine_harness import node_bin
+from tests.engine_harness import PLANTED_KEY, node_bin
 from tests.harness import kill_leftovers, short_tmpdir
+from tests.support.mock_provider import Dynamic, MockProvider, Text, ToolCall
 
 ROOT = Path(__file__).parent.parent
 VENV_BIN = Path(sys.executable).parent
@@ -149,11 +152,13 @@ def user_home():
     kill_leftovers(agent_home)
 
 
-def _run_doc_lines(block: str, env: dict, cwd: Path) -> list[subprocess.CompletedProcess]:
+def _run_doc_lines(
+    block: str, env: dict, cwd: Path, timeout: float = 120
+) -> list[subprocess.CompletedProcess]:
     results = []
     for line in block.strip().splitlines():
         result = subprocess.run(
-            line, shell=True, env=env, cwd=cwd, capture_output=True, text=True, timeout=120
+            line, shell=True, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout
         )
         assert result.returncode == 0, f"{line}: {result.stdout}{result.stderr}"
         results.append(result)
@@ -195,3 +200,69 @@ def test_generic_python_client_snippet_runs_start_wait_answer(daemon, workdir):
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "succeeded hello over MCP"
+
+
+HEADLESS_ANSWER = "hi from a headless orchestrator"
+
+
+def _delegation(tool_prefix: str, workdir: Path) -> list:
+    """The orchestrating model's script: start a demo agent through agent-run, wait for it (again
+    while a wait times out: a loaded machine), read its answer, and say it."""
+
+    def step(request) -> ToolCall | Text:
+        outputs = [result.output for result in request.tool_results()]
+        if not outputs:
+            task = {"task": f"answer: {HEADLESS_ANSWER}", "workdir": str(workdir)}
+            return ToolCall(f"{tool_prefix}start", task)
+        agent_id = re.findall(r"\bag_[0-9a-z]{18}\b", "\n".join(outputs))[0]
+        if '"sha256"' in outputs[-1]:
+            return Text(f"The agent said: {outputs[-1]}")
+        if re.search(r'"timed_out":\s*false', outputs[-1]):
+            return ToolCall(f"{tool_prefix}answer", {"agent_id": agent_id})
+        return ToolCall(f"{tool_prefix}wait", {"agent_id": agent_id, "timeout_seconds": 50})
+
+    return [Dynamic(step, times=None)]
+
+
+def _answered(provider: MockProvider) -> str:
+    """The answer tool's result as the model received it."""
+    outputs = [r.output for q in provider.main_requests() for r in q.tool_results()]
+    return next((o for o in reversed(outputs) if '"sha256"' in o), f"no answer in {outputs}")
+
+
+@pytest.mark.engines
+def test_claude_p_calls_agent_run_tools_headless_with_the_documented_allowed_tools(
+    user_home, workdir
+):
+    home, env = user_home
+    _run_doc_lines(_doc_block("sh", "claude mcp add"), env, home)
+    with MockProvider(_delegation("mcp__agent-run__", workdir)) as provider:
+        headless = {
+            **env,
+            "ANTHROPIC_BASE_URL": provider.url,
+            "ANTHROPIC_API_KEY": PLANTED_KEY,
+            "CLAUDE_CODE_MAX_RETRIES": "0",
+        }
+        block = _doc_block("sh", "MCP_CONNECTION_NONBLOCKING=0 claude -p")
+        [result] = _run_doc_lines(block, headless, workdir, timeout=300)
+        assert HEADLESS_ANSWER in _answered(provider), result.stdout
+    assert "The agent said: " in result.stdout and HEADLESS_ANSWER in result.stdout
+
+
+@pytest.mark.engines
+def test_codex_exec_calls_agent_run_tools_headless_with_the_documented_required_entry(
+    user_home, workdir
+):
+    home, env = user_home
+    # Codex names the server's tools as a JavaScript identifier: `mcp__agent_run__start`.
+    with MockProvider(_delegation("mcp__agent_run__", workdir)) as provider:
+        (home / ".codex" / "config.toml").write_text(
+            'model = "gpt-5.5"\nmodel_provider = "mock"\n[model_providers.mock]\n'
+            f'name = "mock"\nbase_url = "{provider.url}/v1"\nwire_api = "responses"\n'
+            'env_key = "ORCH_KEY"\nrequest_max_retries = 0\nstream_max_retries = 0\n\n'
+            + _doc_block("toml", "[mcp_servers.agent-run]")
+        )
+        headless = {**env, "ORCH_KEY": "orchestrator-test-key"}
+        [result] = _run_doc_lines(_doc_block("sh", "codex exec"), headless, workdir, timeout=300)
+        assert HEADLESS_ANSWER in _answered(provider), result.stdout + result.stderr
+    assert HEADLESS_ANSWER in result.stdout

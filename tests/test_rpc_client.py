@@ -16,7 +16,7 @@ import pytest
 from agent_run.domain import errors as e
 from agent_run.domain.batch_models import BatchList
 from agent_run.domain.views import AgentView, Pong, WaitResult
-from agent_run.rpc.client import AsyncClient, Client, WaitSlices
+from agent_run.rpc.client import CUT_RETRIES, AsyncClient, CallCut, Client, WaitSlices
 from agent_run.system.home import Home
 from tests.harness import DaemonProcess, short_tmpdir
 
@@ -132,7 +132,7 @@ CANNED: dict[str, tuple[bytes | None, type[e.DomainError], str]] = {  # method -
         e.ProtocolError,
         "ProtocolError",
     ),
-    "hang_up": (None, e.DaemonUnavailable, "DaemonUnavailable"),
+    "hang_up": (None, CallCut, "DaemonUnavailable"),  # it read the call: outcome unknown
 }
 
 
@@ -141,6 +141,7 @@ def canned() -> Iterator[CannedServer]:
     server = CannedServer(
         {name: reply for name, (reply, _, _) in CANNED.items()}
         | {"ping": b'{"jsonrpc": "2.0", "id": ID, "result": {"pong": "yes"}}'}
+        | {tool: None for tool in ("start", "steer", "cancel", "agent")}  # each read, then cut
     )
     yield server
     server.close()
@@ -182,6 +183,48 @@ def test_the_async_face_never_sends_a_call_twice_when_the_daemon_hangs_up(
     with pytest.raises(e.DaemonUnavailable):
         _async_raw(canned.home, "hang_up", {})
     assert canned.seen.count("hang_up") == before + 1
+
+
+@RAW
+@pytest.mark.parametrize(
+    ("tool", "params", "advice"),
+    [
+        (
+            "start",
+            {"task": "x", "request_id": "job-7"},
+            "Call it again with the same request_id ('job-7'): the daemon returns what the "
+            "first call made instead of doing it twice.",
+        ),
+        ("start", {"task": "x"}, "It had no request_id: check `list_agents` before calling"),
+        ("steer", {"agent_id": "ag_x", "text": "y"}, "Check with `agent` or `transcript`"),
+        ("cancel", {"agent_id": "ag_x"}, "`cancel` is idempotent: calling it again is safe."),
+    ],
+    ids=["request_id", "no-request_id", "steer", "idempotent"],
+)
+def test_a_call_cut_after_the_daemon_read_it_is_outcome_unknown_and_never_sent_twice(
+    canned: CannedServer, call: Callable[..., Any], tool: str, params: dict[str, Any], advice: str
+) -> None:
+    before = canned.seen.count(tool)
+    with pytest.raises(CallCut) as raised:
+        call(canned.home, tool, params)
+    assert canned.seen.count(tool) == before + 1  # it may have acted: never a second time
+    message = raised.value.message
+    assert "the outcome is unknown (it may have acted)" in message and advice in message, message
+    assert "Nothing was" not in message and raised.value.code == "DaemonUnavailable"
+    assert raised.value.details == {"outcome": "unknown"}
+
+
+def test_the_async_face_sends_a_cut_read_only_call_again_and_the_sync_face_says_it_only_reads(
+    canned: CannedServer,
+) -> None:
+    before = canned.seen.count("agent")
+    with pytest.raises(CallCut) as raised:
+        _async_raw(canned.home, "agent", {"agent_id": "ag_x"})
+    assert canned.seen.count("agent") == before + 1 + CUT_RETRIES  # then it gives up
+    assert "`agent` only reads: call it again." in raised.value.message
+    with pytest.raises(CallCut):
+        _sync_raw(canned.home, "agent", {"agent_id": "ag_x"})
+    assert canned.seen.count("agent") == before + 2 + CUT_RETRIES  # the CLI's face: once
 
 
 def test_a_connection_reset_before_the_request_was_read_starts_a_daemon_and_sends_again(

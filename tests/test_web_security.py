@@ -137,8 +137,9 @@ def test_agent_made_task_and_answer_are_escaped(web, daemon, workdir):
 
 
 def test_a_bad_api_body_gets_a_typed_error_and_changes_nothing(web, daemon, workdir):
-    """Not JSON, not UTF-8, not an object, a field too big for one request line, a body past
-    the cap: each a typed error with its status, and no agent started by any of them."""
+    """Not JSON, not UTF-8, not an object, a lone surrogate, nesting 100k deep, a field too big
+    for one request line, a body past the cap: each a typed error with its status (the socket's
+    typed 400s for the surrogate and the nesting, never a 500), and no agent started by any."""
     client = web.client(headers={"authorization": f"Bearer {web.token}"})
     before = daemon.call("list_agents", {})["items"]
     start = "/api/tools/start"
@@ -153,6 +154,9 @@ def test_a_bad_api_body_gets_a_typed_error_and_changes_nothing(web, daemon, work
             "LineTooLong",
         ),
         (b"{" + b" " * (2 * 1024 * 1024 + 1) + b"}", 413, "LineTooLong"),
+        (f'{{"task": "\\ud800", "workdir": "{workdir}"}}'.encode(), 400, "InvalidUnicode"),
+        (b'{"task": "x", "tags": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", 400, "NestingTooDeep"),
+        (b'{"task": "x", "wall_seconds": NaN}', 422, "InvalidParams"),
     ]
     for body, status, code in cases:
         answer = client.post(start, content=body, headers={"content-type": "application/json"})

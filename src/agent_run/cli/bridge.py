@@ -65,7 +65,7 @@ def _pump_out(sock: socket.socket, done: threading.Event) -> None:
 
 def run_bridge(home: Home) -> int:
     from agent_run.domain.errors import DomainError
-    from agent_run.rpc.client import connect
+    from agent_run.rpc.autostart import connect
 
     _say({"agent_run_bridge": BRIDGE_PROTOCOL, "version": __version__})
     try:

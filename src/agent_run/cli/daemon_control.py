@@ -1,7 +1,6 @@
 """Daemon verbs beyond the tool table: `api stop` / `api restart` (agents keep running under
 their supervisors) and `doctor` (the daemon's checks, with the CLI's local ones beside them)."""
 
-import fcntl
 import json
 import os
 import signal
@@ -11,47 +10,26 @@ from typing import Any
 
 import click
 
-from agent_run.domain.errors import DaemonUnavailable, DomainError
+from agent_run.domain.errors import ConfigInvalid, DaemonUnavailable, DomainError
 from agent_run.system.home import Home, write_stop_mark
+from agent_run.system.processes import ProcessIdentity
 
 STOP_TIMEOUT_SECONDS = 30.0
 
 
-def _lock_free(home: Home) -> bool:
-    """Whether no daemon holds the home's lock (it is released when the daemon process ends)."""
-    try:
-        fd = os.open(home.lock_path, os.O_RDONLY)
-    except FileNotFoundError:
-        return True
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    finally:
-        os.close(fd)
-    return True
-
-
-def _lock_holder(home: Home) -> str:
-    """The pid the daemon holding the lock wrote into it (`daemon.acquire_lock`)."""
-    try:
-        return home.lock_path.read_text().strip() or "unknown"
-    except OSError:
-        return "unknown"
-
-
-def stop_daemon(home: Home) -> dict[str, Any] | None:
-    """Mark the home stopped (autostart by the web UI or an MCP session then leaves it so),
-    SIGTERM its daemon and wait until it has let go of the home; None if none was running.
+def stop_daemon(home: Home, by: str = "api stop") -> dict[str, Any] | None:
+    """Mark the home stopped by `by` (autostart by the web UI or an MCP session then leaves it
+    so), SIGTERM its daemon and wait until it has let go of the home; None if none was running.
     Its agents keep running: each has its own supervisor, in its own session."""
+    from agent_run.rpc.autostart import lock_holder
     from agent_run.rpc.client import try_connect
 
-    if home.root.is_dir():
-        write_stop_mark(home, os.getpid())  # before the SIGTERM: a retry racing it finds the mark
+    if home.root.is_dir():  # before the SIGTERM: a retry racing it finds the mark
+        me = ProcessIdentity.current()
+        write_stop_mark(home, me.pid, by, me.start_ticks)
     client = try_connect(home, timeout=10)
     if client is None:
-        if not _lock_free(home):  # wedged, or still booting: it holds the lock, it does not answer
-            pid = _lock_holder(home)
+        if (pid := lock_holder(home)) is not None:  # wedged, or still booting: no answer
             raise DaemonUnavailable(
                 f"a daemon (pid {pid}) holds {home.lock_path} but does not answer on "
                 f"{home.socket_path}: stop it with `kill {pid}` (then `kill -9 {pid}` if it "
@@ -68,7 +46,7 @@ def stop_daemon(home: Home) -> dict[str, Any] | None:
             pid, live_agents = client.call("ping").pid, None  # type: ignore[attr-defined]
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + STOP_TIMEOUT_SECONDS
-    while not _lock_free(home):
+    while lock_holder(home) is not None:
         if time.monotonic() > deadline:
             raise DaemonUnavailable(
                 f"the daemon (pid {pid}) did not stop within "
@@ -117,16 +95,32 @@ def api_stop(ctx: click.Context) -> None:
 @click.pass_context
 def api_restart(ctx: click.Context) -> None:
     """Stop the daemon and start a new one from this shell (its PATH and environment); agents
-    keep running. A daemon run by systemd or launchd: restart it there instead
+    keep running. config.toml is checked first: an invalid one leaves the running daemon
+    serving. A daemon run by systemd or launchd: restart it there instead
     (`systemctl --user restart UNIT`, `launchctl kickstart -k gui/UID/LABEL`)."""
-    from agent_run.rpc.client import connect
+    from agent_run.rpc.autostart import await_ready, start_daemon_detached
 
     session = ctx.obj
-    stopped = stop_daemon(session.home)
-    with connect(session.home) as client:
+    home = session.home
+    _check_config_for_restart(home)
+    stopped = stop_daemon(home, by="api restart")
+    # The user's own daemon (not --autostarted): it clears the stop mark once it holds the lock,
+    # so no web UI or MCP session starts another one meanwhile.
+    proc = start_daemon_detached(home, autostarted=False)
+    try:
+        client = await_ready(home, proc, None)
+    except DomainError as exc:
+        was = f"stopped the daemon (pid {stopped['pid']})" if stopped else "found no daemon"
+        exc.message = (
+            f"api restart {was} but could not start a new one: {exc.message}; the home stays "
+            "stopped (the web UI and MCP sessions do not start one) until `agent-run api "
+            "restart` succeeds"
+        )
+        raise
+    with client:
         status = client.call("status")
     line = (
-        _stop_line(stopped) + "; " if stopped else ""
+        _stop_line(stopped) + "; " if stopped else "no daemon was running; "
     ) + f"daemon pid {status.pid} serves {status.home}"
     _echo(
         session,
@@ -138,6 +132,30 @@ def api_restart(ctx: click.Context) -> None:
         },
         line,
     )
+
+
+def _check_config_for_restart(home: Home) -> None:
+    """config.toml as the new daemon would read it, before the running one is stopped: an
+    invalid file is refused in `api restart`'s words, the daemon left serving."""
+    from agent_run.config.model import load_config
+    from agent_run.rpc.client import try_connect
+
+    try:
+        load_config(home)
+    except ConfigInvalid as invalid:
+        client = try_connect(home, timeout=10)
+        if client is not None:
+            with client:
+                pid = (client.pong or {}).get("pid", "unknown")
+            kept = f"the running daemon (pid {pid}) keeps serving with its last good config"
+        else:
+            kept = "no daemon was running and none was started"
+        where = f"Fix `{invalid.field}`" if invalid.field else "Fix it"
+        raise ConfigInvalid(
+            f"api restart refused: {invalid.message}; {kept}. {where}, then run `agent-run api "
+            "restart` again",
+            field=invalid.field,
+        ) from None
 
 
 def _check(check: str, level: str, detail: str, fix: str | None = None) -> dict[str, Any]:
@@ -200,7 +218,7 @@ def daemon_checks(session: Any) -> tuple[int | None, list[dict[str, Any]]]:
     try:
         report = session.client.call("doctor")
     except DomainError as exc:
-        from agent_run.rpc.client import DaemonStopped
+        from agent_run.rpc.autostart import DaemonStopped
 
         fix = "agent-run api restart" if isinstance(exc, DaemonStopped) else None
         checks = [_check("daemon", "bad", f"{exc.code}: {exc.message}", fix)]

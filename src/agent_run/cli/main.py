@@ -291,7 +291,7 @@ def make_command(tool: dict[str, Any]) -> click.Command:
         session: Session, wait_for_it: bool = False, follow: bool = False, **kwargs: Any
     ) -> None:
         params = _given(kwargs)
-        session.restart_stopped = extras["starts_stopped"]
+        session.autostart = session.restart_stopped = extras["starts_daemon"]
         session.flags = flags
         if extras["human"] and session.chosen_output is None and sys.stdout.isatty():
             session.output = "text"

@@ -17,8 +17,10 @@ class Session:
         self.home = Home.resolve(home)
         self.chosen_output = output  # None: the verb's default (json, or text for a human verb)
         # A daemon stopped by `api stop` is started again by the user's verb, except by a
-        # question about the daemon (`api status`, `doctor`): that says it is stopped.
+        # question about the daemon (`api status`, `doctor`): that says it is stopped. And
+        # `api status` starts none at all (`CliExtras.starts_daemon`).
         self.restart_stopped = True
+        self.autostart = True
         self.flags: tuple[str, ...] = ()  # the verb's flag params, for `cli_words`
         self._client: Any = None
 
@@ -37,11 +39,13 @@ class Session:
     @property
     def client(self) -> Any:
         if self._client is None:
-            from agent_run.rpc.client import connect
+            from agent_run.rpc.autostart import connect
 
-            client = connect(self.home, restart_stopped=self.restart_stopped)
+            client = connect(
+                self.home, autostart=self.autostart, restart_stopped=self.restart_stopped
+            )
             # A question about the daemon (`api status`, `doctor`) is answered across versions.
-            check_version_skew(client, refuse=self.restart_stopped)
+            check_version_skew(client, refuse=self.autostart and self.restart_stopped)
             self._client = client
         return self._client
 

@@ -105,7 +105,7 @@ def endpoint(ctx: ServiceContext, tool: Tool) -> Endpoint:
 class Daemon:
     def __init__(self, home: Home, autostarted: bool = False) -> None:
         live = LiveConfig(home)  # fail closed before anything is made in the home
-        self.autostarted = autostarted  # by a client (`rpc.client.connect`), not by the user
+        self.autostarted = autostarted  # by a client (`rpc.autostart.connect`), not by the user
         self.home = home.ensure()
         settings = live.config.daemon
         self.log = daemon_logger(home, settings.log_max_bytes, settings.log_keep)
@@ -187,7 +187,7 @@ class Daemon:
         """With the lock held: an autostarted daemon does not serve a home the user stopped
         (`api stop` marks it before its SIGTERM, so a web UI or MCP retry racing the stop loses);
         a daemon the user started (`api serve`, a service manager) clears the mark."""
-        from agent_run.rpc.client import stopped_error
+        from agent_run.rpc.autostart import stopped_error
 
         mark = read_stop_mark(self.home)
         if mark is None:

@@ -2,13 +2,18 @@
 
 Nothing is executed here: every call goes to the daemon over its socket (started detached
 when none answers, unless AGENT_RUN_NO_AUTOSTART=1). Results are `structuredContent` plus a
-short human text; domain errors are `isError` results carrying the stable code and field.
+short human text; domain errors are `isError` results carrying the stable code and field. A
+read-only call cut by the daemon's death is sent again to the next daemon (`AsyncClient`);
+any other cut call is answered "outcome unknown", with how to check.
 """
 
 import asyncio
 import json
+import sys
+from io import TextIOWrapper
 from typing import Any
 
+import anyio
 import mcp_types as types
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel.server import Server
@@ -20,7 +25,9 @@ from agent_run.domain.errors import DaemonUnavailable, DomainError
 from agent_run.domain.requests import WaitParams
 from agent_run.domain.views import WaitResult
 from agent_run.mcp.channel import CAPABILITY, ChannelPusher
-from agent_run.rpc.client import NO_AUTOSTART_ENV, AsyncClient
+from agent_run.mcp.lines import CheckedLines
+from agent_run.rpc.autostart import NO_AUTOSTART_ENV
+from agent_run.rpc.client import AsyncClient, CallCut
 from agent_run.rpc.protocol import validation_error_data
 from agent_run.system.home import Home
 from agent_run.text import render as cli_format
@@ -64,7 +71,8 @@ def error_result(data: dict[str, Any]) -> types.CallToolResult:
     them) validate it against the tool's output schema even on errors."""
     field = f" (field `{data['field']}`)" if data.get("field") else ""
     text = f"{data['code']}{field}: {data['message']}"
-    error = {"error": {k: data[k] for k in ("code", "message", "field") if data.get(k) is not None}}
+    keys = ("code", "message", "field", "details")
+    error = {"error": {k: data[k] for k in keys if data.get(k) is not None}}
     return types.CallToolResult(
         content=[types.TextContent(text=text), types.TextContent(text=json.dumps(error))],
         is_error=True,
@@ -136,7 +144,9 @@ def build_server(home: Home, pusher: ChannelPusher | None = None) -> Server[Any]
                 result: BaseModel = await _wait_with_progress(client, ctx, wait_params)
             else:
                 result = await client.call(tool.name, arguments)
-        except DaemonUnavailable as exc:
+        except CallCut as exc:  # the daemon read it, then died: say so, and how to check
+            return error_result(exc.to_data())
+        except DaemonUnavailable as exc:  # nothing reached a daemon
             no_start = f"; {NO_AUTOSTART_ENV}=1 is set" if _autostart_off() else ""
             return error_result(
                 {
@@ -168,8 +178,11 @@ async def serve(home: Home) -> None:
     pusher = ChannelPusher(AsyncClient(home))
     server = build_server(home, pusher)
     options = server.create_initialization_options(experimental_capabilities=CAPABILITY)
+    stdin = TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace")
+    lines = CheckedLines(anyio.wrap_file(stdin))
     try:
-        async with stdio_server() as (read_stream, write_stream):
+        async with stdio_server(stdin=lines) as (read_stream, write_stream):  # type: ignore[arg-type]
+            lines.attach(write_stream)
             await server.run(read_stream, write_stream, options)
     finally:
         await pusher.close()

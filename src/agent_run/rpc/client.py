@@ -1,6 +1,7 @@
 """The one client of the daemon's socket: a sync face (`Client`) and an async face
 (`AsyncClient`) sharing one error mapping (`protocol.error_from_reply`), typed results (the
-tool table's result model), the wait-in-slices helper, and daemon autostart.
+tool table's result model) and the wait-in-slices helper; starting a daemon is
+`autostart.py`'s.
 
 `call(tool, params)` returns the tool's result model and raises a `DomainError` subclass for
 every error the daemon can send; `call_raw` returns the JSON `result` for callers that only
@@ -12,8 +13,6 @@ async face imports it when made): a plain CLI verb pays for neither (`bench_cli.
 import itertools
 import os
 import socket
-import subprocess
-import sys
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -22,19 +21,16 @@ from typing import TYPE_CHECKING, Any
 from agent_run.domain.errors import DaemonUnavailable, ProtocolError
 from agent_run.rpc import protocol as p
 from agent_run.system import unix_sockets
-from agent_run.system.home import Home, clear_stop_mark, read_stop_mark
+from agent_run.system.home import Home
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
     from agent_run.domain.views import WaitResult
 
-NO_AUTOSTART_ENV = "AGENT_RUN_NO_AUTOSTART"
-AUTOSTART_TIMEOUT_SECONDS = 20.0
-# `api serve` exits 1 on any error: another daemon holds the lock, the home is marked stopped
-# (an autostarted one), a bad config.
-SERVE_ERROR_EXIT = 1
 READ_LIMIT = 64 * 1024 * 1024  # a reply line (a transcript page can be large)
+# A read-only call cut by its daemon's death is sent again (to the next daemon) this many times.
+CUT_RETRIES = 3
 
 
 class NotConnected(DaemonUnavailable):
@@ -42,19 +38,53 @@ class NotConnected(DaemonUnavailable):
     reset before the daemon read the request (safe to start one and send again)."""
 
 
-class DaemonStopped(DaemonUnavailable):
-    """The user stopped the daemon (`agent-run api stop`): a front-end that runs on its own (the
-    web UI, an MCP session) or a question about the daemon (`api status`, `doctor`) does not
-    start it again; `api serve`, `api restart` or a CLI verb does."""
+class CallCut(DaemonUnavailable):
+    """The daemon read the request and went away before answering: it may have acted. The
+    message says how to learn the outcome (`cut_advice`); `details.outcome` is "unknown"."""
 
 
-def stopped_error(home: Home, mark: dict[str, Any]) -> DaemonStopped:
-    when = f" at {mark['at']}" if mark.get("at") else ""
-    return DaemonStopped(
-        f"daemon stopped by `agent-run api stop`{when}; run `agent-run api restart` to start it "
-        f"(home {home.root})",
-        stopped_at=mark.get("at"),
+def cut_error(method: str, params: dict[str, Any] | None, how: str) -> CallCut:
+    return CallCut(
+        f"the daemon {how} after it received `{method}` and before it answered: the outcome "
+        f"is unknown (it may have acted). {cut_advice(method, params or {})}",
+        outcome="unknown",
     )
+
+
+def cut_advice(method: str, params: dict[str, Any]) -> str:
+    """How to learn what a cut call did, from its tool's annotations and params."""
+    from agent_run.tools.table import ALL_TOOLS
+
+    tool = ALL_TOOLS.get(method)
+    if tool is None:
+        return "Check the daemon's state before sending it again."
+    if tool.read_only:
+        return f"`{method}` only reads: call it again."
+    if "request_id" in tool.params.model_fields:
+        if params.get("request_id"):
+            return (
+                f"Call it again with the same request_id ({params['request_id']!r}): the "
+                "daemon returns what the first call made instead of doing it twice."
+            )
+        listing = "list_batches" if method == "batch_start" else "list_agents"
+        return (
+            f"It had no request_id: check `{listing}` before calling it again (give a "
+            "request_id to make a retry safe)."
+        )
+    if tool.idempotent:
+        return f"`{method}` is idempotent: calling it again is safe."
+    return (
+        f"Check with `agent` or `transcript` (`batch` for a run) whether it took effect "
+        f"before calling `{method}` again."
+    )
+
+
+def read_only(method: str) -> bool:
+    """Whether the tool only reads (its readOnlyHint): safe to send again after a cut."""
+    from agent_run.tools.table import ALL_TOOLS
+
+    tool = ALL_TOOLS.get(method)
+    return tool is not None and tool.read_only
 
 
 def result_model(tool: str) -> "type[BaseModel]":
@@ -130,12 +160,14 @@ class Client:
         try:
             self.sock.sendall(line)
             reply = self.file.readline()
-        except ConnectionError as exc:  # the daemon died mid-call: typed, not a traceback
-            raise DaemonUnavailable(
-                f"the daemon connection broke before it answered: {exc}"
+        except (ConnectionResetError, BrokenPipeError) as exc:  # our line was never read
+            raise NotConnected(
+                f"the daemon went away before reading `{method}`: {exc.strerror}; nothing was done"
             ) from None
+        except ConnectionError as exc:
+            raise cut_error(method, params, f"broke the connection ({exc})") from None
         if not reply:
-            raise DaemonUnavailable("the daemon closed the connection before answering")
+            raise cut_error(method, params, "closed the connection")
         return p.result_from_reply(reply)
 
     def call(self, tool: str, params: dict[str, Any] | None = None) -> "BaseModel":
@@ -169,9 +201,11 @@ class RawClient(Client):
 class AsyncClient:
     """The async face: one short connection per call, so a caller that gives up (an MCP client
     cancelling a `wait`) also ends the daemon's side of a read-only request. When no daemon
-    listens it starts one once (as the CLI does) and sends again, unless the user stopped it
-    (`DaemonStopped`: the web UI and MCP sessions retry on their own, and must not undo an
-    `api stop`); a call the daemon may have read is never sent twice."""
+    listens it starts one (as the CLI does, one start at a time) and sends again, unless the
+    user stopped it (`DaemonStopped`: the web UI and MCP sessions retry on their own, and must
+    not undo an `api stop`). A read-only call cut by its daemon's death is sent again, to the
+    daemon started next (a `wait` outlives a daemon restart); any other cut call is `CallCut`,
+    never sent twice."""
 
     def __init__(self, home: Home) -> None:
         import asyncio
@@ -180,14 +214,28 @@ class AsyncClient:
         self._start_lock = asyncio.Lock()
 
     async def call_raw(self, method: str, params: dict[str, Any] | None = None) -> Any:
-        try:
-            return await call_once(self.home, method, params)
-        except NotConnected:
-            import asyncio
+        cuts = 0
+        started = False  # a daemon started for this call: a second refusal is final
+        while True:
+            try:
+                return await call_once(self.home, method, params)
+            except NotConnected:
+                if started:
+                    raise
+                await self._start()
+                started = True
+            except CallCut:
+                if cuts >= CUT_RETRIES or not read_only(method):
+                    raise
+                cuts, started = cuts + 1, False
 
-            async with self._start_lock:
-                await asyncio.to_thread(lambda: connect(self.home, restart_stopped=False).close())
-            return await call_once(self.home, method, params)
+    async def _start(self) -> None:
+        import asyncio
+
+        from agent_run.rpc.autostart import connect
+
+        async with self._start_lock:
+            await asyncio.to_thread(lambda: connect(self.home, restart_stopped=False).close())
 
     async def call(self, tool: str, params: dict[str, Any] | None = None) -> "BaseModel":
         return typed(tool, await self.call_raw(tool, params))
@@ -238,119 +286,27 @@ async def call_once(home: Home, method: str, params: dict[str, Any] | None = Non
             f"the daemon at {home.socket_path} went away before reading the request: {exc.strerror}"
         ) from None
     except ConnectionError as exc:
-        raise DaemonUnavailable(f"the daemon connection broke before it answered: {exc}") from None
+        raise cut_error(method, params, f"broke the connection ({exc})") from None
     finally:
         writer.close()
-    if not reply:
-        raise DaemonUnavailable("the daemon closed the connection before answering")
+    if not reply:  # it read our line (a reset says otherwise), then ended: it may have acted
+        raise cut_error(method, params, "closed the connection")
     return p.result_from_reply(reply)
 
 
-def try_connect(home: Home, timeout: float | None = None) -> Client | None:
+def try_connect(
+    home: Home, timeout: float | None = None, ping_timeout: float | None = None
+) -> Client | None:
+    """A client whose `ping` the daemon answered, or None. `ping_timeout` bounds that first
+    answer (a readiness probe); `timeout` is the client's for its calls after it."""
     try:
-        client = Client(home.socket_path, timeout)
+        client = Client(home.socket_path, timeout if ping_timeout is None else ping_timeout)
     except OSError:
         return None
     try:
         client.pong = client.call_raw("ping")
+        client.sock.settimeout(timeout)
         return client
     except (DaemonUnavailable, OSError):
         client.close()
         return None
-
-
-def start_daemon_detached(home: Home) -> subprocess.Popen[bytes]:
-    """Launch `agent-run api serve --autostarted` in its own session (it refuses to serve while
-    the home is marked stopped); its output goes to logs/daemon.out."""
-    home.ensure()
-    out = os.open(home.logs_dir / "daemon.out", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    argv = [sys.executable, "-m", "agent_run", "--home", str(home.root), "api", "serve"]
-    try:
-        proc = subprocess.Popen(
-            [*argv, "--autostarted"],  # not the user's `api serve`: it leaves a stop mark be
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=out,
-            cwd="/",
-            start_new_session=True,
-        )
-    finally:
-        os.close(out)
-    return proc
-
-
-def connect(
-    home: Home,
-    *,
-    autostart: bool = True,
-    timeout: float | None = None,
-    restart_stopped: bool = True,
-) -> Client:
-    """A client of the home's daemon, starting one (and saying so on stderr) when none answers.
-    A daemon the user stopped (`api stop`) is started again only with `restart_stopped` (the
-    user's own command); otherwise that is `DaemonStopped`."""
-    client = try_connect(home, timeout)
-    if client is not None:
-        return client
-    mark = read_stop_mark(home)
-    if mark is not None and not restart_stopped:
-        raise stopped_error(home, mark)
-    off = os.environ.get(NO_AUTOSTART_ENV) == "1"
-    if not autostart or off:
-        raise DaemonUnavailable(
-            f"no daemon answers at {home.socket_path}; start one with `agent-run api serve`"
-            + (f" ({NO_AUTOSTART_ENV}=1 turned autostart off)" if off else "")
-        )
-    _check_config(home)
-    if mark is not None:
-        clear_stop_mark(home)  # the user's command undoes their `api stop`
-    proc = start_daemon_detached(home)
-    why = (
-        "the daemon was stopped by `agent-run api stop`"
-        if mark is not None
-        else "no daemon was answering"
-    )
-    print(f"agent-run: {why} for {home.root}; started one (pid {proc.pid})", file=sys.stderr)
-    return _await_started(home, proc, timeout)
-
-
-def _await_started(home: Home, proc: subprocess.Popen[bytes], timeout: float | None) -> Client:
-    deadline = time.monotonic() + AUTOSTART_TIMEOUT_SECONDS
-    while time.monotonic() < deadline:
-        client = try_connect(home, timeout)
-        if client is not None:
-            return client
-        code = proc.poll()
-        if code == SERVE_ERROR_EXIT:
-            # Another daemon won the lock (keep knocking), or ours found the home marked
-            # stopped by an `api stop` since, or the config turned invalid meanwhile.
-            if (mark := read_stop_mark(home)) is not None:
-                raise stopped_error(home, mark)
-            _check_config(home)
-        elif code is not None:
-            break
-        time.sleep(0.05)
-    raise DaemonUnavailable(
-        f"started a daemon (pid {proc.pid}) but it did not answer"
-        + (
-            f": {_last_line(home.logs_dir / 'daemon.out')}"
-            if proc.poll()
-            else f" within {AUTOSTART_TIMEOUT_SECONDS:.0f}s"
-        )
-    )
-
-
-def _check_config(home: Home) -> None:
-    """A config the daemon would refuse is the caller's `ConfigInvalid` (with its field), not a
-    daemon that never answers: checked here, before anything is started or made in the home."""
-    from agent_run.config.model import load_config
-
-    load_config(home)
-
-
-def _last_line(path: os.PathLike[str]) -> str:
-    try:
-        lines = open(path, errors="replace").read().strip().splitlines()
-    except OSError:
-        return ""
-    return lines[-1] if lines else ""

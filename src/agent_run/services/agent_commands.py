@@ -86,5 +86,9 @@ async def steer(ctx: ServiceContext, p: SteerParams) -> SteerResult:
         await ctx.watcher.wait_past(seen, max(0.0, deadline - time.monotonic()))
         seen = ctx.watcher.revision
     state = row["state"] if row["state"] in ("delivered", "refused") else "pending"
-    message = row["result"] or "queued; the supervisor has not picked it up yet"
+    message = row["result"] or (
+        f"not read yet by the agent's supervisor (command {command_id}): it is delivered if the "
+        "engine is still running when the supervisor reads it, else refused; `events` with "
+        'kinds ["command"] shows which'
+    )
     return SteerResult(agent_id=p.agent_id, command_id=command_id, state=state, message=message)

@@ -67,6 +67,9 @@ from agent_run.system.home import Home
 from agent_run.worker_tools.binding import SERVER_NAME, token_hash
 
 COMMAND_POLL_SECONDS = 0.2
+NO_MORE_INPUT = (
+    "the engine takes no more input (its last turn ended, or it exited); start a follow-up instead"
+)
 STOPPING_TICK_SECONDS = 0.05  # how finely a stop's TERM and KILL steps are timed
 USAGE_WRITE_SECONDS = 0.2  # the row's usage lags what the engine reported by at most this
 MAX_LINE_BYTES = 8 * 1024 * 1024
@@ -480,11 +483,13 @@ class Supervisor:
         if self.stop is not None:
             return "refused", "the execution is stopping"
         if not self._stdin_open():
-            return "refused", "the engine has finished its last turn; start a follow-up instead"
+            return "refused", NO_MORE_INPUT
         joins = not self.engine_spec.steer_opens_turn  # Codex: joins the running turn
+        self._write_stdin(data)
+        if not self._stdin_open():  # the write failed: the engine had exited
+            return "refused", NO_MORE_INPUT
         if not joins:
             self.turns_outstanding += 1
-        self._write_stdin(data)
         self.log.message("user", text, "steer")
         # Claude Code (and the demo's fold_steers) may still take it into the running turn:
         # which one happens is known only later (a `steer_joined` event), so say both.

@@ -106,7 +106,7 @@ class Home:
 
 
 def read_stop_mark(home: Home) -> dict[str, Any] | None:
-    """What `agent-run api stop` recorded (pid, time), or None when the daemon was not stopped
+    """What `agent-run api stop` recorded (pid, time, verb), or None when the daemon was not stopped
     by the user (an unreadable mark still counts as one)."""
     try:
         text = home.stopped_path.read_text()
@@ -121,11 +121,16 @@ def read_stop_mark(home: Home) -> dict[str, Any] | None:
     return mark if isinstance(mark, dict) else {}
 
 
-def write_stop_mark(home: Home, pid: int) -> None:
+def write_stop_mark(
+    home: Home, pid: int, by: str = "api stop", start_ticks: int | None = None
+) -> None:
     """Keep the daemon stopped: autostart (the web UI, MCP sessions) respects this until
-    `api serve`, `api restart` or a CLI verb starts one again."""
+    `api serve`, `api restart` or a CLI verb starts one again. `by`: the verb that stopped it
+    (`api stop`, or `api restart` until its new daemon serves), for the messages; `pid` and
+    `start_ticks`: the process of that verb (a client waits while a restart is under way)."""
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    write_private_file(home.stopped_path, json.dumps({"pid": pid, "at": stamp}).encode())
+    mark = {"pid": pid, "at": stamp, "by": by, "start_ticks": start_ticks}
+    write_private_file(home.stopped_path, json.dumps(mark).encode())
 
 
 def clear_stop_mark(home: Home) -> bool:

@@ -42,9 +42,10 @@ class CliExtras:
     aliases: tuple[tuple[str, str], ...] = ()  # (field, the flag it is known by) e.g. `--text`
     local: bool = False  # the CLI runs the handler in-process (no daemon): needs no ctx
     human: bool = False  # text by default when stdout is a terminal (`--format` still wins)
-    # False: a question about the daemon (`api status`) does not start one the user stopped
-    # (`api stop`); every other verb does, as the user's own command.
-    starts_stopped: bool = True
+    # False: a question about the daemon (`api status`) starts none (it says none answers, or
+    # that the user stopped it); every other verb starts one, even one the user stopped
+    # (`api stop`), as the user's own command.
+    starts_daemon: bool = True
 
 
 # Exit statuses of a verb that waits for an agent, and of `batch show --follow` (1 is any error).
@@ -528,7 +529,7 @@ TOOLS.update(
                 "refused newer one: it keeps the last good config), and the count of live agents.",
                 read_only=True,
                 verb="api status",
-                cli=CliExtras(starts_stopped=False),
+                cli=CliExtras(starts_daemon=False),
             ),
             Tool(
                 "doctor",

@@ -4,13 +4,11 @@ The body is the tool's params object; the answer is its result model, or `{"erro
 message, field?}}` exactly as the socket reports it (the daemon validates, so every transport
 shares one message)."""
 
-import json
-
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from agent_run.domain.errors import DomainError, LineTooLong
-from agent_run.rpc.protocol import MAX_LINE_BYTES
+from agent_run.rpc.protocol import MAX_LINE_BYTES, BadMessage, decode
 from agent_run.tools.table import TOOLS, tool_schemas
 from agent_run.web.security import require_csrf
 
@@ -57,10 +55,15 @@ async def call_tool(request: Request) -> JSONResponse:
             limit=MAX_LINE_BYTES,
         )
         return error_response(too_long.to_data())
-    try:
-        params = json.loads(body or b"{}", parse_constant=_not_json)
-    except ValueError as exc:
-        return error_response({"code": "InvalidParams", "message": f"the body is not JSON: {exc}"})
+    try:  # the socket's checks: strict UTF-8 JSON, no lone surrogate, bounded nesting
+        params = decode(body or b"{}")
+    except BadMessage as exc:
+        if exc.data_code == "ParseError":
+            why = exc.message.removeprefix("parse error: ")
+            return error_response(
+                {"code": "InvalidParams", "message": f"the body is not JSON: {why}"}
+            )
+        return error_response({"code": exc.data_code, "message": f"the body: {exc.message}"})
     if not isinstance(params, dict):
         return error_response(
             {"code": "InvalidParams", "message": "the body must be a JSON object"}
@@ -70,12 +73,6 @@ async def call_tool(request: Request) -> JSONResponse:
     except DomainError as exc:
         return error_response(exc.to_data())
     return JSONResponse(result)
-
-
-def _not_json(name: str) -> None:
-    """NaN and Infinity are Python's, not JSON's: the body is then not JSON (422), as the
-    socket says (`rpc.protocol.decode`)."""
-    raise ValueError(f"{name} is not JSON")
 
 
 async def _body(request: Request) -> bytes | None:

@@ -20,7 +20,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from agent_run.domain.errors import DaemonUnavailable, DomainError
-from agent_run.rpc.client import connect
+from agent_run.rpc.autostart import connect
 from agent_run.system.home import Home
 from agent_run.web import (
     DEFAULT_PORT,
