@@ -60,6 +60,7 @@ from agent_run.supervisor.redact import Redactor
 from agent_run.supervisor.retries import RetryWatch
 from agent_run.supervisor.seal import keep_reply
 from agent_run.supervisor.signin_keeper import SignInKeeper
+from agent_run.supervisor.starvation import STARVED_STALLS, Silence
 from agent_run.supervisor.stderr_log import StderrLog
 from agent_run.supervisor.storage import StorageReserve, note, reserve_log_space
 from agent_run.supervisor.worker_gate import WorkerGate
@@ -114,12 +115,11 @@ class Supervisor:
         self.handled_commands: set[int] = set()  # resolved, though maybe not yet written
         self.changes = ChangeWatch(self.conn)  # polls skip their query if nothing changed
         self.retries = RetryWatch(self.plan.runtime_config.retry_give_up_seconds)
+        self.silence = Silence(self.plan.stall_seconds)  # the stall watchdog's clock
         self.signalled: int | None = None
         self.child: EngineProcess | None = None
         self.stderr: StderrLog | None = None
-        self.payload: dict[
-            str, Any
-        ] = {}  # from the spawner: {"secrets": ...} or {"auth_error": ...}
+        self.payload: dict[str, Any] = {}  # the spawner's: {"secrets": ...} or {"auth_error": ...}
         self.credentials: EngineCredentials | None = None
         self.signin: SignInKeeper | None = None  # a native login's shared credential
         self.stop: StopRequest | None = None
@@ -289,7 +289,9 @@ class Supervisor:
     def _pump(self, engine: Engine, redact: Redactor) -> None:
         """Read the engine's stdout until EOF, obeying commands and watchdogs meanwhile."""
         assert self.child and self.child.proc.stdout
-        started = last_event = time.monotonic()
+        started = time.monotonic()
+        self.silence.event(started)
+        self.silence.watch(self.child.pgid)
         next_poll = 0.0
         pending = b""
         stdout = self.child.proc.stdout
@@ -302,7 +304,7 @@ class Supervisor:
                 if not chunk:
                     eof = True
                     break
-                last_event = time.monotonic()
+                self.silence.event(time.monotonic())
                 if self.signin is not None:
                     self.signin.check()  # a token refreshed just now is redacted from this chunk
                 pending += chunk
@@ -329,7 +331,7 @@ class Supervisor:
                 self._poll_commands(engine)
                 self._read_group()
                 self._check_spend()
-            self._watchdogs(now, started, last_event)
+            self._watchdogs(now, started)
             if self.stop is not None and self.stop.escalation is not None:
                 self.child.escalate(self.stop.escalation, now)
         if pending.strip():
@@ -506,14 +508,20 @@ class Supervisor:
         else:
             self.stop.escalation.term_at = time.monotonic()
 
-    def _watchdogs(self, now: float, started: float, last_event: float) -> None:
+    def _watchdogs(self, now: float, started: float) -> None:
         if self.stop is not None:
             return
         stall = self.plan.stall_seconds
-        if now - last_event > stall and self.idle_after_completion:
+        silence = self.silence
+        silence.sample(now)  # the time its engine waited for a CPU is not silence it chose
+        if silence.active(now) > stall and self.idle_after_completion:
             self._end_idle_after_completion(stall)
-        elif now - last_event > stall:
-            self._request_stop(self.engine, f"no engine event for {stall:g}s", FailureKind.STALLED)
+        elif silence.active(now) > stall:
+            reason = silence.stalled_reason(stall, now)
+            self._request_stop(self.engine, reason, FailureKind.STALLED)
+        elif silence.starved > STARVED_STALLS * stall:
+            reason = silence.starved_reason(now)
+            self._request_stop(self.engine, reason, FailureKind.STARVED)
         elif self.plan.wall_seconds is not None and now - started > self.plan.wall_seconds:
             self._request_stop(
                 self.engine,
