@@ -43,6 +43,14 @@ class SupervisorConfig(StrictModel):
     storage_wait_seconds: float = Field(
         default=600.0, ge=0, description="how long a finished run waits for disk space"
     )
+    busy_timeout_seconds: float = Field(
+        default=5.0,
+        gt=0,
+        le=3600,
+        description="how long one of a supervisor's writes waits for another writer's lock on "
+        "state.db; past it the supervisor keeps what it was writing and tries again (a locked "
+        "database never ends a run)",
+    )
     nice: int = Field(
         default=10,
         ge=0,

@@ -7,6 +7,7 @@ import secrets as token_source
 import selectors
 import shutil
 import signal
+import sqlite3
 import time
 import traceback
 from dataclasses import replace
@@ -45,7 +46,16 @@ from agent_run.engines.sandbox import (
 from agent_run.store import agents as agents_q
 from agent_run.store import commands as commands_q
 from agent_run.store import reports as reports_q
-from agent_run.store.db import ChangeWatch, connect, is_storage_full, on_commit, write
+from agent_run.store.db import (
+    ChangeWatch,
+    connect,
+    is_busy,
+    is_storage_full,
+    on_commit,
+    set_busy_timeout,
+    until_unlocked,
+    write,
+)
 from agent_run.store.usage import Spend, agent_spend, group_spend
 from agent_run.store.wake import Waker
 from agent_run.supervisor.budget import Budget, Prices, SpendMeter
@@ -62,7 +72,7 @@ from agent_run.supervisor.seal import keep_reply
 from agent_run.supervisor.signin_keeper import SignInKeeper
 from agent_run.supervisor.starvation import STARVED_STALLS, Silence
 from agent_run.supervisor.stderr_log import StderrLog
-from agent_run.supervisor.storage import StorageReserve, note, reserve_log_space
+from agent_run.supervisor.storage import StorageReserve, note, patiently, reserve_log_space
 from agent_run.supervisor.worker_gate import WorkerGate
 from agent_run.system.home import Home
 from agent_run.worker_tools.binding import SERVER_NAME, token_hash
@@ -87,6 +97,7 @@ class Supervisor:
             raise SystemExit(f"no execution {execution_id}")
         self.execution_id = execution_id
         self.plan = load_plan(row["plan_json"])
+        set_busy_timeout(self.conn, self.plan.busy_timeout_seconds)  # past it: held, retried
         # From here on this agent yields the CPU (its engine inherits the niceness).
         lower_priority(os.getpid(), self.plan.nice)
         # The engine's orphans (bubblewrap's own init, a tool's leftovers) become ours, not
@@ -145,7 +156,8 @@ class Supervisor:
             signal.signal(sig, self._on_signal)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
         me = ProcessIdentity.current()
-        try:
+
+        def take() -> bool:
             with write(self.conn, "the supervisor's identity"):
                 state = agents_q.get_execution(self.conn, self.execution_id)["state"]
                 if state != ExecutionState.CREATED:
@@ -161,6 +173,11 @@ class Supervisor:
                 agents_q.transition(
                     self.conn, self.execution_id, ExecutionState.STARTING, started_at=time.time()
                 )
+            return True
+
+        try:
+            if not patiently(take, "the supervisor's identity"):
+                return False
         except StorageFull as exc:
             note(f"storage_full: {exc.message}")
             return False
@@ -299,7 +316,7 @@ class Supervisor:
         selector.register(stdout, selectors.EVENT_READ)
         eof = False
         while not eof:
-            for _key, _ in selector.select(timeout=self._quiet_wait(next_poll)):
+            for _key, _ in self._readable(selector, next_poll):
                 chunk = os.read(stdout.fileno(), 65536)
                 if not chunk:
                     eof = True
@@ -337,6 +354,17 @@ class Supervisor:
         if pending.strip():
             self._on_line(engine, redact, pending)
         self.log.flush()
+
+    def _readable(self, selector: selectors.BaseSelector, next_poll: float) -> list[Any]:
+        """The engine's stdout once it has something to read, or nothing after the quiet wait.
+        While the database stays locked and the outbox is full, nothing is read (the engine
+        waits on its pipe): that silence is the store's, not the engine's."""
+        if not self.log.backlogged:
+            return selector.select(timeout=self._quiet_wait(next_poll))
+        self.log.say_backlogged()
+        time.sleep(self._quiet_wait(next_poll))
+        self.silence.event(time.monotonic())
+        return []
 
     def _quiet_wait(self, next_poll: float) -> float:
         """How long the pump sleeps if the engine says nothing: until the next command poll or
@@ -439,8 +467,17 @@ class Supervisor:
 
     def _read_group(self) -> None:
         # Another run's usage is written by its own supervisor: a commit ChangeWatch sees.
-        if self.budget.group is not None and not self.changes.unchanged("group"):
-            self.group_others = group_spend(self.conn, self.budget.group, besides=self.execution_id)
+        if self.budget.group is None:
+            return
+        try:
+            if not self.changes.unchanged("group"):
+                self.group_others = group_spend(
+                    self.conn, self.budget.group, besides=self.execution_id
+                )
+        except sqlite3.OperationalError as exc:
+            if not is_busy(exc):
+                raise
+            self.changes.forget("group")  # the next poll reads it
 
     def _write_usage(self, *, force: bool) -> None:
         """The usage reported so far onto the execution row (through the outbox), at most every
@@ -458,9 +495,16 @@ class Supervisor:
     def _poll_commands(self, engine: Engine) -> None:
         if self.signalled is not None and self.stop is None:
             self._request_stop(engine, f"supervisor received signal {self.signalled}", None)
-        if self.changes.unchanged("commands"):  # a command is enqueued by the daemon's commit
+        try:
+            if self.changes.unchanged("commands"):  # a command is enqueued by a daemon's commit
+                return
+            commands = commands_q.pending(self.conn, self.execution_id)
+        except sqlite3.OperationalError as exc:
+            if not is_busy(exc):
+                raise
+            self.changes.forget("commands")  # the next poll reads them
             return
-        for command in commands_q.pending(self.conn, self.execution_id):
+        for command in commands:
             if command["id"] in self.handled_commands:
                 continue  # resolved; its resolution waits in the log for disk space
             self.handled_commands.add(command["id"])
@@ -587,7 +631,7 @@ class Supervisor:
         if self.stderr is not None:
             self.stderr.join()
             stderr_tail = redact(self.stderr.tail())
-        finish = reports_q.reports(self.conn, self.execution_id, "finish")
+        finish = until_unlocked(lambda: reports_q.reports(self.conn, self.execution_id, "finish"))
         finish_payload = json.loads(finish[-1]["payload"]) if finish else None
         outcome = decide_outcome(
             engine=engine,
@@ -650,7 +694,9 @@ class Supervisor:
         print(trace, flush=True)
         if self.child is not None:
             kill_group(self.child.pgid, signal.SIGKILL)
-        try:
+        kind = FailureKind.STORAGE_FULL if storage else FailureKind.SUPERVISOR_FAILED
+
+        def end() -> None:
             with write(self.conn, "the execution's terminal state"):
                 row = agents_q.get_execution(self.conn, self.execution_id)
                 if not ExecutionState(row["state"]).terminal:
@@ -658,11 +704,12 @@ class Supervisor:
                         self.conn,
                         self.execution_id,
                         ExecutionState.FAILED,
-                        failure_kind=(
-                            FailureKind.STORAGE_FULL if storage else FailureKind.SUPERVISOR_FAILED
-                        ).value,
+                        failure_kind=kind.value,
                         failure_message=trace.strip().splitlines()[-1][:500],
                     )
+
+        try:
+            patiently(end, "the supervisor's failure")
         except StorageFull as exc:
             note(f"storage_full: could not record the supervisor's failure: {exc.message}")
         except Exception:
