@@ -72,7 +72,14 @@ from agent_run.supervisor.seal import keep_reply
 from agent_run.supervisor.signin_keeper import SignInKeeper
 from agent_run.supervisor.starvation import STARVED_STALLS, Silence
 from agent_run.supervisor.stderr_log import StderrLog
-from agent_run.supervisor.storage import StorageReserve, note, patiently, reserve_log_space
+from agent_run.supervisor.storage import (
+    StorageReserve,
+    filesystem_full,
+    note,
+    patiently,
+    reserve_log_space,
+    says_storage_full,
+)
 from agent_run.supervisor.worker_gate import WorkerGate
 from agent_run.system.home import Home
 from agent_run.worker_tools.binding import SERVER_NAME, token_hash
@@ -282,6 +289,27 @@ class Supervisor:
         if refusal is None:
             return outcome
         return Outcome(ExecutionState.FAILED, FailureKind.CONFIG_ERROR, refusal_message(refusal))
+
+    def _storage_cause(self, outcome: Outcome, stderr_tail: str) -> Outcome:
+        """An engine that crashed saying a disk was full, or while a disk it writes is full,
+        ran out of space: `storage_full`, with that evidence, not `engine_crashed`."""
+        if outcome.failure is not FailureKind.ENGINE_CRASHED:
+            return outcome
+        said = says_storage_full(stderr_tail)
+        evidence = f"its stderr says: {said}" if said else None
+        for path in (self.plan.workdir, self.plan.engine_home, str(self.home.root)):
+            free = None if evidence else filesystem_full(Path(path))
+            if free is not None:
+                evidence = f"the filesystem holding {path} has {free} bytes free"
+        if evidence is None:
+            return outcome
+        note(f"storage_full: the engine ended without completing; {evidence}")
+        return Outcome(
+            ExecutionState.FAILED,
+            FailureKind.STORAGE_FULL,
+            f"the engine exited {self.child.proc.returncode if self.child else None} without "
+            f"completing, on a full disk: {evidence}"[:1000],
+        )
 
     def _sandboxed(self, spec: LaunchSpec) -> LaunchSpec:
         """The engine's command inside its bubblewrap sandbox (unless `sandbox = "none"`);
@@ -644,6 +672,7 @@ class Supervisor:
             finish=finish_payload,
         )
         outcome = self._sandbox_refusal(outcome)
+        outcome = self._storage_cause(outcome, stderr_tail)
         if self.credentials is not None:
             outcome = self.credentials.reclassify(outcome)
         # The answer is decoded text (a `finish` summary never passed through a stored line).

@@ -73,10 +73,25 @@ class StorageReserve:
         return held
 
 
+# How programs say a disk is full: the errno's text and name (ENOSPC, EDQUOT), SQLite's words.
+NO_SPACE_WORDS = (
+    "No space left on device",
+    "ENOSPC",
+    "Disk quota exceeded",
+    "EDQUOT",
+    "database or disk is full",
+)
+
+
 def last_line_saying(text: str, marks: tuple[str, ...]) -> str | None:
     """The last line of `text` holding one of `marks`, if any (stripped, at most 300 chars)."""
     lines = [line for line in text.splitlines() if any(mark in line for mark in marks)]
     return lines[-1].strip()[:300] if lines else None
+
+
+def says_storage_full(text: str) -> str | None:
+    """The last line of `text` that says a disk was full, if any."""
+    return last_line_saying(text, NO_SPACE_WORDS)
 
 
 def _log_tail(log_path: Path, tail_bytes: int = 16384) -> str:
@@ -90,8 +105,7 @@ def _log_tail(log_path: Path, tail_bytes: int = 16384) -> str:
 
 def supervisor_log_says_full(log_path: Path) -> str | None:
     """The last storage_full line a supervisor left in its log, if any."""
-    marks = (STORAGE_FULL_MARK, "database or disk is full", "No space left on device")
-    return last_line_saying(_log_tail(log_path), marks)
+    return last_line_saying(_log_tail(log_path), (STORAGE_FULL_MARK, *NO_SPACE_WORDS))
 
 
 def supervisor_log_says_busy(log_path: Path) -> str | None:
