@@ -52,12 +52,13 @@ class SupervisorConfig(StrictModel):
         "database never ends a run)",
     )
     nice: int = Field(
-        default=10,
+        default=5,
         ge=0,
         le=19,
         description="the niceness of an agent's supervisor and engine, and of their sessions' "
         "scheduling groups on Linux: agents yield the CPU to the daemon and your own work "
-        "(0: the default priority)",
+        "(0: the default priority, agents fastest on a busy machine; 10: the daemon most "
+        "responsive while agents swarm; bench/README.md, bench_nice.py)",
     )
 
 

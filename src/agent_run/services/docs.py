@@ -43,7 +43,7 @@ default_runtime = "demo"      a key of [runtimes]
              storage_wait_seconds (how long a finished run waits for space; 600),
              busy_timeout_seconds (how long one write waits for the database's lock before
              the supervisor holds it and tries again; 5),
-             nice (agents' niceness, and their sessions' scheduling groups'; 10)
+             nice (agents' niceness, and their sessions' scheduling groups'; 5)
 [daemon]     reconcile_interval_seconds, answer_scrub_seconds (each sealed answer is re-hashed
              once per this period; 3600)
 [retention]  agent_days (a terminal agent's rows, events, messages and logs go; 30),
