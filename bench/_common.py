@@ -47,7 +47,7 @@ default_model = "demo-1"
 """
 
 # BENCH_SUPERVISOR_NICE=N runs the agents at `[supervisor] nice = N` (default: the product's
-# default, 10), for a before/after of agents yielding the CPU.
+# default, 5), for a before/after of agents yielding the CPU.
 if os.environ.get("BENCH_SUPERVISOR_NICE"):
     BENCH_CONFIG = BENCH_CONFIG.replace(
         "[supervisor]\n", f"[supervisor]\nnice = {int(os.environ['BENCH_SUPERVISOR_NICE'])}\n"

@@ -21,7 +21,7 @@ from agent_run.supervisor.identity import Liveness, ProcessIdentity, kill_group,
 from agent_run.system.home import Home
 
 # The suite's agents run at `nice = 0`: on a test machine busy with other tests, agents that
-# yield the CPU (the default, 10) made `--fast` ~20 s slower; tests/test_priority.py checks the
+# yield the CPU (10, the default until 2026-12-07; 5 now) made `--fast` ~20 s slower; tests/test_priority.py checks the
 # default.
 TEST_CONFIG = """schema_version = 1
 default_runtime = "demo"

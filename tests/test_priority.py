@@ -1,4 +1,4 @@
-"""Agents yield the CPU: an agent's supervisor and engine run at `[supervisor] nice` (10 by
+"""Agents yield the CPU: an agent's supervisor and engine run at `[supervisor] nice` (5 by
 default), and on Linux so do their sessions' scheduling groups (autogroup), each session being a
 group of its own; `nice = 0` leaves them at the default priority."""
 
@@ -48,7 +48,7 @@ def test_an_agents_supervisor_and_engine_run_at_the_configured_niceness(workdir,
     config = TEST_CONFIG.replace("nice = 0\n", "" if nice is None else f"nice = {nice}\n")
     home = make_home(config)
     daemon = DaemonProcess(home).start()
-    expected = 10 if nice is None else nice
+    expected = 5 if nice is None else nice
     try:
         agent_id, supervisor, engine = running_pids(daemon, workdir)
         assert niceness(supervisor) == expected

@@ -279,3 +279,35 @@ def test_an_engines_group_that_ends_by_itself_is_not_reported_as_killed(linger, 
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == said
+
+
+def test_the_linux_table_counts_a_threads_run_queue_wait_and_psutil_says_it_cannot():
+    """Two busy processes pinned to one CPU take turns: each waits on the run queue while the
+    other runs, and the Linux table counts it per thread, runnable; psutil cannot say (None:
+    unknown, never evidence of starvation)."""
+    cpu = min(os.sched_getaffinity(0))
+    busy = [
+        subprocess.Popen(
+            [sys.executable, "-c", "while True: pass"],
+            preexec_fn=lambda: os.sched_setaffinity(0, {cpu}),
+        )
+        for _ in range(2)
+    ]
+    try:
+        table = LinuxProcesses()
+        pids = [proc.pid for proc in busy]
+
+        def waited() -> bool:
+            threads = table.threads_sched(pids) or {}
+            return len(threads) == 2 and all(t.waited_ns > 0.2e9 for t in threads.values())
+
+        wait_for(waited, timeout=30, what="each to have waited for the CPU")
+        threads = table.threads_sched(pids)
+        assert set(threads) == set(pids)  # one thread each, keyed by thread id
+        assert all(t.runnable and t.ran_ns > 0 for t in threads.values())
+        assert table.threads_sched([busy[0].pid + 10**7]) == {}  # no such process: left out
+    finally:
+        for proc in busy:
+            proc.kill()
+            proc.wait()
+    assert PsutilProcesses().threads_sched(pids) is None

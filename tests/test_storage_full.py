@@ -246,3 +246,38 @@ def test_held_events_too_big_for_the_reserve_are_dropped_and_counted(running):
     done = daemon.call("wait", {"agent_id": agent["id"], "timeout_seconds": 90})["agent"]
     assert done["state"] == "failed" and done["failure_kind"] == "storage_full", done["execution"]
     assert "buffered row(s) could not be stored" in done["execution"]["failure_message"]
+
+
+def test_an_engine_that_dies_of_a_full_disk_ends_storage_full_not_engine_crashed(running):
+    """The engine streams, the disk fills, then it writes 200 KB to stderr (more than its pipe
+    holds) and a file, which fails with ENOSPC: it crashes with a traceback. The stderr thread
+    keeps draining though engine.log cannot grow (before, it died on the first OSError and the
+    engine then blocked on its full stderr pipe until the stall window), and the run ends
+    `storage_full` naming the evidence, not `engine_crashed`."""
+    fs, made = running
+    daemon = tmpfs_daemon(fs).start()
+    made.append(daemon)
+    workdir = workdir_on(fs)
+    (workdir / "go.later").touch()  # renamed to `go` once the disk is full (no space needed)
+    task = (
+        "steps: 100000\nstep_seconds: 0.05\nuntil: go\nstderr: 200000\n"
+        "write: out.txt = never stored\nanswer: never reached"
+    )
+    agent = daemon.call("start", {"task": task, "workdir": str(workdir)})
+    wait_for(
+        lambda: len(events_of(daemon.home, agent["id"], "message")) >= 3,
+        timeout=60,
+        what="the agent to stream",
+    )
+    fs.fill()
+    (workdir / "go.later").rename(workdir / "go")
+    done = daemon.call("wait", {"agent_id": agent["id"], "timeout_seconds": 90})["agent"]
+    log = daemon.home.execution_dir(agent["id"], agent["execution"]["id"]) / "supervisor.log"
+    assert (done["state"], done["failure_kind"]) == ("failed", "storage_full"), (
+        done["execution"]["failure_message"],
+        log.read_text()[-2000:],
+    )
+    message = done["execution"]["failure_message"]
+    assert "without completing, on a full disk" in message
+    assert "No space left on device" in message  # the engine's own words, from its stderr
+    assert "engine.log: No space left on device" in log.read_text()

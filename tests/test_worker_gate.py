@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 
 import anyio
 from mcp.client.session import ClientSession
@@ -358,3 +359,55 @@ def test_a_relay_ends_when_its_supervisor_is_killed(daemon, home, workdir):
         relay.wait()
     state = daemon.call("wait", {"agent_id": agent["id"], "timeout_seconds": 60})["agent"]["state"]
     assert state == "lost"
+
+
+GATE_HOST = """
+import resource, sys
+from pathlib import Path
+from agent_run.supervisor.worker_gate import WorkerGate
+home, execution, token, sandbox = sys.argv[1:5]
+gate = WorkerGate(Path(sandbox), Path(home), execution, token, ["finish"])
+print("ready", flush=True)
+sys.stdin.readline()
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (3, hard))  # below every descriptor it has open
+print("full", flush=True)
+sys.stdin.readline()
+resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+print("freed", flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_the_gate_accepts_again_after_its_process_ran_out_of_descriptors(home, workdir):
+    """A connection that arrives while the supervisor has no descriptor left fails to be
+    accepted (EMFILE); the gate's thread lives on and accepts it once descriptors are free.
+    Before, the accept thread ended on that OSError and the engine's worker tools with it."""
+    execution_id = _bound_execution(home, workdir, "the-token")
+    sandbox = home.root / "gate-sandbox"
+    sandbox.mkdir()
+    host = subprocess.Popen(
+        [sys.executable, "-c", GATE_HOST, str(home.root), execution_id, "the-token", str(sandbox)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert host.stdout.readline() == "ready\n"
+        host.stdin.write("fill\n")
+        host.stdin.flush()
+        assert host.stdout.readline() == "full\n"
+        early = Client(sandbox / SOCKET_NAME)  # the gate's accept fails with EMFILE
+        started = time.monotonic()
+        wait_for(lambda: time.monotonic() - started > 1.0, timeout=10, what="1 s of EMFILE")
+        host.stdin.write("free\n")
+        host.stdin.flush()
+        assert host.stdout.readline() == "freed\n"
+        for client in (Client(sandbox / SOCKET_NAME), early):  # a new one, and the queued one
+            client.sock.settimeout(20)
+            answer = client.request(1, "initialize", {"protocolVersion": "2025-06-18"})
+            assert answer["result"]["protocolVersion"] == "2025-06-18"
+            client.close()
+    finally:
+        host.kill()
+        host.wait()

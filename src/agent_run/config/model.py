@@ -43,13 +43,22 @@ class SupervisorConfig(StrictModel):
     storage_wait_seconds: float = Field(
         default=600.0, ge=0, description="how long a finished run waits for disk space"
     )
+    busy_timeout_seconds: float = Field(
+        default=5.0,
+        gt=0,
+        le=3600,
+        description="how long one of a supervisor's writes waits for another writer's lock on "
+        "state.db; past it the supervisor keeps what it was writing and tries again (a locked "
+        "database never ends a run)",
+    )
     nice: int = Field(
-        default=10,
+        default=5,
         ge=0,
         le=19,
         description="the niceness of an agent's supervisor and engine, and of their sessions' "
         "scheduling groups on Linux: agents yield the CPU to the daemon and your own work "
-        "(0: the default priority)",
+        "(0: the default priority, agents fastest on a busy machine; 10: the daemon most "
+        "responsive while agents swarm; bench/README.md, bench_nice.py)",
     )
 
 

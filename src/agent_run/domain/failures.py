@@ -13,6 +13,7 @@ class FailureKind(StrEnum):
     STREAM_ERROR = "stream_error"
     NETWORK_ERROR = "network_error"
     STALLED = "stalled"
+    STARVED = "starved"
     TIMED_OUT = "timed_out"
     ENGINE_CRASHED = "engine_crashed"
     NO_ANSWER = "no_answer"
@@ -50,7 +51,11 @@ FAILURE_ADVICE: dict[FailureKind, str] = {
     FailureKind.PROVIDER_OVERLOADED: "The provider is overloaded (529 / high demand): retry later.",
     FailureKind.STREAM_ERROR: "The model stream was malformed or cut short: retry the agent.",
     FailureKind.NETWORK_ERROR: "The provider could not be reached: check base_url and the network.",
-    FailureKind.STALLED: "The engine produced no event for stall_seconds: inspect the transcript, then retry.",
+    FailureKind.STALLED: "The engine produced no event for stall_seconds (time it spent waiting "
+    "for a CPU not counted): inspect the transcript, then retry.",
+    FailureKind.STARVED: "The engine had work to do but the machine gave it no CPU: its processes "
+    "waited to run for three stall_seconds of one silence. Run fewer agents at once, free the "
+    "CPU or lower `[supervisor] nice`, then resume the agent.",
     FailureKind.TIMED_OUT: "The execution exceeded its wall budget: raise wall_seconds or split the task.",
     FailureKind.ENGINE_CRASHED: "The engine exited without completing: read the engine log under agents/<id>/.",
     FailureKind.NO_ANSWER: "The engine completed but gave no answer text: rephrase the task to ask for a final answer.",

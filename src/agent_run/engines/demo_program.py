@@ -17,6 +17,8 @@ order, and exits at end of input. The task text chooses the behaviour, one direc
                             malformed | error_reply | empty | hang | retry_forever
     echo_env: VAR           put the value of VAR in the answer and on stderr (redaction tests)
     spawn: S                start a background child that sleeps S seconds (group-kill tests)
+    stderr: N               write N bytes of log lines to stderr (a chatty engine), after the
+                            steps and before the tools
     finish: SUMMARY         call the worker tool `finish` through MCP (from --mcp-config) ...
     finish_status: STATUS   ... with this status: done (default) | blocked | failed
     recall: yes             answer with the answers of earlier turns of this session (resume)
@@ -90,6 +92,7 @@ class Directives:
         self.fail: str | None = None
         self.echo_env: list[str] = []
         self.spawn: float | None = None
+        self.stderr: int = 0
         self.finish: str | None = None
         self.finish_status: str = "done"
         self.recall: bool = False
@@ -117,6 +120,9 @@ def _uuid4() -> str:
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
+_COUNTS = ("steps", "stderr", "tokens", "step_tokens")  # directives whose value is an integer
+
+
 def parse_directives(task: str) -> Directives:
     d = Directives()
     for raw in task.splitlines():
@@ -129,8 +135,8 @@ def parse_directives(task: str) -> Directives:
         elif key == "write":
             path, _, content = value.partition("=")
             d.writes.append((path.strip(), content.strip()))
-        elif key == "steps":
-            d.steps = int(value)
+        elif key in _COUNTS:
+            setattr(d, key, int(value))
         elif key == "step_seconds":
             d.step_seconds = float(value)
         elif key == "until":
@@ -167,10 +173,6 @@ def parse_directives(task: str) -> Directives:
             d.require = value
         elif key == "cost":
             d.cost = None if value.lower() == "none" else float(value)
-        elif key == "tokens":
-            d.tokens = int(value)
-        elif key == "step_tokens":
-            d.step_tokens = int(value)
         elif key == "shell":
             d.shells.append(value)
         elif key == "quota":
@@ -241,6 +243,16 @@ def write_inside(path: str, content: str) -> None:
     fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
     with os.fdopen(fd, "w") as fh:
         fh.write(content + "\n")
+
+
+def log_lines(size: int) -> None:
+    """`size` bytes of numbered log lines on stderr, as a chatty engine writes its own log."""
+    written = 0
+    while written < size:
+        line = f"demo engine log line {written:>12}: " + "." * 60 + "\n"
+        sys.stderr.write(line)
+        written += len(line)
+    sys.stderr.flush()
 
 
 def auto_score() -> float:
@@ -419,6 +431,7 @@ class DemoEngine:
             self.wait(d.step_seconds)
             self.assistant([{"type": "text", "text": f"step {i}/{d.steps}"}], d.step_tokens)
             self.step_usage += d.step_tokens or 0
+        log_lines(d.stderr)
         for command in d.shells:
             self.shell_tool(command)
         written = [path for path, content in d.writes if self.write_tool(path, content) is None]

@@ -72,6 +72,9 @@ class ExecutionPlan(BaseModel):
     )  # events held while the disk is full
     storage_wait_seconds: float = Field(default=600.0, ge=0)  # how long the end waits for space
     nice: int = Field(default=0, ge=0, le=19)  # supervisor.priority (0 in plans made before it)
+    # How long one write waits for another writer's lock before the supervisor holds its rows
+    # and tries again (supervisor.busy_timeout_seconds; 5 s in plans made before it).
+    busy_timeout_seconds: float = Field(default=5.0, gt=0)
 
     @model_validator(mode="after")
     def _one_engine(self) -> "ExecutionPlan":

@@ -205,6 +205,7 @@ def admission_rows(
         storage_buffer_bytes=supervisor.storage_buffer_bytes,
         storage_wait_seconds=supervisor.storage_wait_seconds,
         nice=supervisor.nice,
+        busy_timeout_seconds=supervisor.busy_timeout_seconds,
         # One generated home per agent: its sessions live there for resume, and concurrent
         # agents never share the files that carry their worker tokens.
         engine_home=str(ctx.home.homes_dir / runtime_name / agent_id),

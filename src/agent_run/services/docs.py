@@ -41,7 +41,9 @@ default_runtime = "demo"      a key of [runtimes]
 [supervisor] stall_seconds, wall_seconds, cancel_grace_seconds,
              storage_buffer_bytes (events held in memory while the disk is full; 4 MiB),
              storage_wait_seconds (how long a finished run waits for space; 600),
-             nice (agents' niceness, and their sessions' scheduling groups'; 10)
+             busy_timeout_seconds (how long one write waits for the database's lock before
+             the supervisor holds it and tries again; 5),
+             nice (agents' niceness, and their sessions' scheduling groups'; 5)
 [daemon]     reconcile_interval_seconds, answer_scrub_seconds (each sealed answer is re-hashed
              once per this period; 3600)
 [retention]  agent_days (a terminal agent's rows, events, messages and logs go; 30),

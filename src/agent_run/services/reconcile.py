@@ -17,7 +17,12 @@ from agent_run.store import agents as agents_q
 from agent_run.store import commands as commands_q
 from agent_run.store.db import write
 from agent_run.supervisor.identity import ProcessIdentity, engine_group_alive, kill_group
-from agent_run.supervisor.storage import RESERVE_NAME, filesystem_full, supervisor_log_says_full
+from agent_run.supervisor.storage import (
+    RESERVE_NAME,
+    filesystem_full,
+    supervisor_log_says_busy,
+    supervisor_log_says_full,
+)
 from agent_run.system.home import Home
 from agent_run.system.processes import current as current_processes
 
@@ -95,12 +100,15 @@ def _mark_lost(conn: sqlite3.Connection, proven: sqlite3.Row, reason: str) -> bo
 
 
 def storage_cause(home: Home, row: sqlite3.Row) -> str | None:
-    """What the dead supervisor left about a full disk (its log), or the disk's state now."""
-    said = supervisor_log_says_full(
-        home.execution_dir(row["agent_id"], row["id"]) / "supervisor.log"
-    )
+    """What the dead supervisor left about a full disk or a locked database (its log), or the
+    disk's state now."""
+    log = home.execution_dir(row["agent_id"], row["id"]) / "supervisor.log"
+    said = supervisor_log_says_full(log)
     if said:
         return f"its log says the disk was full: {said}"
+    waiting = supervisor_log_says_busy(log)
+    if waiting:
+        return f"it died waiting for the database's write lock: {waiting}"
     free = filesystem_full(home.root)
     if free is not None:
         return f"the filesystem holding {home.root} is full ({free} bytes free)"

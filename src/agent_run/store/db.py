@@ -3,15 +3,24 @@
 import errno
 import functools
 import sqlite3
+import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from agent_run.domain.errors import StorageFull
 
 BUSY_TIMEOUT_MS = 30_000
+SQLITE_BUSY = 5
+SQLITE_LOCKED = 6
 SQLITE_FULL = 13
+# A write that found the store locked is tried again after these waits: doubling from the
+# first up to the longest, for as long as the lock is held elsewhere (`until_unlocked`).
+BUSY_RETRY_FIRST_SECONDS = 0.05
+BUSY_RETRY_MAX_SECONDS = 1.0
+
+T = TypeVar("T")
 NO_SPACE_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 
 
@@ -133,6 +142,10 @@ class ChangeWatch:
         self.seen[poll] = version
         return False
 
+    def forget(self, poll: str) -> None:
+        """`poll`'s query did not complete (the store was locked): its next call runs it."""
+        self.seen.pop(poll, None)
+
 
 def is_storage_full(exc: BaseException) -> bool:
     """Whether `exc` says the disk (or quota) is full: SQLITE_FULL or ENOSPC / EDQUOT."""
@@ -141,6 +154,72 @@ def is_storage_full(exc: BaseException) -> bool:
     if isinstance(exc, sqlite3.Error):
         return getattr(exc, "sqlite_errorcode", None) == SQLITE_FULL or "disk is full" in str(exc)
     return isinstance(exc, OSError) and exc.errno in NO_SPACE_ERRNOS
+
+
+def is_busy(exc: BaseException) -> bool:
+    """Whether `exc` says another connection held the lock past this one's busy timeout
+    (SQLITE_BUSY or SQLITE_LOCKED, "database is locked"): the same statement or transaction
+    can succeed once the lock is released."""
+    if not isinstance(exc, sqlite3.OperationalError):
+        return False
+    code = getattr(exc, "sqlite_errorcode", None)
+    if isinstance(code, int):
+        return code & 0xFF in (SQLITE_BUSY, SQLITE_LOCKED)
+    return "database is locked" in str(exc) or "database table is locked" in str(exc)
+
+
+def set_busy_timeout(conn: sqlite3.Connection, seconds: float) -> None:
+    """How long each statement of `conn` waits for another writer's lock before it raises
+    SQLITE_BUSY (`is_busy`)."""
+    conn.execute(f"PRAGMA busy_timeout = {max(0, round(seconds * 1000))}")
+
+
+class BusyBackoff:
+    """While the store stays locked: since when, how many tries failed, and how long to wait
+    before the next (doubling from BUSY_RETRY_FIRST_SECONDS up to BUSY_RETRY_MAX_SECONDS)."""
+
+    def __init__(self) -> None:
+        self.since: float | None = None  # monotonic time of the first failed try; None: not now
+        self.attempts = 0
+        self.delay = 0.0
+
+    def failed(self) -> float:
+        """One more try found the store locked: the wait before the next."""
+        if self.since is None:
+            self.since = time.monotonic()
+        self.attempts += 1
+        self.delay = min(BUSY_RETRY_MAX_SECONDS, max(BUSY_RETRY_FIRST_SECONDS, self.delay * 2))
+        return self.delay
+
+    def succeeded(self) -> tuple[float, int] | None:
+        """A try got through: (seconds the store was locked, failed tries) if it had been, and
+        the backoff starts over."""
+        if self.since is None:
+            return None
+        locked = (time.monotonic() - self.since, self.attempts)
+        self.since, self.attempts, self.delay = None, 0, 0.0
+        return locked
+
+
+def until_unlocked(
+    attempt: Callable[[], T],
+    on_busy: Callable[[sqlite3.OperationalError, BusyBackoff], None] | None = None,
+) -> T:
+    """`attempt()` (one whole transaction, or a read), tried again with backoff for as long as
+    it finds the store locked (`is_busy`); any other error is raised. For writes that must
+    happen however slow the store is: a supervisor's identity and end, a worker tool's report.
+    `on_busy` hears of each failed try (a log line on the first)."""
+    backoff = BusyBackoff()
+    while True:
+        try:
+            return attempt()
+        except sqlite3.OperationalError as exc:
+            if not is_busy(exc):
+                raise
+            delay = backoff.failed()
+            if on_busy is not None:
+                on_busy(exc, backoff)
+            time.sleep(delay)
 
 
 def storage_full(writing: str, exc: BaseException) -> StorageFull:

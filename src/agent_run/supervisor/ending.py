@@ -1,8 +1,10 @@
-"""Recording an execution's end, even on a full disk: seal the answer (verified after
-writing), then the terminal row with every held event; wait for space, free the reserve, and
-as a last resort end `failed/storage_full` with the events dropped. Never a `succeeded`
-without its sealed answer, and never silent: what could not be written is said in the log."""
+"""Recording an execution's end, even on a full disk or a locked database: seal the answer
+(verified after writing), then the terminal row with every held event; wait for space, free
+the reserve, and as a last resort end `failed/storage_full` with the events dropped; wait out
+a lock however long another writer holds it. Never a `succeeded` without its sealed answer,
+and never silent: what could not be written is said in the log."""
 
+import sqlite3
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,7 +14,7 @@ from agent_run.domain.errors import AnswerIntegrity, StorageFull
 from agent_run.domain.failures import FailureKind
 from agent_run.domain.states import ExecutionState
 from agent_run.store import agents as agents_q
-from agent_run.store.db import is_storage_full, storage_full, write
+from agent_run.store.db import is_busy, is_storage_full, storage_full, write
 from agent_run.supervisor.eventlog import STORAGE_RETRY_SECONDS, ExecutionLog
 from agent_run.supervisor.seal import read_verified_answer, seal_answer
 from agent_run.supervisor.storage import StorageReserve, note
@@ -75,11 +77,15 @@ class EndWriter:
         return self._write_minimal(ending, error)
 
     def _retry(self, attempt: Any, deadline: float) -> StorageFull | None:
-        """Call `attempt` until it succeeds (None) or the deadline passed (its last error)."""
+        """Call `attempt` until it succeeds (None) or, while the disk stays full, the deadline
+        passed (its last error). A locked database is waited out for as long as it stays
+        locked: the lock says nothing about the run, and its holder releases it when it
+        commits or ends (a supervisor that gave up here would leave its run to be called lost)."""
         noted = False
         while True:
             try:
                 attempt()
+                self.log.unlocked()
                 return None
             except StorageFull as exc:
                 if time.monotonic() >= deadline:
@@ -87,7 +93,12 @@ class EndWriter:
                 if not noted:
                     note(f"storage_full: cannot record the end yet, retrying: {exc.message}")
                     noted = True
-            time.sleep(STORAGE_RETRY_SECONDS)
+                time.sleep(STORAGE_RETRY_SECONDS)
+            except sqlite3.OperationalError as exc:
+                if not is_busy(exc):
+                    raise
+                self.log.on_busy(exc)
+                time.sleep(self.log.busy.delay)
 
     def _write_full(self, ending: Ending) -> None:
         if ending.answer is not None and "answer_sha256" not in ending.fields:
@@ -102,7 +113,7 @@ class EndWriter:
         self.log.flush_raw()
         rows = self.log.pending()
         with write(self.conn, "the execution's end (events and terminal state)"):
-            self.log.write_rows(rows)
+            self.log.write_rows(rows + self.log.busy_rows())
             agents_q.transition(self.conn, self.log.execution_id, ending.state, **ending.fields)
         self.log.forget(len(rows))
 

@@ -1,6 +1,7 @@
 """One execution's outbox: its rows (events, messages, signals, field updates, transitions,
 command resolutions) and its raw stream, written in few ordered transactions, and held in
-memory (bounded) while the disk is full, then written when space returns."""
+memory (bounded) while the disk is full or another writer holds the database's lock, then
+written when space returns or the lock is released."""
 
 import os
 import sqlite3
@@ -14,13 +15,18 @@ from agent_run.domain.states import ExecutionState
 from agent_run.engines.quota import QuotaWindow
 from agent_run.store import agents as agents_q
 from agent_run.store import commands as commands_q
-from agent_run.store.db import is_storage_full, storage_full, write
+from agent_run.store.db import BusyBackoff, is_busy, is_storage_full, storage_full, write
 from agent_run.store.events import append_event, append_message
 from agent_run.store.reports import append_signal
 from agent_run.store.samples import Sample, append_samples
-from agent_run.supervisor.storage import note
+from agent_run.supervisor.storage import STORE_BUSY_MARK, STORE_RECOVERED_MARK, note
 
 FLUSH_INTERVAL_SECONDS = 0.05
+# A write that took longer than this (it waited for the lock, or the machine is busy) doubles
+# the interval to the next, up to the longest: fewer, larger transactions while the store is
+# contended. A quick one brings it back.
+SLOW_FLUSH_SECONDS = 0.1
+LONGEST_FLUSH_INTERVAL_SECONDS = 1.0
 FLUSH_MAX_ROWS = 200
 STORAGE_RETRY_SECONDS = 1.0  # how often a full disk is tried again
 ROW_OVERHEAD_BYTES = 64
@@ -57,6 +63,9 @@ class ExecutionLog:
         self.full_since: float | None = None  # monotonic time the disk was first found full
         self.full_error: str | None = None
         self.dropped = 0  # rows and lines dropped once the buffer was exhausted
+        self.busy = BusyBackoff()  # while another writer holds the lock: since when, next try
+        self._backlog_said = False  # the log said this locked spell filled the buffer
+        self.interval = FLUSH_INTERVAL_SECONDS  # between flushes: longer while writes are slow
 
     # -- buffering ----------------------------------------------------------------------------
 
@@ -111,6 +120,12 @@ class ExecutionLog:
     def exhausted(self) -> bool:
         return self.full_since is not None and self.held_bytes > self.buffer_bytes
 
+    @property
+    def backlogged(self) -> bool:
+        """The database stays locked and what is held passed the buffer: the caller takes no
+        more in (it stops reading the engine, which then waits on its pipe) until it drains."""
+        return self.busy.since is not None and self.held_bytes > self.buffer_bytes
+
     def due(self) -> bool:
         due_in = self.due_in()
         return due_in is not None and due_in <= 0
@@ -126,9 +141,11 @@ class ExecutionLog:
             return None
         if self.full_since is not None:
             return self._last_flush + STORAGE_RETRY_SECONDS - time.monotonic()
+        if self.busy.since is not None:
+            return self._last_flush + self.busy.delay - time.monotonic()
         if self._soon or len(self._rows) >= FLUSH_MAX_ROWS:
             return 0.0
-        return self._last_flush + FLUSH_INTERVAL_SECONDS - time.monotonic()
+        return self._last_flush + self.interval - time.monotonic()
 
     def pending(self) -> list[tuple[str, Any]]:
         """The buffered rows, to be written inside the caller's own transaction (then `forget`)."""
@@ -150,19 +167,27 @@ class ExecutionLog:
     # -- writing ------------------------------------------------------------------------------
 
     def flush(self) -> bool:
-        """Write what is held. While the disk is full nothing is lost: the rows stay buffered,
-        are tried again every STORAGE_RETRY_SECONDS, and False is returned."""
-        self._last_flush = time.monotonic()
+        """Write what is held. While the disk is full or the database locked nothing is lost:
+        the rows stay buffered, are tried again (every STORAGE_RETRY_SECONDS for a full disk,
+        after the busy backoff for a lock), and False is returned."""
+        started = self._last_flush = time.monotonic()
         self._soon = False
         try:
             self.flush_raw()
             if self._rows:
                 rows = self.pending()
                 with write(self.conn, "the execution's events"):
-                    self.write_rows(rows)
+                    self.write_rows(rows + self.busy_rows())
                 self.forget(len(rows))
+                self.unlocked()
+                self._pace(time.monotonic() - started)
         except StorageFull as exc:
             self.on_storage_full(exc)
+            return False
+        except sqlite3.OperationalError as exc:
+            if not is_busy(exc):
+                raise
+            self.on_busy(exc)
             return False
         if self.full_since is not None:
             held = time.monotonic() - self.full_since
@@ -175,6 +200,55 @@ class ExecutionLog:
             )
             return self.flush()
         return True
+
+    def _pace(self, took: float) -> None:
+        """A slow write makes the next one later (more rows per transaction, fewer
+        transactions for the other writers to wait behind); a quick one restores the pace."""
+        if took > SLOW_FLUSH_SECONDS:
+            self.interval = min(self.interval * 2, LONGEST_FLUSH_INTERVAL_SECONDS)
+        else:
+            self.interval = FLUSH_INTERVAL_SECONDS
+
+    def on_busy(self, exc: sqlite3.OperationalError) -> None:
+        """Another writer held the lock past our busy timeout: keep everything, try later."""
+        self.busy.failed()
+        self._last_flush = time.monotonic()  # the backoff counts from the end of this try
+        if self.busy.attempts == 1:
+            note(
+                f"{STORE_BUSY_MARK} execution {self.execution_id} holds its events in memory "
+                f"(up to {self.buffer_bytes} bytes, then it stops reading the engine) and "
+                f"retries: {exc}"
+            )
+
+    def busy_rows(self) -> list[tuple[str, Any]]:
+        """A `store_busy` event for the write about to be tried, when earlier tries found the
+        database locked (how long, how many): written in the same transaction as what waited."""
+        if self.busy.since is None:
+            return []
+        data = {
+            "held_seconds": round(time.monotonic() - self.busy.since, 3),
+            "attempts": self.busy.attempts,
+        }
+        return [("event", ("store_busy", data, time.time()))]
+
+    def say_backlogged(self) -> None:
+        """Once per locked spell: the buffer is full, the engine's output waits in its pipe."""
+        if not self._backlog_said:
+            self._backlog_said = True
+            note(
+                f"{STORE_BUSY_MARK} execution {self.execution_id} holds {self.held_bytes} bytes, "
+                "its whole buffer: the engine's output is not read until the database takes them"
+            )
+
+    def unlocked(self) -> None:
+        """A write got through: if the database had been locked, the wait is over (and said)."""
+        locked = self.busy.succeeded()
+        if locked is not None:
+            self._backlog_said = False
+            note(
+                f"{STORE_RECOVERED_MARK} execution {self.execution_id} wrote what it held for "
+                f"{locked[0]:.1f}s ({locked[1]} tries found the database locked)"
+            )
 
     def on_storage_full(self, exc: StorageFull) -> None:
         if self.full_since is None:

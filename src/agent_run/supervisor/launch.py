@@ -9,14 +9,20 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from agent_run.domain.errors import SpawnFailed
 from agent_run.engines.environment import PASSTHROUGH
 from agent_run.supervisor.forkserver import ForkServer
 from agent_run.supervisor.identity import ProcessIdentity
+from agent_run.supervisor.storage import supervisor_log_says_busy
 from agent_run.system.home import Home
 
 READY_TIMEOUT_SECONDS = 30.0
+# Past READY_TIMEOUT_SECONDS, a supervisor whose log says it waits for the database's write
+# lock (to record its identity) is waited for up to this long: a locked store is no reason to
+# fail it. Its ready pipe still ends at once if it dies meanwhile.
+READY_PATIENCE_SECONDS = 1800.0
 
 
 def supervisor_argv(home: Home, execution_id: str, ready_fd: int) -> list[str]:
@@ -159,9 +165,12 @@ def spawn_supervisor(
 
 
 async def await_ready(
-    started: StartedSupervisor, timeout: float = READY_TIMEOUT_SECONDS
+    started: StartedSupervisor,
+    timeout: float = READY_TIMEOUT_SECONDS,
+    patience: float = READY_PATIENCE_SECONDS,
 ) -> ProcessIdentity:
-    """Wait on the event loop (epoll, no thread held) for a started supervisor's ready line."""
+    """Wait on the event loop (epoll, no thread held) for a started supervisor's ready line:
+    `timeout`, or up to `patience` while its log says it waits for the database's lock."""
     loop = asyncio.get_running_loop()
     done: asyncio.Future[bytes] = loop.create_future()
     data = bytearray()
@@ -174,13 +183,28 @@ async def await_ready(
 
     loop.add_reader(started.ready_fd, readable)
     try:
-        line = await asyncio.wait_for(done, timeout)
-    except TimeoutError:
-        raise SpawnFailed(f"supervisor not ready after {timeout:.0f}s") from None
+        line = await _ready_line(done, started, timeout, patience)
     finally:
         loop.remove_reader(started.ready_fd)
         os.close(started.ready_fd)
     return started.identity(line)
+
+
+async def _ready_line(
+    done: "asyncio.Future[bytes]", started: StartedSupervisor, timeout: float, patience: float
+) -> bytes:
+    began = time.monotonic()
+    while True:
+        try:
+            return await asyncio.wait_for(asyncio.shield(done), timeout)
+        except TimeoutError:
+            waited = time.monotonic() - began
+            locked = supervisor_log_says_busy(Path(started.log_path))
+            if locked is None or waited >= patience:
+                raise SpawnFailed(
+                    f"supervisor not ready after {waited:.0f}s"
+                    + (f" (its log: {locked})" if locked else "")
+                ) from None
 
 
 def _send_payload(proc: subprocess.Popen[bytes], payload: bytes) -> None:

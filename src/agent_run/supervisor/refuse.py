@@ -7,7 +7,7 @@ from agent_run.store import agents as agents_q
 from agent_run.store import commands as commands_q
 from agent_run.store.db import connect, on_commit, write
 from agent_run.store.wake import Waker
-from agent_run.supervisor.storage import note
+from agent_run.supervisor.storage import note, patiently
 from agent_run.system.home import Home
 
 
@@ -19,7 +19,8 @@ def refuse_plan(home: Home, execution_id: str, message: str) -> None:
     conn = connect(home.db_path)
     waker = Waker(home.wake_path)
     on_commit(conn, waker.wake)  # the daemon's waiters learn of the refusal at once
-    try:
+
+    def refuse() -> None:
         with write(conn, "the execution's refusal"):
             row = agents_q.get_execution(conn, execution_id)
             if row is None or row["state"] != ExecutionState.CREATED:
@@ -35,6 +36,9 @@ def refuse_plan(home: Home, execution_id: str, message: str) -> None:
                 commands_q.resolve(
                     conn, command, state="refused", result="the execution plan is invalid"
                 )
+
+    try:
+        patiently(refuse, "the execution's refusal")
     except StorageFull as exc:
         note(f"storage_full: could not record the refusal: {exc.message}")
     finally:

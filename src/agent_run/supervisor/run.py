@@ -7,6 +7,7 @@ import secrets as token_source
 import selectors
 import shutil
 import signal
+import sqlite3
 import time
 import traceback
 from dataclasses import replace
@@ -45,7 +46,16 @@ from agent_run.engines.sandbox import (
 from agent_run.store import agents as agents_q
 from agent_run.store import commands as commands_q
 from agent_run.store import reports as reports_q
-from agent_run.store.db import ChangeWatch, connect, is_storage_full, on_commit, write
+from agent_run.store.db import (
+    ChangeWatch,
+    connect,
+    is_busy,
+    is_storage_full,
+    on_commit,
+    set_busy_timeout,
+    until_unlocked,
+    write,
+)
 from agent_run.store.usage import Spend, agent_spend, group_spend
 from agent_run.store.wake import Waker
 from agent_run.supervisor.budget import Budget, Prices, SpendMeter
@@ -60,8 +70,16 @@ from agent_run.supervisor.redact import Redactor
 from agent_run.supervisor.retries import RetryWatch
 from agent_run.supervisor.seal import keep_reply
 from agent_run.supervisor.signin_keeper import SignInKeeper
+from agent_run.supervisor.starvation import STARVED_STALLS, Silence
 from agent_run.supervisor.stderr_log import StderrLog
-from agent_run.supervisor.storage import StorageReserve, note, reserve_log_space
+from agent_run.supervisor.storage import (
+    StorageReserve,
+    filesystem_full,
+    note,
+    patiently,
+    reserve_log_space,
+    says_storage_full,
+)
 from agent_run.supervisor.worker_gate import WorkerGate
 from agent_run.system.home import Home
 from agent_run.worker_tools.binding import SERVER_NAME, token_hash
@@ -89,6 +107,7 @@ class Supervisor:
             raise SystemExit(f"no execution {execution_id}")
         self.execution_id = execution_id
         self.plan = load_plan(row["plan_json"])
+        set_busy_timeout(self.conn, self.plan.busy_timeout_seconds)  # past it: held, retried
         # From here on this agent yields the CPU (its engine inherits the niceness).
         lower_priority(os.getpid(), self.plan.nice)
         # The engine's orphans (bubblewrap's own init, a tool's leftovers) become ours, not
@@ -117,12 +136,11 @@ class Supervisor:
         self.handled_commands: set[int] = set()  # resolved, though maybe not yet written
         self.changes = ChangeWatch(self.conn)  # polls skip their query if nothing changed
         self.retries = RetryWatch(self.plan.runtime_config.retry_give_up_seconds)
+        self.silence = Silence(self.plan.stall_seconds)  # the stall watchdog's clock
         self.signalled: int | None = None
         self.child: EngineProcess | None = None
         self.stderr: StderrLog | None = None
-        self.payload: dict[
-            str, Any
-        ] = {}  # from the spawner: {"secrets": ...} or {"auth_error": ...}
+        self.payload: dict[str, Any] = {}  # the spawner's: {"secrets": ...} or {"auth_error": ...}
         self.credentials: EngineCredentials | None = None
         self.signin: SignInKeeper | None = None  # a native login's shared credential
         self.stop: StopRequest | None = None
@@ -148,7 +166,8 @@ class Supervisor:
             signal.signal(sig, self._on_signal)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
         me = ProcessIdentity.current()
-        try:
+
+        def take() -> bool:
             with write(self.conn, "the supervisor's identity"):
                 state = agents_q.get_execution(self.conn, self.execution_id)["state"]
                 if state != ExecutionState.CREATED:
@@ -164,6 +183,11 @@ class Supervisor:
                 agents_q.transition(
                     self.conn, self.execution_id, ExecutionState.STARTING, started_at=time.time()
                 )
+            return True
+
+        try:
+            if not patiently(take, "the supervisor's identity"):
+                return False
         except StorageFull as exc:
             note(f"storage_full: {exc.message}")
             return False
@@ -269,6 +293,27 @@ class Supervisor:
             return outcome
         return Outcome(ExecutionState.FAILED, FailureKind.CONFIG_ERROR, refusal_message(refusal))
 
+    def _storage_cause(self, outcome: Outcome, stderr_tail: str) -> Outcome:
+        """An engine that crashed saying a disk was full, or while a disk it writes is full,
+        ran out of space: `storage_full`, with that evidence, not `engine_crashed`."""
+        if outcome.failure is not FailureKind.ENGINE_CRASHED:
+            return outcome
+        said = says_storage_full(stderr_tail)
+        evidence = f"its stderr says: {said}" if said else None
+        for path in (self.plan.workdir, self.plan.engine_home, str(self.home.root)):
+            free = None if evidence else filesystem_full(Path(path))
+            if free is not None:
+                evidence = f"the filesystem holding {path} has {free} bytes free"
+        if evidence is None:
+            return outcome
+        note(f"storage_full: the engine ended without completing; {evidence}")
+        return Outcome(
+            ExecutionState.FAILED,
+            FailureKind.STORAGE_FULL,
+            f"the engine exited {self.child.proc.returncode if self.child else None} without "
+            f"completing, on a full disk: {evidence}"[:1000],
+        )
+
     def _sandboxed(self, spec: LaunchSpec) -> LaunchSpec:
         """The engine's command inside its bubblewrap sandbox (unless `sandbox = "none"`);
         FileNotFoundError, as a bare spawn would raise, when the engine's program is missing."""
@@ -292,7 +337,9 @@ class Supervisor:
     def _pump(self, engine: Engine, redact: Redactor) -> None:
         """Read the engine's stdout until EOF, obeying commands and watchdogs meanwhile."""
         assert self.child and self.child.proc.stdout
-        started = last_event = time.monotonic()
+        started = time.monotonic()
+        self.silence.event(started)
+        self.silence.watch(self.child.pgid)
         next_poll = 0.0
         pending = b""
         stdout = self.child.proc.stdout
@@ -300,12 +347,12 @@ class Supervisor:
         selector.register(stdout, selectors.EVENT_READ)
         eof = False
         while not eof:
-            for _key, _ in selector.select(timeout=self._quiet_wait(next_poll)):
+            for _key, _ in self._readable(selector, next_poll):
                 chunk = os.read(stdout.fileno(), 65536)
                 if not chunk:
                     eof = True
                     break
-                last_event = time.monotonic()
+                self.silence.event(time.monotonic())
                 if self.signin is not None:
                     self.signin.check()  # a token refreshed just now is redacted from this chunk
                 pending += chunk
@@ -332,12 +379,23 @@ class Supervisor:
                 self._poll_commands(engine)
                 self._read_group()
                 self._check_spend()
-            self._watchdogs(now, started, last_event)
+            self._watchdogs(now, started)
             if self.stop is not None and self.stop.escalation is not None:
                 self.child.escalate(self.stop.escalation, now)
         if pending.strip():
             self._on_line(engine, redact, pending)
         self.log.flush()
+
+    def _readable(self, selector: selectors.BaseSelector, next_poll: float) -> list[Any]:
+        """The engine's stdout once it has something to read, or nothing after the quiet wait.
+        While the database stays locked and the outbox is full, nothing is read (the engine
+        waits on its pipe): that silence is the store's, not the engine's."""
+        if not self.log.backlogged:
+            return selector.select(timeout=self._quiet_wait(next_poll))
+        self.log.say_backlogged()
+        time.sleep(self._quiet_wait(next_poll))
+        self.silence.event(time.monotonic())
+        return []
 
     def _quiet_wait(self, next_poll: float) -> float:
         """How long the pump sleeps if the engine says nothing: until the next command poll or
@@ -443,8 +501,17 @@ class Supervisor:
 
     def _read_group(self) -> None:
         # Another run's usage is written by its own supervisor: a commit ChangeWatch sees.
-        if self.budget.group is not None and not self.changes.unchanged("group"):
-            self.group_others = group_spend(self.conn, self.budget.group, besides=self.execution_id)
+        if self.budget.group is None:
+            return
+        try:
+            if not self.changes.unchanged("group"):
+                self.group_others = group_spend(
+                    self.conn, self.budget.group, besides=self.execution_id
+                )
+        except sqlite3.OperationalError as exc:
+            if not is_busy(exc):
+                raise
+            self.changes.forget("group")  # the next poll reads it
 
     def _write_usage(self, *, force: bool) -> None:
         """The usage reported so far onto the execution row (through the outbox), at most every
@@ -462,9 +529,16 @@ class Supervisor:
     def _poll_commands(self, engine: Engine) -> None:
         if self.signalled is not None and self.stop is None:
             self._request_stop(engine, f"supervisor received signal {self.signalled}", None)
-        if self.changes.unchanged("commands"):  # a command is enqueued by the daemon's commit
+        try:
+            if self.changes.unchanged("commands"):  # a command is enqueued by a daemon's commit
+                return
+            commands = commands_q.pending(self.conn, self.execution_id)
+        except sqlite3.OperationalError as exc:
+            if not is_busy(exc):
+                raise
+            self.changes.forget("commands")  # the next poll reads them
             return
-        for command in commands_q.pending(self.conn, self.execution_id):
+        for command in commands:
             if command["id"] in self.handled_commands:
                 continue  # resolved; its resolution waits in the log for disk space
             self.handled_commands.add(command["id"])
@@ -519,14 +593,20 @@ class Supervisor:
         else:
             self.stop.escalation.term_at = time.monotonic()
 
-    def _watchdogs(self, now: float, started: float, last_event: float) -> None:
+    def _watchdogs(self, now: float, started: float) -> None:
         if self.stop is not None:
             return
         stall = self.plan.stall_seconds
-        if now - last_event > stall and self.idle_after_completion:
+        silence = self.silence
+        silence.sample(now)  # the time its engine waited for a CPU is not silence it chose
+        if silence.active(now) > stall and self.idle_after_completion:
             self._end_idle_after_completion(stall)
-        elif now - last_event > stall:
-            self._request_stop(self.engine, f"no engine event for {stall:g}s", FailureKind.STALLED)
+        elif silence.active(now) > stall:
+            reason = silence.stalled_reason(stall, now)
+            self._request_stop(self.engine, reason, FailureKind.STALLED)
+        elif silence.starved > STARVED_STALLS * stall:
+            reason = silence.starved_reason(now)
+            self._request_stop(self.engine, reason, FailureKind.STARVED)
         elif self.plan.wall_seconds is not None and now - started > self.plan.wall_seconds:
             self._request_stop(
                 self.engine,
@@ -592,7 +672,7 @@ class Supervisor:
         if self.stderr is not None:
             self.stderr.join()
             stderr_tail = redact(self.stderr.tail())
-        finish = reports_q.reports(self.conn, self.execution_id, "finish")
+        finish = until_unlocked(lambda: reports_q.reports(self.conn, self.execution_id, "finish"))
         finish_payload = json.loads(finish[-1]["payload"]) if finish else None
         outcome = decide_outcome(
             engine=engine,
@@ -605,6 +685,7 @@ class Supervisor:
             finish=finish_payload,
         )
         outcome = self._sandbox_refusal(outcome)
+        outcome = self._storage_cause(outcome, stderr_tail)
         if self.credentials is not None:
             outcome = self.credentials.reclassify(outcome)
         # The answer is decoded text (a `finish` summary never passed through a stored line).
@@ -655,7 +736,9 @@ class Supervisor:
         print(trace, flush=True)
         if self.child is not None:
             kill_group(self.child.pgid, signal.SIGKILL)
-        try:
+        kind = FailureKind.STORAGE_FULL if storage else FailureKind.SUPERVISOR_FAILED
+
+        def end() -> None:
             with write(self.conn, "the execution's terminal state"):
                 row = agents_q.get_execution(self.conn, self.execution_id)
                 if not ExecutionState(row["state"]).terminal:
@@ -663,11 +746,12 @@ class Supervisor:
                         self.conn,
                         self.execution_id,
                         ExecutionState.FAILED,
-                        failure_kind=(
-                            FailureKind.STORAGE_FULL if storage else FailureKind.SUPERVISOR_FAILED
-                        ).value,
+                        failure_kind=kind.value,
                         failure_message=trace.strip().splitlines()[-1][:500],
                     )
+
+        try:
+            patiently(end, "the supervisor's failure")
         except StorageFull as exc:
             note(f"storage_full: could not record the supervisor's failure: {exc.message}")
         except Exception:

@@ -29,6 +29,7 @@ REAP_SECONDS = 5.0
 # Connections served at once: an engine opens one per MCP server it starts; one past this is
 # closed at once (a runaway client cannot make the supervisor start threads without bound).
 MAX_CONNECTIONS = 8
+ACCEPT_RETRY_SECONDS = 0.1
 
 
 class WorkerGate:
@@ -61,7 +62,12 @@ class WorkerGate:
             try:
                 conn, _ = self.listener.accept()
             except OSError:
-                return  # closed
+                if self.closed:
+                    return
+                # Out of descriptors or buffers (EMFILE, ENOBUFS), or a client that hung up
+                # first: the gate lives on and accepts the next.
+                time.sleep(ACCEPT_RETRY_SECONDS)
+                continue
             with self.lock:
                 if self.closed or len(self.connections) >= MAX_CONNECTIONS:
                     conn.close()

@@ -19,7 +19,7 @@ from agent_run.domain.errors import DomainError, GitError
 from agent_run.domain.states import ExecutionState
 from agent_run.store.agents import get_execution
 from agent_run.store.batches import branch_of_agent
-from agent_run.store.db import connect, on_commit, write
+from agent_run.store.db import connect, on_commit, until_unlocked, write
 from agent_run.store.reports import append_report, complete_report
 from agent_run.store.wake import Waker
 from agent_run.worker_tools.binding import EXECUTION_ENV, HOME_ENV, TOKEN_ENV, TOOLS_ENV, token_hash
@@ -44,11 +44,21 @@ def _bound_row(conn: sqlite3.Connection, execution_id: str, token: str) -> sqlit
 def record(
     conn: sqlite3.Connection, execution_id: str, token: str, tool: str, payload: dict[str, Any]
 ) -> int:
-    with write(conn):
-        row = _bound_row(conn, execution_id, token)
-        return append_report(
-            conn, agent_id=row["agent_id"], execution_id=execution_id, tool=tool, payload=payload
-        )
+    """Record a call; while another writer holds the database's lock the call waits for it
+    (the engine waits for its answer), however long: a report is never lost to a busy store."""
+
+    def attempt() -> int:
+        with write(conn):
+            row = _bound_row(conn, execution_id, token)
+            return append_report(
+                conn,
+                agent_id=row["agent_id"],
+                execution_id=execution_id,
+                tool=tool,
+                payload=payload,
+            )
+
+    return until_unlocked(attempt)
 
 
 def workdir_of(conn: sqlite3.Connection, execution_id: str) -> Path:
@@ -92,8 +102,11 @@ def create_commit(
 
 
 def _complete(conn: sqlite3.Connection, report_id: int, payload: dict[str, Any]) -> None:
-    with write(conn):
-        complete_report(conn, report_id, payload)
+    def attempt() -> None:
+        with write(conn):
+            complete_report(conn, report_id, payload)
+
+    until_unlocked(attempt)
 
 
 class WorkerTools:

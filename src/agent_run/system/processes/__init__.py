@@ -13,6 +13,7 @@ from agent_run.system.processes.base import (
     PeerCredentials,
     ProcessIdentity,
     ProcessTable,
+    ThreadSched,
     reap_group_zombies,
 )
 
@@ -21,6 +22,7 @@ __all__ = [
     "PeerCredentials",
     "ProcessIdentity",
     "ProcessTable",
+    "ThreadSched",
     "current",
     "reap_group_zombies",
 ]

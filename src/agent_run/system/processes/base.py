@@ -61,6 +61,17 @@ class ProcessIdentity:
         return identity
 
 
+@dataclass(frozen=True)
+class ThreadSched:
+    """One thread as the scheduler counts it: nanoseconds it ran, nanoseconds it waited on a
+    run queue (added when a wait ends: a thread waiting now shows it once it runs), and
+    whether it is runnable now (running, or waiting to)."""
+
+    ran_ns: int
+    waited_ns: int
+    runnable: bool
+
+
 class Liveness(StrEnum):
     ALIVE = "alive"
     DEAD = "dead"  # proven: gone, zombie, pid reused, or a different boot
@@ -95,6 +106,12 @@ class ProcessTable(Protocol):
 
     def children(self, pid: int) -> list[int]:
         """Pids of the processes whose parent is `pid` (zombies included: theirs to reap)."""
+        ...
+
+    def threads_sched(self, pids: list[int]) -> dict[int, ThreadSched] | None:
+        """What the scheduler counts of each thread of these processes, keyed by thread id;
+        processes that have ended are left out. None where the platform does not count it:
+        unknown, never evidence of starvation."""
         ...
 
     def adopt_orphans(self) -> bool:

@@ -1,5 +1,6 @@
 """Process identity on Linux: `/proc` (boot id, start ticks, state, process group, command
-line) and SO_PEERCRED. Nothing here guesses: what cannot be read is unknown, never dead."""
+line, each thread's run-queue wait) and SO_PEERCRED. Nothing here guesses: what cannot be read
+is unknown, never dead."""
 
 import os
 import socket
@@ -11,10 +12,12 @@ from agent_run.system.processes.base import (
     Liveness,
     PeerCredentials,
     ProcessIdentity,
+    ThreadSched,
     no_such_group,
 )
 
 _BOOT_ID_PATH = Path("/proc/sys/kernel/random/boot_id")
+_SCHEDSTAT_PATH = Path("/proc/self/schedstat")  # absent: the kernel keeps no schedstats
 _GONE = ("Z", "X")  # zombie, dead
 _PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
 
@@ -34,6 +37,20 @@ def stat_fields(pid: int) -> list[str] | None:
     finally:
         os.close(fd)
     return raw[raw.rindex(b")") + 2 :].decode("ascii").split()
+
+
+def _read(path: str) -> bytes:
+    """A small /proc file's bytes; empty when it cannot be read (the thread ended)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return b""
+    try:
+        return os.read(fd, 4096)
+    except OSError:
+        return b""
+    finally:
+        os.close(fd)
 
 
 class LinuxProcesses:
@@ -78,6 +95,25 @@ class LinuxProcesses:
                 fields = stat_fields(int(entry.name))
                 if fields and int(fields[1]) == pid:
                     found.append(int(entry.name))
+        return found
+
+    def threads_sched(self, pids: list[int]) -> dict[int, ThreadSched] | None:
+        """From each thread's `/proc/PID/task/TID/schedstat` (ns on a CPU, ns waiting on a run
+        queue) and its state (`R`: runnable). None on a kernel without schedstats."""
+        if not _SCHEDSTAT_PATH.exists():
+            return None
+        found: dict[int, ThreadSched] = {}
+        for pid in pids:
+            try:
+                threads = os.listdir(f"/proc/{pid}/task")
+            except OSError:  # ended
+                continue
+            for tid in threads:
+                task = f"/proc/{pid}/task/{tid}"
+                counts = _read(f"{task}/schedstat").split()
+                state = _read(f"{task}/stat").rpartition(b")")[2].split()[:1]
+                if len(counts) >= 2 and state:
+                    found[int(tid)] = ThreadSched(int(counts[0]), int(counts[1]), state[0] == b"R")
         return found
 
     def adopt_orphans(self) -> bool:

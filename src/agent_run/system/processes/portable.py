@@ -14,6 +14,7 @@ from agent_run.system.processes.base import (
     Liveness,
     PeerCredentials,
     ProcessIdentity,
+    ThreadSched,
     no_such_group,
 )
 
@@ -94,6 +95,9 @@ class PsutilProcesses:
             return [child.pid for child in psutil.Process(pid).children()]
         except (psutil.Error, OSError):
             return []
+
+    def threads_sched(self, pids: list[int]) -> dict[int, ThreadSched] | None:
+        return None  # psutil does not say how long a thread waited to run: unknown
 
     def adopt_orphans(self) -> bool:
         return False  # no portable child subreaper: init reaps, and the table is scanned
