@@ -216,20 +216,22 @@ async def test_notices_wait_for_a_session_to_poll_a_restarted_daemon(daemon, wor
     import signal
 
     received, binding = recorder()
+    release = workdir / "release"  # the agent ends only once the test makes it (however slow)
     async with mcp_session(daemon.home, env=NO_AUTOSTART, notification_bindings=[binding]) as s:
         started = await s.call_tool(
             "start",
             {
-                "task": "steps: 20\nstep_seconds: 0.1\nanswer: across a restart",
+                "task": "steps: 3000\nstep_seconds: 0.1\nuntil: release\nanswer: across a restart",
                 "workdir": str(workdir),
                 "notify": {"transport": "mcp_channel"},
             },
         )
         agent_id = started.structured_content["id"]
         session = mcp_pid(daemon.home)
-        os.kill(session, signal.SIGSTOP)  # it runs 2 s more: nothing is owed to the session yet
+        os.kill(session, signal.SIGSTOP)  # the agent still runs: nothing is owed to the session yet
         try:
             daemon.kill9()
+            release.write_text("")
             ended = "SELECT state FROM executions WHERE agent_id = ?"
             wait_for(
                 lambda: db_rows(daemon.home, ended, (agent_id,))[0]["state"] == "succeeded",
